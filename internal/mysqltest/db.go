@@ -1,0 +1,239 @@
+package mysqltest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Migrator prepares a fresh database, given its DSN; storage tests pass migrations.Up.
+type Migrator func(ctx context.Context, dsn string) error
+
+// DB is a database of its own for one test, on a Server, dropped when the test ends.
+type DB struct {
+	// Name is the database name, unique per call (mend_t_<random hex>).
+	Name string
+	// DSN is a go-sql-driver DSN with Name selected and parseTime=true, loc=UTC, interpolateParams=true.
+	DSN string
+	// Server is the server holding the database.
+	Server *Server
+}
+
+// DSNVia returns DSN with the host:port replaced by addr, to route the connection through a proxy.
+func (d *DB) DSNVia(addr string) string {
+	dsn, err := replaceAddr(d.DSN, addr)
+	if err != nil {
+		panic(err) // d.DSN was built by this package and always parses
+	}
+	return dsn
+}
+
+// SQL opens a *sql.DB on DSN, closed in t.Cleanup.
+func (d *DB) SQL(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", d.DSN)
+	if err != nil {
+		t.Fatalf("mysqltest: open %s: %v", d.Name, err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// shared is the package's server, started on first use by NewDB and stopped by Main.
+var shared struct {
+	mu   sync.Mutex
+	done bool    // discovery and start ran (successfully or not)
+	srv  *Server // nil if none
+	src  source  // what discovery chose
+	err  error   // start failure, reported to every caller
+}
+
+// Main runs m and then stops the package's shared server, if one was started, and exits with
+// m's code. Use it as: func TestMain(m *testing.M) { mysqltest.Main(m) }.
+// Without it the shared server is still killed when the test binary exits (on Linux), but its
+// temporary directory is left behind.
+func Main(m *testing.M) {
+	code := m.Run()
+	shared.mu.Lock()
+	if shared.srv != nil {
+		if err := shared.srv.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			if code == 0 {
+				code = 1
+			}
+		}
+		shared.srv = nil
+	}
+	shared.mu.Unlock()
+	os.Exit(code)
+}
+
+// SharedServer returns the package's shared server, starting it on first use from the first of:
+// EnvDSN, a Docker engine, a local mariadbd/mysqld. With none available it skips t, or fails it
+// when CI=true. Safe for concurrent use; every caller gets the same server.
+func SharedServer(t testing.TB) *Server {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if !shared.done {
+		shared.done = true
+		shared.src = discover(systemProbes())
+		if shared.src.kind != sourceNone {
+			// Not tied to t's context: the server outlives the test that happened to start it.
+			shared.srv, shared.err = startSource(context.Background(), shared.src)
+			if shared.err == nil {
+				t.Logf("mysqltest: started shared %v in %v", shared.srv, shared.srv.StartedIn().Round(time.Millisecond))
+			}
+		}
+	}
+	switch {
+	case shared.src.kind == sourceNone:
+		unavailable(t, shared.src)
+	case shared.err != nil:
+		t.Fatalf("mysqltest: shared %s server: %v", shared.src.kind, shared.err)
+	}
+	return shared.srv
+}
+
+// unavailable skips t, or fails it under CI, explaining how to provide a server.
+func unavailable(t testing.TB, src source) {
+	t.Helper()
+	if src.fatal {
+		t.Fatalf("mysqltest: %s (%s=true, so this is a failure rather than a skip)", src.reason, EnvCI)
+	}
+	t.Skipf("mysqltest: %s", src.reason)
+}
+
+// startSource brings up the server discovery chose.
+func startSource(ctx context.Context, src source) (*Server, error) {
+	switch src.kind {
+	case sourceDSN:
+		return serverFromDSN(ctx, src.dsn)
+	case sourceDocker:
+		return startDocker(ctx, src.image)
+	case sourceBinary:
+		return startLocal(ctx, src.binary)
+	default:
+		return nil, fmt.Errorf("mysqltest: %s", src.reason)
+	}
+}
+
+// serverFromDSN wraps an existing server; it checks that it answers.
+func serverFromDSN(ctx context.Context, dsn string) (*Server, error) {
+	begin := time.Now()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysqltest: parse %s: %w", EnvDSN, err)
+	}
+	cfg.DBName = ""
+	applyParams(cfg)
+	if err := ping(ctx, cfg, 10*time.Second); err != nil {
+		return nil, fmt.Errorf("mysqltest: server from %s at %s does not answer: %w", EnvDSN, cfg.Addr, err)
+	}
+	return &Server{kind: sourceDSN, cfg: cfg, startedIn: time.Since(begin)}, nil
+}
+
+// StartPrivate starts a dedicated server from a local mariadbd/mysqld binary (never EnvDSN or
+// Docker) for fault tests, and stops and removes it in t.Cleanup. Without a binary it skips t,
+// or fails it when CI=true.
+func StartPrivate(t testing.TB) *Server {
+	t.Helper()
+	src := discoverPrivate(systemProbes())
+	if src.kind == sourceNone {
+		unavailable(t, src)
+	}
+	srv, err := startLocal(t.Context(), src.binary)
+	if err != nil {
+		t.Fatalf("mysqltest: private server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Close(); err != nil {
+			t.Errorf("mysqltest: close private server: %v", err)
+		}
+	})
+	t.Logf("mysqltest: started private %v in %v", srv, srv.StartedIn().Round(time.Millisecond))
+	return srv
+}
+
+// NewDB returns a fresh database on the package's shared server (see SharedServer) with the
+// migrators applied in order, dropped in t.Cleanup.
+func NewDB(t testing.TB, migrate ...Migrator) *DB {
+	t.Helper()
+	return NewDBOn(t, SharedServer(t), migrate...)
+}
+
+// NewDBOn returns a fresh database on srv with the migrators applied in order, dropped in
+// t.Cleanup. The drop is skipped when srv is a private server that is no longer running
+// (its Close removes everything anyway).
+func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
+	t.Helper()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:]) // never fails
+	name := "mend_t_" + hex.EncodeToString(rnd[:])
+
+	admin, err := sql.Open("mysql", srv.RootDSN())
+	if err != nil {
+		t.Fatalf("mysqltest: open %s: %v", srv.Addr(), err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// Explicit charset and collation, so a server with other defaults (EnvDSN, MySQL 8's
+	// utf8mb4_0900_ai_ci) gives the same database as a private one.
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"); err != nil {
+		t.Fatalf("mysqltest: create database %s on %s: %v", name, srv.Addr(), err)
+	}
+	db := &DB{Name: name, DSN: formatDSN(srv.cfg, name), Server: srv}
+	t.Cleanup(func() { dropDB(t, db) })
+
+	for i, m := range migrate {
+		if err := m(ctx, db.DSN); err != nil {
+			t.Fatalf("mysqltest: migrator %d of %d on %s: %v", i+1, len(migrate), name, err)
+		}
+	}
+	return db
+}
+
+// dropDB removes db's database. Failures on a shared server fail the test (they would leak
+// databases on an EnvDSN server); on a private one they are only logged, since fault tests
+// may leave it killed or paused and Close removes it all.
+func dropDB(t testing.TB, db *DB) {
+	srv := db.Server
+	if srv.local != nil {
+		srv.local.mu.Lock()
+		running := srv.local.runningLocked()
+		srv.local.mu.Unlock()
+		if !running {
+			return
+		}
+	}
+	// t.Context() is already cancelled while cleanups run. A private server left paused would
+	// make the drop wait for the whole timeout, so keep it short there.
+	timeout := 30 * time.Second
+	if srv.local != nil {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	admin, err := sql.Open("mysql", srv.RootDSN())
+	if err == nil {
+		defer admin.Close()
+		_, err = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+db.Name+"`")
+	}
+	if err == nil {
+		return
+	}
+	if srv.local != nil {
+		t.Logf("mysqltest: drop database %s: %v", db.Name, err)
+		return
+	}
+	t.Errorf("mysqltest: drop database %s: %v", db.Name, err)
+}
