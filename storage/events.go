@@ -1,0 +1,282 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/mendq/mend"
+)
+
+// AppendParams describes one event to append to a record as a compare-and-set
+// on its version, and the projection values the event leaves behind.
+type AppendParams struct {
+	// Source and RecordID name the record. Source scopes the write to its
+	// queue and lets a pruned-and-recreated record be told apart.
+	Source   mend.SourceID
+	RecordID mend.RecordID
+	// Version is the version the caller read; the event gets Seq Version+1.
+	Version int64
+
+	Kind  mend.EventKind
+	Actor string
+	OpID  string          // see mend.NewOpID; unique per queue
+	Epoch int64           // planner epoch of the writer; 0 for unfenced writes
+	Data  json.RawMessage // a JSON object; nil means {}
+
+	// The projection after the event.
+	State     mend.State
+	Attempts  int
+	LastError string
+	// RetryIn schedules the next attempt at the database's NOW(6)+RetryIn
+	// when State is due (pending, waiting, settled); ignored otherwise.
+	RetryIn time.Duration
+}
+
+// AppendTo starts AppendParams for a change to rec as read.
+func AppendTo(rec mend.Record) AppendParams {
+	return AppendParams{Source: rec.Source, RecordID: rec.ID, Version: rec.Version,
+		State: rec.State, Attempts: rec.Attempts, LastError: rec.LastError}
+}
+
+func (p *AppendParams) validate() error {
+	if err := p.Source.Validate(); err != nil {
+		return err
+	}
+	if p.RecordID.IsZero() {
+		return &mend.ValidationError{Field: "record_id", Reason: "must be set"}
+	}
+	if p.Version < 1 {
+		return &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("must be the version read (>= 1), got %d", p.Version)}
+	}
+	if p.Kind == "" || p.Kind == mend.EventCreated {
+		return &mend.ValidationError{Field: "kind", Reason: "must name the change; created events come only from RecordCreate"}
+	}
+	if !p.State.Valid() {
+		return &mend.ValidationError{Field: "state", Reason: fmt.Sprintf("%q is not a record state", p.State)}
+	}
+	if p.Attempts < 0 || p.RetryIn < 0 || p.Epoch < 0 {
+		return &mend.ValidationError{Field: "attempts", Reason: "attempts, retry delay and epoch must not be negative"}
+	}
+	if p.Data == nil {
+		p.Data = json.RawMessage(`{}`)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(p.Data, &obj); err != nil {
+		return &mend.ValidationError{Field: "data", Reason: "must be a JSON object: " + err.Error()}
+	}
+	if err := validateActor(p.Actor); err != nil {
+		return err
+	}
+	return mend.ValidateOpID(p.OpID)
+}
+
+// The SET list is evaluated left to right on both MySQL and MariaDB, so
+// state_since compares against the old state before state is assigned.
+const sqlRecordAdvance = `-- name: RecordAdvance
+UPDATE mend_records SET
+	version = version + 1,
+	state_since = IF(state = ?, state_since, NOW(6)),
+	state = ?,
+	attempts = ?,
+	last_error = ?,
+	epoch = ?,
+	next_attempt_at = IF(?, NOW(6) + INTERVAL ? MICROSECOND, NULL),
+	updated_at = NOW(6)
+WHERE record_id = ? AND queue = ? AND version = ?`
+
+const sqlRecordProbe = `-- name: RecordProbe
+SELECT record_id, version FROM mend_records WHERE queue = ? AND (record_id = ? OR source_key = ?)`
+
+// RecordAppend appends an event to a record and updates its projection in
+// one transaction, as a compare-and-set from p.Version to p.Version+1. It
+// returns the new version.
+//
+// Returns ErrConflict if the version moved (re-read and decide again),
+// ErrNotFound if the queue holds no record with that ID or source identity,
+// ErrStaleRecord if the source identity is now recorded under another ID
+// (the record was pruned and recreated), ErrInvalid for bad input or an op
+// ID already used, and *mend.AmbiguousError if the commit's outcome is
+// unknown (resolve with OpLookup).
+func (d *DB) RecordAppend(ctx context.Context, p AppendParams) (int64, error) {
+	if err := p.validate(); err != nil {
+		return 0, err
+	}
+	err := d.withTx(ctx, "RecordAppend", p.OpID, func(ctx context.Context, tx *sqlx.Tx) error {
+		return appendTx(ctx, tx, p)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("storage: append %s to record %s: %w", p.Kind, p.RecordID, err)
+	}
+	return p.Version + 1, nil
+}
+
+// appendTx is the body of an append; fenced writes run it after the lease
+// check in the same transaction.
+func appendTx(ctx context.Context, tx *sqlx.Tx, p AppendParams) error {
+	res, err := tx.ExecContext(ctx, sqlRecordAdvance,
+		string(p.State), string(p.State), p.Attempts, p.LastError, p.Epoch,
+		p.State.Due(), p.RetryIn.Microseconds(),
+		p.RecordID[:], p.Source.Queue, p.Version)
+	if err != nil {
+		return fmt.Errorf("update projection: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update projection: %w", err)
+	}
+	if n == 0 {
+		return probeMiss(ctx, tx, p)
+	}
+	_, err = tx.ExecContext(ctx, sqlEventInsert, p.RecordID[:], p.Version+1, p.Source.Queue,
+		string(p.Kind), p.Epoch, p.Actor, p.OpID, []byte(p.Data))
+	if mysqlErrNumber(err) == errDupEntry {
+		// The projection row is locked by our update, so seq cannot be
+		// taken concurrently: the duplicate is the op ID.
+		return &mend.ValidationError{Field: "op_id", Reason: fmt.Sprintf("%q was already used in queue %q; use a new op id per call", p.OpID, p.Source.Queue)}
+	}
+	if err != nil {
+		return fmt.Errorf("insert event: %w", err)
+	}
+	return nil
+}
+
+// probeMiss explains why a CAS matched no row.
+func probeMiss(ctx context.Context, tx *sqlx.Tx, p AppendParams) error {
+	key := p.Source.Key()
+	rows, err := tx.QueryContext(ctx, sqlRecordProbe, p.Source.Queue, p.RecordID[:], key[:])
+	if err != nil {
+		return fmt.Errorf("probe record: %w", err)
+	}
+	defer rows.Close()
+	var other bool
+	for rows.Next() {
+		var id []byte
+		var version int64
+		if err := rows.Scan(&id, &version); err != nil {
+			return fmt.Errorf("probe record: %w", err)
+		}
+		if string(id) == string(p.RecordID[:]) {
+			return fmt.Errorf("%w: record is at version %d, not %d", mend.ErrConflict, version, p.Version)
+		}
+		other = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("probe record: %w", err)
+	}
+	if other {
+		return fmt.Errorf("%w: %s is now recorded under another id", mend.ErrStaleRecord, p.Source)
+	}
+	return fmt.Errorf("%w: no record %s in queue %q", mend.ErrNotFound, p.RecordID, p.Source.Queue)
+}
+
+const eventColumns = `record_id, seq, queue, kind, epoch, actor, op_id, data, created_at`
+
+type eventRow struct {
+	RecordID  []byte    `db:"record_id"`
+	Seq       int64     `db:"seq"`
+	Queue     []byte    `db:"queue"`
+	Kind      string    `db:"kind"`
+	Epoch     int64     `db:"epoch"`
+	Actor     []byte    `db:"actor"`
+	OpID      []byte    `db:"op_id"`
+	Data      []byte    `db:"data"`
+	CreatedAt time.Time `db:"created_at"`
+}
+
+func (r *eventRow) event() mend.Event {
+	var ev mend.Event
+	copy(ev.RecordID[:], r.RecordID)
+	ev.Seq, ev.Queue, ev.Kind, ev.Epoch = r.Seq, string(r.Queue), mend.EventKind(r.Kind), r.Epoch
+	ev.Actor, ev.OpID, ev.Data, ev.CreatedAt = string(r.Actor), string(r.OpID), json.RawMessage(r.Data), r.CreatedAt
+	return ev
+}
+
+const sqlOpLookup = `-- name: OpLookup
+SELECT ` + eventColumns + ` FROM mend_events WHERE queue = ? AND op_id = ?`
+
+// OpLookup returns the event an operation wrote, to resolve an ambiguous
+// outcome: found means the operation committed.
+//
+// Returns ErrNotFound if no event of queue carries opID (the operation did
+// not commit, or it was a create that lost to an earlier writer, or its
+// record has since been pruned).
+func (d *DB) OpLookup(ctx context.Context, queue, opID string) (mend.Event, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return mend.Event{}, err
+	}
+	if err := mend.ValidateOpID(opID); err != nil {
+		return mend.Event{}, err
+	}
+	var row eventRow
+	if err := d.db.GetContext(ctx, &row, sqlOpLookup, queue, opID); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return mend.Event{}, fmt.Errorf("storage: look up op: %w: no op %q in queue %q", mend.ErrNotFound, opID, queue)
+		}
+		return mend.Event{}, fmt.Errorf("storage: look up op: %w", translate(err))
+	}
+	return row.event(), nil
+}
+
+const sqlRecordHistory = `-- name: RecordHistory
+SELECT ` + eventColumns + ` FROM mend_events WHERE record_id = ? AND queue = ? ORDER BY seq`
+
+// RecordHistory returns a record's events in order, oldest first.
+//
+// Returns ErrNotFound if queue holds no events for id.
+func (d *DB) RecordHistory(ctx context.Context, queue string, id mend.RecordID) ([]mend.Event, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return nil, err
+	}
+	var rows []eventRow
+	if err := d.db.SelectContext(ctx, &rows, sqlRecordHistory, id[:], queue); err != nil {
+		return nil, fmt.Errorf("storage: record history: %w", translate(err))
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("storage: record history: %w: no record %s in queue %q", mend.ErrNotFound, id, queue)
+	}
+	evs := make([]mend.Event, len(rows))
+	for i := range rows {
+		evs[i] = rows[i].event()
+	}
+	return evs, nil
+}
+
+const sqlRecordsDue = `-- name: RecordsDue
+SELECT ` + recordColumns + ` FROM mend_records
+WHERE queue = ? AND next_attempt_at <= NOW(6)
+ORDER BY next_attempt_at, record_id
+LIMIT ?`
+
+// RecordsDue returns up to limit records of queue whose next attempt is due
+// by the database clock, oldest due first. It reads through the
+// (queue, next_attempt_at) index, so finished records cost nothing.
+func (d *DB) RecordsDue(ctx context.Context, queue string, limit int) ([]mend.Record, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
+	}
+	var rows []recordRow
+	if err := d.db.SelectContext(ctx, &rows, sqlRecordsDue, queue, limit); err != nil {
+		return nil, fmt.Errorf("storage: due records: %w", translate(err))
+	}
+	recs := make([]mend.Record, 0, len(rows))
+	for i := range rows {
+		rec, err := rows[i].record()
+		if err != nil {
+			return nil, err
+		}
+		if err := rows[i].checkIdentity(rec.Source); err != nil {
+			return nil, fmt.Errorf("storage: due records: %w", err)
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}

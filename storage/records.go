@@ -1,0 +1,298 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/mendq/mend"
+)
+
+// recordColumns is the select list every record read uses, in the order
+// recordRow's tags name them.
+const recordColumns = `record_id, queue, source_key, topic, partition_key, message_id, payload,
+	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
+	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since`
+
+// recordRow is a mend_records row as the driver returns it.
+type recordRow struct {
+	RecordID        []byte       `db:"record_id"`
+	Queue           []byte       `db:"queue"`
+	SourceKey       []byte       `db:"source_key"`
+	Topic           []byte       `db:"topic"`
+	Partition       []byte       `db:"partition_key"`
+	MessageID       []byte       `db:"message_id"`
+	Payload         []byte       `db:"payload"`
+	FailureCount    int          `db:"failure_count"`
+	FailureError    []byte       `db:"failure_error"`
+	FailedAt        sql.NullTime `db:"failed_at"`
+	FailureSubjects []byte       `db:"failure_subjects"`
+	BatchID         []byte       `db:"batch_id"`
+	DesiredOutcome  string       `db:"desired_outcome"`
+	State           string       `db:"state"`
+	Version         int64        `db:"version"`
+	Attempts        int          `db:"attempts"`
+	NextAttemptAt   sql.NullTime `db:"next_attempt_at"`
+	LastError       []byte       `db:"last_error"`
+	Epoch           int64        `db:"epoch"`
+	CreatedAt       time.Time    `db:"created_at"`
+	UpdatedAt       time.Time    `db:"updated_at"`
+	StateSince      time.Time    `db:"state_since"`
+}
+
+func (r *recordRow) record() (mend.Record, error) {
+	var rec mend.Record
+	if len(r.RecordID) != len(rec.ID) {
+		return rec, fmt.Errorf("storage: record_id is %d bytes, want %d", len(r.RecordID), len(rec.ID))
+	}
+	copy(rec.ID[:], r.RecordID)
+	rec.Source = mend.SourceID{Queue: string(r.Queue), Topic: string(r.Topic), Partition: string(r.Partition), MessageID: string(r.MessageID)}
+	rec.Snapshot = mend.Snapshot{
+		Payload:      r.Payload,
+		FailureCount: r.FailureCount,
+		LastError:    string(r.FailureError),
+	}
+	if r.FailedAt.Valid {
+		rec.Snapshot.FailedAt = r.FailedAt.Time
+	}
+	if err := json.Unmarshal(r.FailureSubjects, &rec.Snapshot.Subjects); err != nil {
+		return rec, fmt.Errorf("storage: record %s: decode failure_subjects: %w", rec.ID, err)
+	}
+	rec.Target = mend.Target{BatchID: string(r.BatchID), Desired: mend.Outcome(r.DesiredOutcome)}
+	rec.State = mend.State(r.State)
+	rec.Version = r.Version
+	rec.Attempts = r.Attempts
+	if r.NextAttemptAt.Valid {
+		t := r.NextAttemptAt.Time
+		rec.NextAttemptAt = &t
+	}
+	rec.LastError = string(r.LastError)
+	rec.Epoch = r.Epoch
+	rec.CreatedAt, rec.UpdatedAt, rec.StateSince = r.CreatedAt, r.UpdatedAt, r.StateSince
+	return rec, nil
+}
+
+// checkIdentity compares the stored verbatim identity with the request byte
+// for byte. The source key is a hash, so equal keys with different bytes mean
+// a collision or a damaged row: a hard error, never a silent match.
+func (r *recordRow) checkIdentity(src mend.SourceID) error {
+	key := src.Key()
+	if !bytes.Equal(r.SourceKey, key[:]) || string(r.Queue) != src.Queue || string(r.Topic) != src.Topic ||
+		string(r.Partition) != src.Partition || string(r.MessageID) != src.MessageID {
+		return fmt.Errorf("%w: asked for %s, stored row has queue=%q topic=%q partition=%q message_id=%q",
+			mend.ErrIdentityMismatch, src, r.Queue, r.Topic, r.Partition, r.MessageID)
+	}
+	return nil
+}
+
+// CreateParams describes a record to create if its source identity is new.
+type CreateParams struct {
+	Source   mend.SourceID
+	Snapshot mend.Snapshot
+	Target   mend.Target
+	// State is the initial state: mend.StatePending (the zero value means
+	// pending) or mend.StateParked for a delivery that cannot be repaired
+	// automatically (Reason says why).
+	State  mend.State
+	Reason string
+	OpID   string // see mend.NewOpID; required
+	Actor  string // who recorded it, e.g. "intake"; required
+}
+
+func (p *CreateParams) validate(maxPayload int) error {
+	if err := p.Source.Validate(); err != nil {
+		return err
+	}
+	if err := mend.ValidateIdentity("batch_id", p.Target.BatchID, false); err != nil {
+		return err
+	}
+	switch p.Target.Desired {
+	case mend.OutcomeNone, mend.OutcomeFailed, mend.OutcomeSucceeded:
+	default:
+		return &mend.ValidationError{Field: "desired_outcome", Reason: fmt.Sprintf("%q is not one of failed, succeeded or empty", p.Target.Desired)}
+	}
+	if p.State == "" {
+		p.State = mend.StatePending
+	}
+	if p.State != mend.StatePending && p.State != mend.StateParked {
+		return &mend.ValidationError{Field: "state", Reason: fmt.Sprintf("a record starts pending or parked, not %q", p.State)}
+	}
+	if len(p.Snapshot.Payload) > maxPayload {
+		return &mend.ValidationError{Field: "payload", Reason: fmt.Sprintf("is %d bytes; at most %d are allowed", len(p.Snapshot.Payload), maxPayload)}
+	}
+	if p.Snapshot.FailureCount < 0 {
+		return &mend.ValidationError{Field: "failure_count", Reason: "must not be negative"}
+	}
+	if err := validateActor(p.Actor); err != nil {
+		return err
+	}
+	return mend.ValidateOpID(p.OpID)
+}
+
+func validateActor(actor string) error {
+	if actor == "" || len(actor) > 255 {
+		return &mend.ValidationError{Field: "actor", Reason: "must be 1 to 255 bytes naming the writer"}
+	}
+	return nil
+}
+
+// createdData is the payload of a created event.
+type createdData struct {
+	State   mend.State   `json:"state"`
+	BatchID string       `json:"batch_id,omitempty"`
+	Desired mend.Outcome `json:"desired,omitempty"`
+	Reason  string       `json:"reason,omitempty"`
+}
+
+// The no-op ODKU makes a duplicate report zero rows affected, which tells the
+// loser apart; INSERT IGNORE would also hide truncation and other errors.
+const sqlRecordCreate = `-- name: RecordCreate
+INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, payload,
+	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
+	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, IF(?, NOW(6), NULL), ?, 0, NOW(6), NOW(6), NOW(6))
+ON DUPLICATE KEY UPDATE record_id = record_id`
+
+const sqlEventInsert = `-- name: EventInsert
+INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`
+
+// RecordCreate creates the record for p.Source if none exists, together with
+// its created event, in one transaction. It returns the stored record and
+// whether this call created it. When the source identity is already recorded
+// the existing record is returned unchanged (first writer wins) and created
+// is false; p's snapshot is then ignored.
+//
+// Returns a *mend.ValidationError (ErrInvalid) for bad input before touching
+// the database. Returns ErrIdentityMismatch if the stored identity differs
+// from p.Source byte for byte. Repeating the call after an ambiguous failure
+// is safe: it returns the record either way.
+func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record, created bool, err error) {
+	if err := p.validate(d.maxPayload); err != nil {
+		return mend.Record{}, false, err
+	}
+	subjects := p.Snapshot.Subjects
+	if subjects == nil {
+		subjects = []mend.Subject{}
+	}
+	subjectsJSON, err := json.Marshal(subjects)
+	if err != nil {
+		return mend.Record{}, false, fmt.Errorf("storage: encode subjects: %w", err)
+	}
+	data, err := json.Marshal(createdData{State: p.State, BatchID: p.Target.BatchID, Desired: p.Target.Desired, Reason: p.Reason})
+	if err != nil {
+		return mend.Record{}, false, fmt.Errorf("storage: encode event: %w", err)
+	}
+	var failedAt sql.NullTime
+	if !p.Snapshot.FailedAt.IsZero() {
+		failedAt = sql.NullTime{Time: p.Snapshot.FailedAt.UTC(), Valid: true}
+	}
+	payload := p.Snapshot.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	key := p.Source.Key()
+	err = d.withTx(ctx, "RecordCreate", p.OpID, func(ctx context.Context, tx *sqlx.Tx) error {
+		id := mend.NewRecordID()
+		res, err := tx.ExecContext(ctx, sqlRecordCreate,
+			id[:], p.Source.Queue, key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, payload,
+			p.Snapshot.FailureCount, p.Snapshot.LastError, failedAt, subjectsJSON, p.Target.BatchID, string(p.Target.Desired),
+			string(p.State), p.State.Due(), p.Reason)
+		if err != nil {
+			return fmt.Errorf("insert record: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("insert record: %w", err)
+		}
+		created = n == 1
+		if created {
+			if _, err := tx.ExecContext(ctx, sqlEventInsert, id[:], 1, p.Source.Queue, string(mend.EventCreated), 0, p.Actor, p.OpID, data); err != nil {
+				return fmt.Errorf("insert created event: %w", err)
+			}
+		}
+		rec, err = getBySource(ctx, tx, p.Source)
+		if err != nil {
+			return fmt.Errorf("read back: %w", err)
+		}
+		if created && rec.ID != id {
+			return fmt.Errorf("storage: inserted record %s but read back %s", id, rec.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return mend.Record{}, false, fmt.Errorf("storage: create record: %w", err)
+	}
+	return rec, created, nil
+}
+
+const sqlRecordGetBySource = `-- name: RecordGetBySource
+SELECT ` + recordColumns + ` FROM mend_records WHERE queue = ? AND source_key = ?`
+
+func getBySource(ctx context.Context, q sqlx.QueryerContext, src mend.SourceID) (mend.Record, error) {
+	key := src.Key()
+	var row recordRow
+	if err := sqlx.GetContext(ctx, q, &row, sqlRecordGetBySource, src.Queue, key[:]); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return mend.Record{}, fmt.Errorf("%w: no record for %s", mend.ErrNotFound, src)
+		}
+		return mend.Record{}, err
+	}
+	if err := row.checkIdentity(src); err != nil {
+		return mend.Record{}, err
+	}
+	return row.record()
+}
+
+// RecordGet returns the record of a source identity.
+//
+// Returns ErrInvalid for a bad identity, ErrNotFound if none is recorded and
+// ErrIdentityMismatch if the stored identity differs byte for byte.
+func (d *DB) RecordGet(ctx context.Context, src mend.SourceID) (mend.Record, error) {
+	if err := src.Validate(); err != nil {
+		return mend.Record{}, err
+	}
+	rec, err := getBySource(ctx, d.db, src)
+	if err != nil {
+		return mend.Record{}, fmt.Errorf("storage: get record: %w", translate(err))
+	}
+	return rec, nil
+}
+
+const sqlRecordGetByID = `-- name: RecordGetByID
+SELECT ` + recordColumns + ` FROM mend_records WHERE queue = ? AND record_id = ?`
+
+// RecordGetByID returns a record of queue by its ID. Reads never cross
+// queues: the ID of another queue's record is not found.
+//
+// Returns ErrNotFound if queue has no such record.
+func (d *DB) RecordGetByID(ctx context.Context, queue string, id mend.RecordID) (mend.Record, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return mend.Record{}, err
+	}
+	var row recordRow
+	if err := d.db.GetContext(ctx, &row, sqlRecordGetByID, queue, id[:]); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return mend.Record{}, fmt.Errorf("storage: get record: %w: no record %s in queue %q", mend.ErrNotFound, id, queue)
+		}
+		return mend.Record{}, fmt.Errorf("storage: get record: %w", translate(err))
+	}
+	if string(row.Queue) != queue {
+		return mend.Record{}, fmt.Errorf("storage: get record: %w: record %s is stored under queue %q", mend.ErrIdentityMismatch, id, row.Queue)
+	}
+	rec, err := row.record()
+	if err != nil {
+		return mend.Record{}, err
+	}
+	// The verbatim columns must still hash to the stored key.
+	if err := row.checkIdentity(rec.Source); err != nil {
+		return mend.Record{}, fmt.Errorf("storage: get record: %w", err)
+	}
+	return rec, nil
+}
