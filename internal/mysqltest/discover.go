@@ -71,7 +71,7 @@ type source struct {
 // probes are discover's view of the machine, injected so discovery is testable without a server.
 type probes struct {
 	getenv     func(string) string
-	dockerPing func() error            // nil error means an engine answered
+	dockerPing func() error           // nil error means an engine answered
 	findBinary func() (string, error) // path of mariadbd or mysqld
 }
 
