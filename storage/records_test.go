@@ -194,7 +194,9 @@ func TestRejectedBeforeSQL(t *testing.T) {
 		{"invalid utf-8", func(p *storage.CreateParams) { p.Source.Partition = "\xff" }, "partition"},
 		{"256 characters", func(p *storage.CreateParams) { p.Source.MessageID = strings.Repeat("x", 256) }, "message_id"},
 		{"over 1020 bytes", func(p *storage.CreateParams) { p.Source.Queue = strings.Repeat("😀", 255) + "x" }, "queue"},
-		{"payload over the cap", func(p *storage.CreateParams) { p.Snapshot.Payload = bytes.Repeat([]byte("x"), storage.MaxPayloadDefault+1) }, "payload"},
+		{"payload over the cap", func(p *storage.CreateParams) {
+			p.Snapshot.Payload = bytes.Repeat([]byte("x"), storage.MaxPayloadDefault+1)
+		}, "payload"},
 		{"missing op id", func(p *storage.CreateParams) { p.OpID = "" }, "op_id"},
 		{"bad desired outcome", func(p *storage.CreateParams) { p.Target.Desired = "maybe" }, "desired_outcome"},
 	}
