@@ -32,6 +32,9 @@ var (
 	// ErrLeaseLost means the caller's lease on a queue ended or can no longer
 	// be trusted. The holder steps back and contends again later.
 	ErrLeaseLost = errors.New("mend: lease lost")
+	// ErrLeaseHeld means another holder's lease on the queue is current. It
+	// is the normal answer to a non-blocking acquire; try again later.
+	ErrLeaseHeld = errors.New("mend: lease held by another holder")
 	// ErrBusy means the database refused the work for now (deadlock retries
 	// exhausted, lock wait timeout). The transaction was rolled back whole;
 	// retrying later is safe.
@@ -118,7 +121,7 @@ func Classify(err error) Class {
 		return ClassFenced
 	case errors.Is(err, ErrAmbiguous):
 		return ClassAmbiguous
-	case errors.Is(err, ErrConflict), errors.Is(err, ErrBusy),
+	case errors.Is(err, ErrConflict), errors.Is(err, ErrBusy), errors.Is(err, ErrLeaseHeld),
 		errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return ClassRetryable
 	default:
