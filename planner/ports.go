@@ -1,0 +1,45 @@
+package planner
+
+import (
+	"context"
+
+	"github.com/mendq/mend"
+)
+
+// Batches is the host's batch store as the planner needs it. The reference
+// MySQL adapter (package host) implements it; a host with other tables
+// implements it itself.
+type Batches interface {
+	// BatchGet returns the batch's current state and version.
+	// Returns mend.ErrNotFound if the queue has no such batch.
+	BatchGet(ctx context.Context, queue, batchID string) (mend.Batch, error)
+
+	// BatchTransition moves the batch to state `to` as a compare-and-set from
+	// the version the caller observed, keeping the host's membership index
+	// consistent, and returns the batch as it now is.
+	// Returns mend.ErrConflict if the version moved (re-read and decide
+	// again) and mend.ErrNotFound if there is no such batch.
+	BatchTransition(ctx context.Context, queue, batchID string, fromVersion int64, to mend.BatchState) (mend.Batch, error)
+
+	// BatchFinish drives every member request of a batch in a terminal state
+	// to the matching terminal request state (succeeded: landed; failed:
+	// error; cancelled: cancelled). It is idempotent: requests already
+	// terminal are left alone, so calling it again is safe.
+	// Returns mend.ErrNotFound if there is no such batch and mend.ErrInvalid
+	// if the batch is not terminal.
+	BatchFinish(ctx context.Context, queue, batchID string) error
+
+	// LiveBatches returns up to limit IDs of the queue's live batches
+	// (created, speculating, merging, cancelling), smallest ID first by byte
+	// order. An empty result means nothing is left to wake the queue for.
+	LiveBatches(ctx context.Context, queue string, limit int) ([]string, error)
+}
+
+// Waker publishes wake-ups to the queue's planner topic.
+type Waker interface {
+	// Wake publishes w. It is idempotent by w.MessageID: publishing an ID
+	// the message queue still holds for the queue is a no-op that returns
+	// nil. Any error means the wake-up may not have been published; the
+	// planner records the failure and re-sends later under a new message ID.
+	Wake(ctx context.Context, w mend.WakeUp) error
+}
