@@ -90,6 +90,7 @@ func SharedServer(t testing.TB) *Server {
 			// Not tied to t's context: the server outlives the test that happened to start it.
 			shared.srv, shared.err = startSource(context.Background(), shared.src)
 			if shared.err == nil {
+				shared.srv.shared = true
 				t.Logf("mysqltest: started shared %v in %v", shared.srv, shared.srv.StartedIn().Round(time.Millisecond))
 			}
 		}
@@ -171,8 +172,8 @@ func NewDB(t testing.TB, migrate ...Migrator) *DB {
 }
 
 // NewDBOn returns a fresh database on srv with the migrators applied in order, dropped in
-// t.Cleanup. The drop is skipped when srv is a private server that is no longer running
-// (its Close removes everything anyway).
+// t.Cleanup. The drop is skipped when srv is a private server that a fault test left killed
+// (its Close removes everything anyway); a server that crashed fails the test with its log.
 func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 	t.Helper()
 	var rnd [8]byte
@@ -212,13 +213,17 @@ func dropDB(t testing.TB, db *DB) {
 		running := srv.local.runningLocked()
 		srv.local.mu.Unlock()
 		if !running {
+			// Killed by a fault test: Close removes everything. Crashed: say so, with the log.
+			if c := srv.local.crashReport(); c != "" {
+				t.Errorf("mysqltest: drop database %s: %s", db.Name, c)
+			}
 			return
 		}
 	}
 	// t.Context() is already cancelled while cleanups run. A private server left paused would
 	// make the drop wait for the whole timeout, so keep it short there.
 	timeout := 30 * time.Second
-	if srv.local != nil {
+	if srv.local != nil && !srv.shared {
 		timeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -228,12 +233,11 @@ func dropDB(t testing.TB, db *DB) {
 		defer admin.Close()
 		_, err = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+db.Name+"`")
 	}
-	if err == nil {
-		return
-	}
-	if srv.local != nil {
+	switch {
+	case err == nil:
+	case srv.local != nil && !srv.shared:
 		t.Logf("mysqltest: drop database %s: %v", db.Name, err)
-		return
+	default:
+		t.Errorf("mysqltest: drop database %s: %v", db.Name, err)
 	}
-	t.Errorf("mysqltest: drop database %s: %v", db.Name, err)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -50,6 +51,11 @@ type localServer struct {
 	mu     sync.Mutex
 	pid    int
 	exited chan struct{} // closed when the current process exits; nil before the first start
+
+	// expectExit is set before the harness signals the process to end; an exit without it is
+	// a crash, recorded in crash (the first one wins) and reported by Close.
+	expectExit atomic.Bool
+	crash      atomic.Pointer[string]
 }
 
 // startLocal initialises a data directory with binary and starts a server on a free loopback port.
@@ -220,9 +226,14 @@ func (l *localServer) spawnLocked() error {
 		return fmt.Errorf("mysqltest: start %s: %w", l.binary, err)
 	}
 	exited := make(chan struct{})
+	l.expectExit.Store(false)
 	go func() {
-		_ = cmd.Wait() // the exit status of a killed server is expected, not an error
+		err := cmd.Wait() // the exit status of a killed server is expected, not an error
 		out.Close()
+		if !l.expectExit.Load() {
+			msg := fmt.Sprintf("server process %d exited unexpectedly (%v)\n%s", cmd.Process.Pid, err, l.logTail())
+			l.crash.CompareAndSwap(nil, &msg)
+		}
 		close(exited)
 	}()
 	l.pid, l.exited = cmd.Process.Pid, exited
@@ -247,6 +258,7 @@ func (l *localServer) stopLocked() {
 	if !l.runningLocked() {
 		return
 	}
+	l.expectExit.Store(true)
 	_ = signalTerm(l.pid)
 	_ = signalCont(l.pid) // a paused server would not act on SIGTERM
 	t := time.NewTimer(stopTimeout)
@@ -267,6 +279,7 @@ func (l *localServer) kill() error {
 	if !l.runningLocked() {
 		return errNotRunning
 	}
+	l.expectExit.Store(true)
 	if err := signalKill(l.pid); err != nil {
 		return err
 	}
@@ -304,14 +317,28 @@ func (l *localServer) restart(ctx context.Context, cfg *mysql.Config) error {
 	return l.startAndWait(ctx, cfg)
 }
 
+// crashReport describes an exit the harness did not cause, or returns "".
+func (l *localServer) crashReport() string {
+	if p := l.crash.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// close stops the server and removes its directory. It reports a crash seen during the
+// server's life, since tests may only have seen "connection refused".
 func (l *localServer) close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopLocked()
-	if err := os.RemoveAll(l.dir); err != nil {
-		return fmt.Errorf("mysqltest: remove %s: %w", l.dir, err)
+	var errs []error
+	if c := l.crashReport(); c != "" {
+		errs = append(errs, errors.New("mysqltest: "+c))
 	}
-	return nil
+	if err := os.RemoveAll(l.dir); err != nil {
+		errs = append(errs, fmt.Errorf("mysqltest: remove %s: %w", l.dir, err))
+	}
+	return errors.Join(errs...)
 }
 
 // logTail returns the end of the server's error log and raw output, for error messages.

@@ -24,6 +24,7 @@ type Server struct {
 	flavor    string        // "mariadb", "mysql" or "" when unknown
 	cfg       *mysql.Config // root credentials, no database name
 	startedIn time.Duration
+	shared    bool // the package's shared server (drop failures are test failures)
 
 	local   *localServer // non-nil for a private server
 	closeFn func() error // extra teardown (Docker purge); nil if none
