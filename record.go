@@ -187,6 +187,10 @@ type Record struct {
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	StateSince    time.Time // when State last changed
+	// StateAge is how long the record had been in State when it was read,
+	// by the database clock (so callers never compare their own clock with
+	// the database's).
+	StateAge time.Duration
 }
 
 // Event is one entry of a record's append-only history.
@@ -200,4 +204,49 @@ type Event struct {
 	OpID      string
 	Data      json.RawMessage // JSON object; compare semantically
 	CreatedAt time.Time
+}
+
+// CreateParams describes a record to create if its source identity is new.
+type CreateParams struct {
+	Source   SourceID
+	Snapshot Snapshot
+	Target   Target
+	// State is the initial state: StatePending (the zero value means
+	// pending) or StateParked for a delivery that cannot be repaired
+	// automatically (Reason says why).
+	State  State
+	Reason string
+	OpID   string // see NewOpID; required
+	Actor  string // who recorded it, e.g. "intake"; required
+}
+
+// AppendParams describes one event to append to a record as a compare-and-set
+// on its version, and the projection values the event leaves behind.
+type AppendParams struct {
+	// Source and RecordID name the record. Source scopes the write to its
+	// queue and lets a pruned-and-recreated record be told apart.
+	Source   SourceID
+	RecordID RecordID
+	// Version is the version the caller read; the event gets Seq Version+1.
+	Version int64
+
+	// Fence, when set, makes the append a fenced write: it lands only if
+	// this term is still the queue's current lease (holder, epoch and not
+	// expired by the database clock) when the transaction runs, and fails
+	// with ErrFenced otherwise. The event's epoch is then Fence.Epoch.
+	Fence *Term
+
+	Kind  EventKind
+	Actor string
+	OpID  string          // see NewOpID; unique per queue
+	Epoch int64           // planner epoch of the writer; 0 for unfenced writes
+	Data  json.RawMessage // a JSON object; nil means {}
+
+	// The projection after the event.
+	State     State
+	Attempts  int
+	LastError string
+	// RetryIn schedules the next attempt at the database's NOW(6)+RetryIn
+	// when State is due (pending, waiting, settled); ignored otherwise.
+	RetryIn time.Duration
 }

@@ -13,30 +13,8 @@ import (
 	"github.com/mendq/mend"
 )
 
-// AppendParams describes one event to append to a record as a compare-and-set
-// on its version, and the projection values the event leaves behind.
-type AppendParams struct {
-	// Source and RecordID name the record. Source scopes the write to its
-	// queue and lets a pruned-and-recreated record be told apart.
-	Source   mend.SourceID
-	RecordID mend.RecordID
-	// Version is the version the caller read; the event gets Seq Version+1.
-	Version int64
-
-	Kind  mend.EventKind
-	Actor string
-	OpID  string          // see mend.NewOpID; unique per queue
-	Epoch int64           // planner epoch of the writer; 0 for unfenced writes
-	Data  json.RawMessage // a JSON object; nil means {}
-
-	// The projection after the event.
-	State     mend.State
-	Attempts  int
-	LastError string
-	// RetryIn schedules the next attempt at the database's NOW(6)+RetryIn
-	// when State is due (pending, waiting, settled); ignored otherwise.
-	RetryIn time.Duration
-}
+// AppendParams is mend.AppendParams, kept here for callers of the store.
+type AppendParams = mend.AppendParams
 
 // AppendTo starts AppendParams for a change to rec as read.
 func AppendTo(rec mend.Record) AppendParams {
@@ -44,7 +22,7 @@ func AppendTo(rec mend.Record) AppendParams {
 		State: rec.State, Attempts: rec.Attempts, LastError: rec.LastError}
 }
 
-func (p *AppendParams) validate() error {
+func validateAppend(p *AppendParams) error {
 	if err := p.Source.Validate(); err != nil {
 		return err
 	}
@@ -62,6 +40,11 @@ func (p *AppendParams) validate() error {
 	}
 	if p.Attempts < 0 || p.RetryIn < 0 || p.Epoch < 0 {
 		return &mend.ValidationError{Field: "attempts", Reason: "attempts, retry delay and epoch must not be negative"}
+	}
+	if p.Fence != nil {
+		// Fenced appends check the lease inside the transaction; until the
+		// lease table exists they are refused rather than run unfenced.
+		return &mend.ValidationError{Field: "fence", Reason: "fenced appends need the lease store (not available yet)"}
 	}
 	if p.Data == nil {
 		p.Data = json.RawMessage(`{}`)
@@ -104,7 +87,7 @@ SELECT record_id, version FROM mend_records WHERE queue = ? AND (record_id = ? O
 // ID already used, and *mend.AmbiguousError if the commit's outcome is
 // unknown (resolve with OpLookup).
 func (d *DB) RecordAppend(ctx context.Context, p AppendParams) (int64, error) {
-	if err := p.validate(); err != nil {
+	if err := validateAppend(&p); err != nil {
 		return 0, err
 	}
 	err := d.withTx(ctx, "RecordAppend", p.OpID, func(ctx context.Context, tx *sqlx.Tx) error {

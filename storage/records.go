@@ -18,7 +18,8 @@ import (
 // recordRow's tags name them.
 const recordColumns = `record_id, queue, source_key, topic, partition_key, message_id, payload,
 	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
-	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since`
+	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since,
+	TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) AS state_age_us`
 
 // recordRow is a mend_records row as the driver returns it.
 type recordRow struct {
@@ -44,6 +45,7 @@ type recordRow struct {
 	CreatedAt       time.Time    `db:"created_at"`
 	UpdatedAt       time.Time    `db:"updated_at"`
 	StateSince      time.Time    `db:"state_since"`
+	StateAgeMicros  int64        `db:"state_age_us"`
 }
 
 func (r *recordRow) record() (mend.Record, error) {
@@ -75,6 +77,7 @@ func (r *recordRow) record() (mend.Record, error) {
 	rec.LastError = string(r.LastError)
 	rec.Epoch = r.Epoch
 	rec.CreatedAt, rec.UpdatedAt, rec.StateSince = r.CreatedAt, r.UpdatedAt, r.StateSince
+	rec.StateAge = time.Duration(r.StateAgeMicros) * time.Microsecond
 	return rec, nil
 }
 
@@ -91,21 +94,10 @@ func (r *recordRow) checkIdentity(src mend.SourceID) error {
 	return nil
 }
 
-// CreateParams describes a record to create if its source identity is new.
-type CreateParams struct {
-	Source   mend.SourceID
-	Snapshot mend.Snapshot
-	Target   mend.Target
-	// State is the initial state: mend.StatePending (the zero value means
-	// pending) or mend.StateParked for a delivery that cannot be repaired
-	// automatically (Reason says why).
-	State  mend.State
-	Reason string
-	OpID   string // see mend.NewOpID; required
-	Actor  string // who recorded it, e.g. "intake"; required
-}
+// CreateParams is mend.CreateParams, kept here for callers of the store.
+type CreateParams = mend.CreateParams
 
-func (p *CreateParams) validate(maxPayload int) error {
+func validateCreate(p *CreateParams, maxPayload int) error {
 	if err := p.Source.Validate(); err != nil {
 		return err
 	}
@@ -174,7 +166,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`
 // from p.Source byte for byte. Repeating the call after an ambiguous failure
 // is safe: it returns the record either way.
 func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record, created bool, err error) {
-	if err := p.validate(d.maxPayload); err != nil {
+	if err := validateCreate(&p, d.maxPayload); err != nil {
 		return mend.Record{}, false, err
 	}
 	subjects := p.Snapshot.Subjects
