@@ -1,0 +1,387 @@
+package planner
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/mendq/mend"
+)
+
+// Defaults for Config.
+const (
+	MaxAttemptsDefault = 10
+	GraceDefault       = 30 * time.Minute
+	BackoffBaseDefault = time.Second
+	BackoffMaxDefault  = 5 * time.Minute
+	BatchSizeDefault   = 100
+	ActorDefault       = "planner"
+	maxPasses          = 1000
+)
+
+// Store is the record store as the planner needs it.
+type Store interface {
+	// RecordsDue returns up to limit records of queue due by the database
+	// clock, oldest first.
+	RecordsDue(ctx context.Context, queue string, limit int) ([]mend.Record, error)
+	// RecordAppend appends an event as a compare-and-set on p.Version; with
+	// p.Fence set, only while that term is the queue's current lease.
+	// Returns mend.ErrFenced if the term is not current (nothing written;
+	// never retry), mend.ErrConflict if the version moved, mend.ErrNotFound
+	// or mend.ErrStaleRecord if the record is gone, and mend.ErrAmbiguous if
+	// the commit's outcome is unknown.
+	RecordAppend(ctx context.Context, p mend.AppendParams) (int64, error)
+}
+
+// Lease is the term the planner acts under.
+type Lease interface {
+	// Term names the queue, holder and epoch every write is fenced with.
+	Term() mend.Term
+	// Done closes when the lease is lost or can no longer be trusted.
+	Done() <-chan struct{}
+}
+
+// Hooks observe the planner; every field is optional. The binary binds them
+// to metrics; tests use them to stop the planner at a chosen point.
+type Hooks struct {
+	// OnSettled runs after a record's outcome is settled.
+	OnSettled func(queue string, outcome mend.BatchState, divergent bool)
+	// OnWake runs after a wake-up publish, with its error (nil: sent).
+	OnWake func(queue string, err error)
+	// OnParked runs after a record is parked.
+	OnParked func(queue, reason string)
+	// OnFenced runs when a write is refused because the term is stale.
+	OnFenced func(queue string)
+	// BeforeWake runs after a record is settled and before its wake-up is
+	// published.
+	BeforeWake func(ctx context.Context, rec mend.Record)
+}
+
+// Config configures a Planner. Batches, Waker and Store are required; the
+// rest have documented defaults.
+type Config struct {
+	Store   Store
+	Batches Batches
+	Waker   Waker
+	// MaxAttempts parks a record after this many failed attempts in a row
+	// (host errors, failed wake-ups). Zero means MaxAttemptsDefault.
+	MaxAttempts int
+	// Grace is how long a record may wait on a batch that is merging or
+	// cancelling before it is parked for an operator. Zero means
+	// GraceDefault.
+	Grace time.Duration
+	// BackoffBase and BackoffMax bound the jittered exponential delay
+	// between attempts. Zero means the defaults.
+	BackoffBase, BackoffMax time.Duration
+	// BatchSize is how many due records are read at a time.
+	BatchSize int
+	// Actor names the planner in event logs, e.g. "planner/host-1".
+	Actor  string
+	Hooks  Hooks
+	Logger *slog.Logger
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil || c.Batches == nil || c.Waker == nil:
+		return &mend.ValidationError{Field: "planner config", Reason: "Store, Batches and Waker are required"}
+	case c.MaxAttempts < 0 || c.Grace < 0 || c.BackoffBase < 0 || c.BackoffMax < 0 || c.BatchSize < 0:
+		return &mend.ValidationError{Field: "planner config", Reason: "attempts, grace, backoff and batch size must not be negative"}
+	case c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffBase > c.BackoffMax:
+		return &mend.ValidationError{Field: "planner config", Reason: "BackoffBase must not exceed BackoffMax"}
+	}
+	return nil
+}
+
+// Planner repairs one queue's due records at a time, under a lease.
+type Planner struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a Planner.
+func New(cfg Config) (*Planner, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, MaxAttemptsDefault)
+	cfg.Grace = cmp.Or(cfg.Grace, GraceDefault)
+	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, BackoffBaseDefault)
+	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, BackoffMaxDefault)
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
+	cfg.Actor = cmp.Or(cfg.Actor, ActorDefault)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Planner{cfg: cfg, log: log.With("component", "planner")}, nil
+}
+
+// Stats counts what one Run did.
+type Stats struct {
+	Settled, Woken, WakeFailed, Done, Waiting, Parked, Failed, Conflicts int
+}
+
+// Run repairs the lease's queue until no record is due, the lease is lost,
+// or ctx ends. Records that fail are rescheduled with backoff, so a Run
+// always ends.
+//
+// Returns mend.ErrFenced or mend.ErrLeaseLost when the lease is gone (stop
+// acting on the queue; never retry), ctx's error when cancelled, and a
+// store error (mend.ErrUnavailable, mend.ErrAmbiguous, ...) when the record
+// store fails; the reconciler tries again on its next pass.
+func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
+	var st Stats
+	term := lease.Term()
+	for range maxPasses {
+		recs, err := p.cfg.Store.RecordsDue(ctx, term.Queue, p.cfg.BatchSize)
+		if err != nil {
+			return st, fmt.Errorf("planner: list due records: %w", err)
+		}
+		if len(recs) == 0 {
+			return st, nil
+		}
+		for _, rec := range recs {
+			if err := alive(ctx, lease); err != nil {
+				return st, err
+			}
+			err := p.repair(ctx, lease, rec, &st)
+			switch {
+			case err == nil:
+			case errors.Is(err, mend.ErrConflict), errors.Is(err, mend.ErrNotFound), errors.Is(err, mend.ErrStaleRecord):
+				// Moved or gone under us: the next read decides again.
+				st.Conflicts++
+			case errors.Is(err, mend.ErrFenced):
+				if p.cfg.Hooks.OnFenced != nil {
+					p.cfg.Hooks.OnFenced(term.Queue)
+				}
+				return st, err
+			default:
+				return st, err
+			}
+		}
+	}
+	return st, nil
+}
+
+func alive(ctx context.Context, lease Lease) error {
+	select {
+	case <-lease.Done():
+		return fmt.Errorf("planner: %w", mend.ErrLeaseLost)
+	default:
+		return ctx.Err()
+	}
+}
+
+// repair takes one record as far as it can go now.
+func (p *Planner) repair(ctx context.Context, lease Lease, rec mend.Record, st *Stats) error {
+	switch rec.State {
+	case mend.StatePending, mend.StateWaiting:
+		next, settled, err := p.settle(ctx, lease, rec, st)
+		if err != nil || !settled {
+			return err
+		}
+		rec = next
+		fallthrough
+	case mend.StateSettled:
+		if p.cfg.Hooks.BeforeWake != nil {
+			p.cfg.Hooks.BeforeWake(ctx, rec)
+		}
+		if err := alive(ctx, lease); err != nil {
+			return err
+		}
+		return p.wake(ctx, lease, rec, st)
+	}
+	return nil
+}
+
+// eventData is the JSON carried by the planner's events.
+type eventData struct {
+	Action    string          `json:"action,omitempty"`
+	Outcome   mend.BatchState `json:"outcome,omitempty"`
+	Divergent bool            `json:"divergent,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	BatchID   string          `json:"batch_id,omitempty"`
+	MessageID string          `json:"message_id,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+}
+
+// write appends one fenced event and returns the record as it now is.
+func (p *Planner) write(ctx context.Context, lease Lease, rec mend.Record, kind mend.EventKind, state mend.State,
+	attempts int, lastErr string, retryIn time.Duration, data eventData) (mend.Record, error) {
+	term := lease.Term()
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return rec, fmt.Errorf("planner: encode event: %w", err)
+	}
+	v, err := p.cfg.Store.RecordAppend(ctx, mend.AppendParams{
+		Source: rec.Source, RecordID: rec.ID, Version: rec.Version, Fence: &term,
+		Kind: kind, Actor: p.cfg.Actor, OpID: mend.NewOpID(), Epoch: term.Epoch, Data: raw,
+		State: state, Attempts: attempts, LastError: lastErr, RetryIn: retryIn,
+	})
+	if err != nil {
+		return rec, fmt.Errorf("planner: record %s: append %s: %w", rec.ID, kind, err)
+	}
+	if state != rec.State {
+		rec.StateAge = 0
+	}
+	rec.Version, rec.State, rec.Attempts, rec.LastError, rec.Epoch = v, state, attempts, lastErr, term.Epoch
+	return rec, nil
+}
+
+// settle drives the batch outcome; settled reports whether the record now
+// owes a wake-up.
+func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *Stats) (mend.Record, bool, error) {
+	queue := rec.Source.Queue
+	for range 3 { // a batch version conflict re-reads and decides again
+		var batch *mend.Batch
+		b, err := p.cfg.Batches.BatchGet(ctx, queue, rec.Target.BatchID)
+		switch {
+		case err == nil:
+			batch = &b
+		case errors.Is(err, mend.ErrNotFound):
+		default:
+			return p.attemptFailed(ctx, lease, rec, "read batch", err, st)
+		}
+		var waited time.Duration
+		if rec.State == mend.StateWaiting {
+			waited = rec.StateAge
+		}
+		d := Decide(Input{Desired: rec.Target.Desired, Batch: batch, Waited: waited, Grace: p.cfg.Grace})
+		data := eventData{Action: d.Action.String(), Outcome: d.Outcome, Divergent: d.Divergent, Reason: d.Reason, BatchID: rec.Target.BatchID}
+		switch d.Action {
+		case ActTransition:
+			if err := alive(ctx, lease); err != nil {
+				return rec, false, err
+			}
+			if _, err := p.cfg.Batches.BatchTransition(ctx, queue, batch.ID, batch.Version, d.To); errors.Is(err, mend.ErrConflict) {
+				continue
+			} else if err != nil {
+				return p.attemptFailed(ctx, lease, rec, "transition batch", err, st)
+			}
+			fallthrough
+		case ActFinish:
+			if err := p.cfg.Batches.BatchFinish(ctx, queue, batch.ID); err != nil {
+				return p.attemptFailed(ctx, lease, rec, "finish fan-out", err, st)
+			}
+			fallthrough
+		case ActSettle:
+			rec, err = p.write(ctx, lease, rec, mend.EventSettled, mend.StateSettled, 0, "", 0, data)
+			if err != nil {
+				return rec, false, err
+			}
+			st.Settled++
+			if p.cfg.Hooks.OnSettled != nil {
+				p.cfg.Hooks.OnSettled(queue, d.Outcome, d.Divergent)
+			}
+			p.log.InfoContext(ctx, "outcome settled", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
+				"outcome", string(d.Outcome), "divergent", d.Divergent, "epoch", rec.Epoch)
+			return rec, true, nil
+		case ActWait:
+			retry := min(Backoff(rec.Attempts, p.cfg.BackoffBase, p.cfg.BackoffMax), max(p.cfg.Grace-waited, 0)+time.Millisecond)
+			_, err := p.write(ctx, lease, rec, mend.EventWaiting, mend.StateWaiting, rec.Attempts+1, d.Reason, retry, data)
+			if err == nil {
+				st.Waiting++
+			}
+			return rec, false, err
+		case ActPark:
+			return rec, false, p.park(ctx, lease, rec, d.Reason, data, st)
+		}
+	}
+	return rec, false, fmt.Errorf("planner: batch %q kept moving: %w", rec.Target.BatchID, mend.ErrConflict)
+}
+
+// attemptFailed records a failed attempt with backoff, or parks the record
+// once MaxAttempts is reached, so a poison record never blocks its queue.
+func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Record, what string, cause error, st *Stats) (mend.Record, bool, error) {
+	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		return rec, false, cause
+	}
+	attempt := rec.Attempts + 1
+	msg := what + ": " + cause.Error()
+	data := eventData{Error: msg, Attempt: attempt, BatchID: rec.Target.BatchID}
+	// Waiting records count their checks in Attempts (for backoff) and are
+	// bounded by Grace instead.
+	if attempt >= p.cfg.MaxAttempts && rec.State != mend.StateWaiting {
+		return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("gave up after %d attempts; last: %s", attempt, msg), data, st)
+	}
+	_, err := p.write(ctx, lease, rec, mend.EventAttemptFailed, rec.State, attempt, msg,
+		Backoff(attempt-1, p.cfg.BackoffBase, p.cfg.BackoffMax), data)
+	if err == nil {
+		st.Failed++
+		p.log.WarnContext(ctx, "attempt failed", "queue", rec.Source.Queue, "record_id", rec.ID.String(), "attempt", attempt, "err", cause)
+	}
+	return rec, false, err
+}
+
+func (p *Planner) park(ctx context.Context, lease Lease, rec mend.Record, reason string, data eventData, st *Stats) error {
+	data.Reason = reason
+	if _, err := p.write(ctx, lease, rec, mend.EventParked, mend.StateParked, rec.Attempts, reason, 0, data); err != nil {
+		return err
+	}
+	st.Parked++
+	if p.cfg.Hooks.OnParked != nil {
+		p.cfg.Hooks.OnParked(rec.Source.Queue, reason)
+	}
+	p.log.WarnContext(ctx, "record parked for an operator", "queue", rec.Source.Queue, "record_id", rec.ID.String(), "reason", reason)
+	return nil
+}
+
+// WakeMessageID is the wake-up message ID for a record's attempt (1-based).
+// It is deterministic, so a redelivered send coalesces in the message
+// queue's dedupe, and differs per attempt, so a deliberate re-send is never
+// swallowed. It does not contain the batch ID and is at most 64 characters.
+func WakeMessageID(id mend.RecordID, attempt int) string {
+	return "mend/wake/" + id.String() + "/" + strconv.Itoa(attempt)
+}
+
+// wake publishes the queue's wake-up and finishes the record.
+func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *Stats) error {
+	queue := rec.Source.Queue
+	live, err := p.cfg.Batches.LiveBatches(ctx, queue, 1)
+	if err != nil {
+		_, _, err = p.attemptFailed(ctx, lease, rec, "list live batches", err, st)
+		return err
+	}
+	if len(live) == 0 {
+		_, err := p.write(ctx, lease, rec, mend.EventDone, mend.StateDone, rec.Attempts, "", 0, eventData{Reason: "no live batch: nothing to wake"})
+		if err == nil {
+			st.Done++
+		}
+		return err
+	}
+	term := lease.Term()
+	attempt := rec.Attempts + 1
+	w := mend.WakeUp{Queue: queue, MessageID: WakeMessageID(rec.ID, attempt), BatchID: live[0], Epoch: term.Epoch, RecordID: rec.ID}
+	data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: attempt}
+	pubErr := p.cfg.Waker.Wake(ctx, w)
+	if p.cfg.Hooks.OnWake != nil {
+		p.cfg.Hooks.OnWake(queue, pubErr)
+	}
+	if pubErr != nil {
+		if errors.Is(pubErr, context.Canceled) || errors.Is(pubErr, context.DeadlineExceeded) {
+			return pubErr
+		}
+		st.WakeFailed++
+		data.Error = pubErr.Error()
+		p.log.WarnContext(ctx, "wake-up publish failed; will re-send", "queue", queue, "record_id", rec.ID.String(), "message_id", w.MessageID, "err", pubErr)
+		if attempt >= p.cfg.MaxAttempts {
+			return p.park(ctx, lease, rec, fmt.Sprintf("wake-up failed %d times; last: %v", attempt, pubErr), data, st)
+		}
+		_, err := p.write(ctx, lease, rec, mend.EventWakeFailed, mend.StateSettled, attempt, pubErr.Error(),
+			Backoff(attempt-1, p.cfg.BackoffBase, p.cfg.BackoffMax), data)
+		return err
+	}
+	if _, err := p.write(ctx, lease, rec, mend.EventWoken, mend.StateDone, attempt, "", 0, data); err != nil {
+		return err
+	}
+	st.Woken++
+	p.log.InfoContext(ctx, "queue woken", "queue", queue, "record_id", rec.ID.String(), "batch_id", w.BatchID, "message_id", w.MessageID, "epoch", term.Epoch)
+	return nil
+}
