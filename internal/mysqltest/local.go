@@ -78,6 +78,9 @@ func startLocal(ctx context.Context, binary string) (_ *Server, err error) {
 		}
 	}()
 	l := &localServer{binary: binary, flavor: flavor, dir: dir}
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, fmt.Errorf("mysqltest: temp dir: %w", err)
+	}
 	if err := l.initialize(ctx); err != nil {
 		return nil, err
 	}
@@ -147,8 +150,9 @@ func (l *localServer) initialize(ctx context.Context) error {
 				return errors.New("mysqltest: found " + l.binary + " but no mariadb-install-db or mysql_install_db")
 			}
 		}
-		args := []string{"--no-defaults", "--datadir=" + datadir, "--auth-root-authentication-method=normal",
-			"--skip-test-db", "--skip-name-resolve"}
+		// --tmpdir is passed on to the bootstrap server: see startArgs.
+		args := []string{"--no-defaults", "--datadir=" + datadir, "--tmpdir=" + filepath.Join(l.dir, "tmp"),
+			"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"}
 		if prefix != "/usr" && prefix != "/" {
 			args = append(args, "--basedir="+prefix)
 		}
@@ -158,7 +162,7 @@ func (l *localServer) initialize(ctx context.Context) error {
 		cmd = exec.CommandContext(ctx, tool, args...)
 	} else {
 		args := []string{"--no-defaults", "--initialize-insecure", "--datadir=" + datadir,
-			"--log-error=" + filepath.Join(l.dir, "init.err")}
+			"--tmpdir=" + filepath.Join(l.dir, "tmp"), "--log-error=" + filepath.Join(l.dir, "init.err")}
 		if isRoot() {
 			args = append(args, "--user=root")
 		}
@@ -189,6 +193,10 @@ func (l *localServer) startArgs(port int) []string {
 		"--socket="+filepath.Join(l.dir, "sock"),
 		"--pid-file="+filepath.Join(l.dir, "server.pid"),
 		"--log-error="+filepath.Join(l.dir, "error.log"),
+		// Not the shared /tmp: a starting server deletes every "#sql*" file in its tmpdir as a
+		// leftover of its own last run, which removed the temporary tables of concurrent servers
+		// (other test binaries) and crashed them.
+		"--tmpdir="+filepath.Join(l.dir, "tmp"),
 		"--port="+strconv.Itoa(port),
 	)
 	args = append(args, serverFlags...)
