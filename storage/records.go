@@ -173,6 +173,8 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	if subjects == nil {
 		subjects = []mend.Subject{}
 	}
+	// JSON goes out as a string: with interpolateParams a []byte is sent as
+	// _binary'...', which MySQL 8 refuses for a JSON column.
 	subjectsJSON, err := json.Marshal(subjects)
 	if err != nil {
 		return mend.Record{}, false, fmt.Errorf("storage: encode subjects: %w", err)
@@ -194,7 +196,7 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 		id := mend.NewRecordID()
 		res, err := tx.ExecContext(ctx, sqlRecordCreate,
 			id[:], p.Source.Queue, key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, payload,
-			p.Snapshot.FailureCount, p.Snapshot.LastError, failedAt, subjectsJSON, p.Target.BatchID, string(p.Target.Desired),
+			p.Snapshot.FailureCount, p.Snapshot.LastError, failedAt, string(subjectsJSON), p.Target.BatchID, string(p.Target.Desired),
 			string(p.State), p.State.Due(), p.Reason)
 		if err != nil {
 			return fmt.Errorf("insert record: %w", err)
@@ -205,7 +207,7 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 		}
 		created = n == 1
 		if created {
-			if _, err := tx.ExecContext(ctx, sqlEventInsert, id[:], 1, p.Source.Queue, string(mend.EventCreated), 0, p.Actor, p.OpID, data); err != nil {
+			if _, err := tx.ExecContext(ctx, sqlEventInsert, id[:], 1, p.Source.Queue, string(mend.EventCreated), 0, p.Actor, p.OpID, string(data)); err != nil {
 				return fmt.Errorf("insert created event: %w", err)
 			}
 		}
