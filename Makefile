@@ -11,6 +11,8 @@ TESTFLAGS ?=
 # Per-package test timeout: a hung test fails with a stack dump well inside CI's 15-minute budget.
 TEST_TIMEOUT ?= 8m
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# How long `make fuzz` runs each fuzz test.
+FUZZTIME ?= 30s
 
 # GOFLAGS from the environment is honoured (e.g. GOFLAGS=-mod=mod); we only add -mod=readonly
 # when it is unset, so no target ever rewrites go.mod or go.sum behind the developer's back.
@@ -18,7 +20,7 @@ ifeq ($(strip $(GOFLAGS)),)
 export GOFLAGS := -mod=readonly
 endif
 
-.PHONY: help build test lint
+.PHONY: help build test lint fuzz
 
 help: ## List the documented targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,3 +37,11 @@ lint: ## Check formatting (gofmt), go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [[ -n "$$out" ]]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOFLAGS= $(GO) run $(STATICCHECK) ./...
+
+fuzz: ## Run every Fuzz* test in the module for FUZZTIME each (default 30s)
+	@grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u | while read -r dir; do \
+		for fn in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$dir"/*_test.go); do \
+			echo "$(GO) test -run='^$$' -fuzz='^$$fn$$' -fuzztime=$(FUZZTIME) $$dir"; \
+			$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) "$$dir"; \
+		done; \
+	done
