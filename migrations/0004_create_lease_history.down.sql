@@ -1,0 +1,1 @@
+DROP TABLE mend_lease_history
