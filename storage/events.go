@@ -42,9 +42,16 @@ func validateAppend(p *AppendParams) error {
 		return &mend.ValidationError{Field: "attempts", Reason: "attempts, retry delay and epoch must not be negative"}
 	}
 	if p.Fence != nil {
-		// Fenced appends check the lease inside the transaction; until the
-		// lease table exists they are refused rather than run unfenced.
-		return &mend.ValidationError{Field: "fence", Reason: "fenced appends need the lease store (not available yet)"}
+		if err := validateTerm(*p.Fence); err != nil {
+			return err
+		}
+		if p.Fence.Queue != p.Source.Queue {
+			return &mend.ValidationError{Field: "fence", Reason: fmt.Sprintf("term is for queue %q, the record is in %q", p.Fence.Queue, p.Source.Queue)}
+		}
+		if p.Epoch != 0 && p.Epoch != p.Fence.Epoch {
+			return &mend.ValidationError{Field: "epoch", Reason: fmt.Sprintf("is %d but the fence term is at epoch %d; leave it 0", p.Epoch, p.Fence.Epoch)}
+		}
+		p.Epoch = p.Fence.Epoch
 	}
 	if p.Data == nil {
 		p.Data = json.RawMessage(`{}`)
@@ -85,14 +92,20 @@ SELECT record_id, version FROM mend_records WHERE queue = ? AND (record_id = ? O
 // ErrStaleRecord if the source identity is now recorded under another ID
 // (the record was pruned and recreated), ErrInvalid for bad input or an op
 // ID already used, and *mend.AmbiguousError if the commit's outcome is
-// unknown (resolve with OpLookup).
+// unknown (resolve with OpLookup). A fenced append (p.Fence set) returns an
+// error matching ErrFenced, having written nothing, if its term is not the
+// queue's current, unexpired lease term; it is never retried.
 func (d *DB) RecordAppend(ctx context.Context, p AppendParams) (int64, error) {
 	if err := validateAppend(&p); err != nil {
 		return 0, err
 	}
-	err := d.withTx(ctx, "RecordAppend", p.OpID, func(ctx context.Context, tx *sqlx.Tx) error {
-		return appendTx(ctx, tx, p)
-	})
+	body := func(ctx context.Context, tx *sqlx.Tx) error { return appendTx(ctx, tx, p) }
+	var err error
+	if p.Fence != nil {
+		err = d.withFencedTx(ctx, *p.Fence, "RecordAppend", p.OpID, body)
+	} else {
+		err = d.withTx(ctx, "RecordAppend", p.OpID, body)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("storage: append %s to record %s: %w", p.Kind, p.RecordID, err)
 	}

@@ -1,0 +1,329 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/mendq/mend"
+)
+
+// How a lease term ended, as mend_lease_history.ended_how records it.
+const (
+	// LeaseEndReleased: the holder released the term.
+	LeaseEndReleased = "released"
+	// LeaseEndExpired: the term ran out by the database clock and a later
+	// acquire closed it; ended_at is the term's last expires_at.
+	LeaseEndExpired = "expired"
+)
+
+// maxLeaseTTL bounds a lease's time to live; a longer one is surely a unit
+// mistake, and it keeps NOW(6) + INTERVAL far from DATETIME's range.
+const maxLeaseTTL = 24 * time.Hour
+
+// LeaseStatus is a queue's lease row as the database sees it.
+type LeaseStatus struct {
+	// Term is the latest term granted; Epoch 0 means never held.
+	Term        mend.Term
+	AcquiredAt  time.Time // database clock, UTC
+	RenewedAt   time.Time
+	ExpiresAt   time.Time
+	Transitions int64 // acquires plus releases so far
+	// Remaining is ExpiresAt - NOW(6) computed by the database; zero or
+	// negative when the term has ended.
+	Remaining time.Duration
+}
+
+// Live reports whether the term was current when the status was read.
+func (s LeaseStatus) Live() bool { return s.Term.Epoch > 0 && s.Remaining > 0 }
+
+func validateHolder(holder string) error {
+	if holder == "" || len(holder) > 255 || !utf8.ValidString(holder) {
+		return &mend.ValidationError{Field: "holder", Reason: "must be 1 to 255 bytes of valid UTF-8 naming the contender"}
+	}
+	return nil
+}
+
+func validateTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond || ttl > maxLeaseTTL {
+		return &mend.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be between 1ms and %s, got %s", maxLeaseTTL, ttl)}
+	}
+	return nil
+}
+
+func validateTerm(term mend.Term) error {
+	if err := mend.ValidateIdentity("queue", term.Queue, true); err != nil {
+		return err
+	}
+	if err := validateHolder(term.Holder); err != nil {
+		return err
+	}
+	if term.Epoch < 1 {
+		return &mend.ValidationError{Field: "epoch", Reason: fmt.Sprintf("a granted term has epoch >= 1, got %d", term.Epoch)}
+	}
+	return nil
+}
+
+// The lease row is created free (expired at birth, epoch 0) the first time a
+// queue is contended. It is never deleted: the epoch lives in it.
+const sqlLeaseEnsure = `-- name: LeaseEnsure
+INSERT INTO mend_leases (queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions)
+VALUES (?, '', 0, NOW(6), NOW(6), NOW(6), 0)
+ON DUPLICATE KEY UPDATE queue = queue`
+
+// NOW(6) is the statement's start, so after a lock wait it is early: a term
+// judged expired is surely expired, one judged live may have just run out.
+const sqlLeaseLock = `-- name: LeaseLock
+SELECT holder, epoch, expires_at, TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
+FROM mend_leases WHERE queue = ? FOR UPDATE`
+
+// Closes the term being replaced at the moment it ran out by the database
+// clock, so history terms never overlap.
+const sqlLeaseHistoryExpire = `-- name: LeaseHistoryExpire
+UPDATE mend_lease_history h JOIN mend_leases l ON h.queue = l.queue AND h.epoch = l.epoch
+SET h.ended_at = l.expires_at, h.ended_how = 'expired'
+WHERE l.queue = ? AND h.ended_at IS NULL`
+
+const sqlLeaseTake = `-- name: LeaseTake
+UPDATE mend_leases SET
+	holder = ?,
+	epoch = epoch + 1,
+	acquired_at = NOW(6),
+	renewed_at = NOW(6),
+	expires_at = NOW(6) + INTERVAL ? MICROSECOND,
+	transitions = transitions + 1
+WHERE queue = ? AND epoch = ?`
+
+const sqlLeaseHistoryOpen = `-- name: LeaseHistoryOpen
+INSERT INTO mend_lease_history (queue, epoch, holder, acquired_at)
+SELECT queue, epoch, holder, acquired_at FROM mend_leases WHERE queue = ?`
+
+// LeaseAcquire takes queue's lease for holder for ttl if it is free or
+// expired by the database clock, and returns the new term. The epoch is one
+// more than the queue's previous one, so it strictly increases and is never
+// reused, also after a release. The term is recorded in mend_lease_history
+// and the term it replaces is closed there as expired. The lock taken on the
+// lease row waits for in-flight fenced transactions of the old term.
+//
+// Returns *mend.HeldError (matching ErrLeaseHeld) if a term is current, also
+// when holder itself holds it: a holder never re-enters a term it may have
+// lost track of. Returns ErrInvalid for a bad queue, holder or ttl.
+func (d *DB) LeaseAcquire(ctx context.Context, queue, holder string, ttl time.Duration) (mend.Term, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return mend.Term{}, err
+	}
+	if err := validateHolder(holder); err != nil {
+		return mend.Term{}, err
+	}
+	if err := validateTTL(ttl); err != nil {
+		return mend.Term{}, err
+	}
+	term := mend.Term{Queue: queue, Holder: holder}
+	err := d.withTx(ctx, "LeaseAcquire", "", func(ctx context.Context, tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, sqlLeaseEnsure, queue); err != nil {
+			return fmt.Errorf("create lease row: %w", err)
+		}
+		var cur struct {
+			Holder      []byte    `db:"holder"`
+			Epoch       int64     `db:"epoch"`
+			ExpiresAt   time.Time `db:"expires_at"`
+			RemainingUS int64     `db:"remaining_us"`
+		}
+		if err := tx.GetContext(ctx, &cur, sqlLeaseLock, queue); err != nil {
+			return fmt.Errorf("lock lease row: %w", err)
+		}
+		if cur.Epoch > 0 && cur.RemainingUS > 0 {
+			return &mend.HeldError{Queue: queue, Holder: string(cur.Holder), Epoch: cur.Epoch,
+				ExpiresAt: cur.ExpiresAt, Remaining: time.Duration(cur.RemainingUS) * time.Microsecond}
+		}
+		if _, err := tx.ExecContext(ctx, sqlLeaseHistoryExpire, queue); err != nil {
+			return fmt.Errorf("close previous term: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, sqlLeaseTake, holder, ttl.Microseconds(), queue, cur.Epoch)
+		if err != nil {
+			return fmt.Errorf("take lease: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			// The row is locked by us: anything else is a broken invariant.
+			return errors.Join(fmt.Errorf("take lease: %d rows changed, want 1", n), err)
+		}
+		if _, err := tx.ExecContext(ctx, sqlLeaseHistoryOpen, queue); err != nil {
+			// A duplicate (queue, epoch) would mean an epoch reused: the
+			// lease row was deleted by hand. Refuse rather than fork history.
+			return fmt.Errorf("record term in history: %w", err)
+		}
+		term.Epoch = cur.Epoch + 1
+		return nil
+	})
+	if err != nil {
+		var held *mend.HeldError
+		if errors.As(err, &held) {
+			return mend.Term{}, held
+		}
+		return mend.Term{}, fmt.Errorf("storage: acquire lease on %q: %w", queue, err)
+	}
+	return term, nil
+}
+
+const sqlLeaseRenew = `-- name: LeaseRenew
+UPDATE mend_leases SET renewed_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND
+WHERE queue = ? AND holder = ? AND epoch = ? AND expires_at > NOW(6)`
+
+// LeaseRenew extends term to NOW(6)+ttl if it is still the queue's current,
+// unexpired term.
+//
+// Returns ErrLeaseLost if the term has expired by the database clock or a
+// later term replaced it (nothing is changed then), ErrInvalid for a bad
+// term or ttl.
+func (d *DB) LeaseRenew(ctx context.Context, term mend.Term, ttl time.Duration) error {
+	if err := validateTerm(term); err != nil {
+		return err
+	}
+	if err := validateTTL(ttl); err != nil {
+		return err
+	}
+	err := d.withTx(ctx, "LeaseRenew", "", func(ctx context.Context, tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, sqlLeaseRenew, ttl.Microseconds(), term.Queue, term.Holder, term.Epoch)
+		if err != nil {
+			return err
+		}
+		// renewed_at moves with NOW(6), so a matched row is always a
+		// changed row even without clientFoundRows.
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("storage: renew lease (%s): %w", term, err)
+	}
+	return nil
+}
+
+// One statement ends the term in the lease row and in history, both at the
+// same NOW(6).
+const sqlLeaseRelease = `-- name: LeaseRelease
+UPDATE mend_leases l JOIN mend_lease_history h ON h.queue = l.queue AND h.epoch = l.epoch
+SET l.expires_at = NOW(6), l.transitions = l.transitions + 1, h.ended_at = NOW(6), h.ended_how = 'released'
+WHERE l.queue = ? AND l.holder = ? AND l.epoch = ? AND l.expires_at > NOW(6)`
+
+// LeaseRelease ends term now, so the next acquire need not wait for it to
+// expire. The epoch is kept: the next term gets a higher one.
+//
+// Returns ErrLeaseLost if term is not the current, unexpired term; nothing
+// is changed then (a newer term is never touched). A caller that is
+// stepping back may ignore that error. Returns ErrInvalid for a bad term.
+func (d *DB) LeaseRelease(ctx context.Context, term mend.Term) error {
+	if err := validateTerm(term); err != nil {
+		return err
+	}
+	err := d.withTx(ctx, "LeaseRelease", "", func(ctx context.Context, tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, sqlLeaseRelease, term.Queue, term.Holder, term.Epoch)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("storage: release lease (%s): %w", term, err)
+	}
+	return nil
+}
+
+const sqlLeaseGet = `-- name: LeaseGet
+SELECT queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions,
+	TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
+FROM mend_leases WHERE queue = ?`
+
+// LeaseGet returns queue's lease as the database sees it now.
+//
+// Returns ErrNotFound if the queue's lease was never contended, ErrInvalid
+// for a bad queue.
+func (d *DB) LeaseGet(ctx context.Context, queue string) (LeaseStatus, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return LeaseStatus{}, err
+	}
+	var row struct {
+		Queue       []byte    `db:"queue"`
+		Holder      []byte    `db:"holder"`
+		Epoch       int64     `db:"epoch"`
+		AcquiredAt  time.Time `db:"acquired_at"`
+		RenewedAt   time.Time `db:"renewed_at"`
+		ExpiresAt   time.Time `db:"expires_at"`
+		Transitions int64     `db:"transitions"`
+		RemainingUS int64     `db:"remaining_us"`
+	}
+	if err := d.db.GetContext(ctx, &row, sqlLeaseGet, queue); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return LeaseStatus{}, fmt.Errorf("storage: get lease: %w: queue %q was never leased", mend.ErrNotFound, queue)
+		}
+		return LeaseStatus{}, fmt.Errorf("storage: get lease: %w", translate(err))
+	}
+	return LeaseStatus{
+		Term:       mend.Term{Queue: string(row.Queue), Holder: string(row.Holder), Epoch: row.Epoch},
+		AcquiredAt: row.AcquiredAt, RenewedAt: row.RenewedAt, ExpiresAt: row.ExpiresAt,
+		Transitions: row.Transitions, Remaining: time.Duration(row.RemainingUS) * time.Microsecond,
+	}, nil
+}
+
+// NOW(6) is the statement's start; after waiting for a takeover's lock the
+// read sees the new term and refuses. While this shared lock is held no
+// takeover can commit, so the transaction's writes precede any later term's.
+const sqlLeaseCheck = `-- name: LeaseCheck
+SELECT holder, epoch, expires_at > NOW(6) AS live
+FROM mend_leases WHERE queue = ? LOCK IN SHARE MODE`
+
+// withFencedTx runs fn in one transaction that first checks, under a shared
+// lock on the queue's lease row, that term is the current, unexpired term.
+// The lock is held until commit, so a takeover (which needs the row
+// exclusively) waits for this transaction and a later term's writes follow
+// it. Every planner write goes through here.
+//
+// Returns an error matching ErrFenced, with nothing written, if the term is
+// not current; withTx never retries it.
+func (d *DB) withFencedTx(ctx context.Context, term mend.Term, op, opID string, fn txFunc) error {
+	return d.withTx(ctx, op, opID, func(ctx context.Context, tx *sqlx.Tx) error {
+		if err := checkFence(ctx, tx, term); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+}
+
+func checkFence(ctx context.Context, tx *sqlx.Tx, term mend.Term) error {
+	var cur struct {
+		Holder []byte `db:"holder"`
+		Epoch  int64  `db:"epoch"`
+		Live   bool   `db:"live"`
+	}
+	err := tx.GetContext(ctx, &cur, sqlLeaseCheck, term.Queue)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: queue %q has no lease (writer claims epoch %d)", mend.ErrFenced, term.Queue, term.Epoch)
+	case err != nil:
+		return fmt.Errorf("check lease: %w", err)
+	case string(cur.Holder) != term.Holder || cur.Epoch != term.Epoch:
+		return fmt.Errorf("%w: writer %q at epoch %d, but the lease on queue %q is at epoch %d held by %q",
+			mend.ErrFenced, term.Holder, term.Epoch, term.Queue, cur.Epoch, cur.Holder)
+	case !cur.Live:
+		return fmt.Errorf("%w: term of %q at epoch %d on queue %q has expired by the database clock",
+			mend.ErrFenced, term.Holder, term.Epoch, term.Queue)
+	}
+	return nil
+}
