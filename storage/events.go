@@ -130,7 +130,7 @@ func appendTx(ctx context.Context, tx *sqlx.Tx, p AppendParams) error {
 		return probeMiss(ctx, tx, p)
 	}
 	_, err = tx.ExecContext(ctx, sqlEventInsert, p.RecordID[:], p.Version+1, p.Source.Queue,
-		string(p.Kind), p.Epoch, p.Actor, p.OpID, []byte(p.Data))
+		string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data))
 	if mysqlErrNumber(err) == errDupEntry {
 		// The projection row is locked by our update, so seq cannot be
 		// taken concurrently: the duplicate is the op ID.
