@@ -1,0 +1,225 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/mendq/mend"
+)
+
+// QueueStatus is what an operator asks about one queue: how many records
+// are in each state, how long the longest-overdue record has waited, and
+// who holds the queue's lease. Ages and time left come from the database
+// clock.
+type QueueStatus struct {
+	Queue string
+	// Counts by record state; states without records are absent.
+	Counts map[mend.State]int64
+	// Due is how many records are due now (next attempt at or before NOW(6)).
+	Due int64
+	// OldestDue is how long the longest-overdue record has been due; zero
+	// when nothing is due.
+	OldestDue time.Duration
+	// Lease is the queue's lease row; nil if the queue was never leased.
+	Lease *LeaseStatus
+}
+
+// The GROUP BY reads every record of every queue: it is an operator and
+// metrics query, run at human or scrape rate, never on the repair path.
+const sqlStatusCounts = `-- name: StatusCounts
+SELECT queue, state, COUNT(*) AS n,
+	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
+	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us
+FROM mend_records
+GROUP BY queue, state`
+
+const sqlStatusLeases = `-- name: StatusLeases
+SELECT queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions,
+	TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
+FROM mend_leases`
+
+// Status returns every queue that has records or a lease row, sorted by
+// queue name (bytewise).
+func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
+	byQueue := map[string]*QueueStatus{}
+	get := func(q string) *QueueStatus {
+		s, ok := byQueue[q]
+		if !ok {
+			s = &QueueStatus{Queue: q, Counts: map[mend.State]int64{}}
+			byQueue[q] = s
+		}
+		return s
+	}
+	var counts []struct {
+		Queue       []byte `db:"queue"`
+		State       string `db:"state"`
+		N           int64  `db:"n"`
+		Due         int64  `db:"due"`
+		OldestDueUS int64  `db:"oldest_due_us"`
+	}
+	if err := d.db.SelectContext(ctx, &counts, sqlStatusCounts); err != nil {
+		return nil, fmt.Errorf("storage: status: %w", translate(err))
+	}
+	for _, c := range counts {
+		s := get(string(c.Queue))
+		s.Counts[mend.State(c.State)] += c.N
+		s.Due += c.Due
+		if c.Due > 0 {
+			s.OldestDue = max(s.OldestDue, time.Duration(c.OldestDueUS)*time.Microsecond)
+		}
+	}
+	var leases []leaseRow
+	if err := d.db.SelectContext(ctx, &leases, sqlStatusLeases); err != nil {
+		return nil, fmt.Errorf("storage: status: %w", translate(err))
+	}
+	for _, l := range leases {
+		ls := l.status()
+		get(ls.Term.Queue).Lease = &ls
+	}
+	out := make([]QueueStatus, 0, len(byQueue))
+	for _, s := range byQueue {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
+	return out, nil
+}
+
+// leaseRow is a mend_leases row with the time left by the database clock.
+type leaseRow struct {
+	Queue       []byte    `db:"queue"`
+	Holder      []byte    `db:"holder"`
+	Epoch       int64     `db:"epoch"`
+	AcquiredAt  time.Time `db:"acquired_at"`
+	RenewedAt   time.Time `db:"renewed_at"`
+	ExpiresAt   time.Time `db:"expires_at"`
+	Transitions int64     `db:"transitions"`
+	RemainingUS int64     `db:"remaining_us"`
+}
+
+func (r leaseRow) status() LeaseStatus {
+	return LeaseStatus{
+		Term:       mend.Term{Queue: string(r.Queue), Holder: string(r.Holder), Epoch: r.Epoch},
+		AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt,
+		Transitions: r.Transitions, Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
+	}
+}
+
+const sqlRecordFind = `-- name: RecordFind
+SELECT ` + recordColumns + ` FROM mend_records WHERE record_id = ?`
+
+// RecordFind returns a record by its ID alone, for operators who have an ID
+// from a log line or a view and do not know its queue. The repair path
+// always names the queue (RecordGetByID).
+//
+// Returns ErrNotFound if no record has that ID (it may have been pruned).
+func (d *DB) RecordFind(ctx context.Context, id mend.RecordID) (mend.Record, error) {
+	var row recordRow
+	if err := d.db.GetContext(ctx, &row, sqlRecordFind, id[:]); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return mend.Record{}, fmt.Errorf("storage: find record: %w: no record %s (it may have been pruned)", mend.ErrNotFound, id)
+		}
+		return mend.Record{}, fmt.Errorf("storage: find record: %w", translate(err))
+	}
+	rec, err := row.record()
+	if err != nil {
+		return mend.Record{}, err
+	}
+	if err := row.checkIdentity(rec.Source); err != nil {
+		return mend.Record{}, fmt.Errorf("storage: find record: %w", err)
+	}
+	return rec, nil
+}
+
+const sqlRecordsList = `-- name: RecordsList
+SELECT ` + recordColumns + ` FROM mend_records WHERE queue = ?
+ORDER BY created_at DESC, record_id
+LIMIT ?`
+
+// RecordsList returns up to limit records of queue, newest first.
+func (d *DB) RecordsList(ctx context.Context, queue string, limit int) ([]mend.Record, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
+	}
+	var rows []recordRow
+	if err := d.db.SelectContext(ctx, &rows, sqlRecordsList, queue, limit); err != nil {
+		return nil, fmt.Errorf("storage: list records: %w", translate(err))
+	}
+	recs := make([]mend.Record, 0, len(rows))
+	for i := range rows {
+		rec, err := rows[i].record()
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+// RetryParams names a parked record to put back.
+type RetryParams struct {
+	ID     mend.RecordID
+	Actor  string // who asked, e.g. "operator/alice"; required
+	OpID   string // see mend.NewOpID; required
+	Reason string // optional note kept in the event
+}
+
+// ErrNotParked is returned by RecordRetry for a record that is not parked.
+var ErrNotParked = fmt.Errorf("%w: only a parked record can be retried", mend.ErrInvalid)
+
+// RecordRetry puts a parked record back to pending, due now, with its
+// attempt count reset, as one retried event appended by the normal
+// compare-and-set (unfenced, epoch 0: a parked record is not due, so no
+// planner is working on it). It returns the record as it now is.
+//
+// Returns ErrNotFound if there is no such record, an error matching
+// ErrNotParked (and ErrInvalid) if it is not parked, ErrConflict if it
+// changed while being retried, and *mend.AmbiguousError if the commit's
+// outcome is unknown (look OpID up).
+func (d *DB) RecordRetry(ctx context.Context, p RetryParams) (mend.Record, error) {
+	if err := validateActor(p.Actor); err != nil {
+		return mend.Record{}, err
+	}
+	if err := mend.ValidateOpID(p.OpID); err != nil {
+		return mend.Record{}, err
+	}
+	rec, err := d.RecordFind(ctx, p.ID)
+	if err != nil {
+		return mend.Record{}, err
+	}
+	if rec.State != mend.StateParked {
+		return rec, fmt.Errorf("storage: retry record %s: %w (it is %s)", rec.ID, ErrNotParked, rec.State)
+	}
+	data, err := jsonObject(map[string]any{"from": string(mend.StateParked), "parked_reason": rec.LastError, "note": p.Reason})
+	if err != nil {
+		return mend.Record{}, err
+	}
+	ap := AppendTo(rec)
+	ap.Kind, ap.Actor, ap.OpID, ap.Data = mend.EventRetried, p.Actor, p.OpID, data
+	ap.State, ap.Attempts, ap.LastError, ap.RetryIn = mend.StatePending, 0, "", 0
+	if _, err := d.RecordAppend(ctx, ap); err != nil {
+		return mend.Record{}, err
+	}
+	return d.RecordGetByID(ctx, rec.Source.Queue, rec.ID)
+}
+
+// jsonObject encodes an event's data, leaving out empty strings.
+func jsonObject(m map[string]any) (json.RawMessage, error) {
+	for k, v := range m {
+		if s, ok := v.(string); ok && s == "" {
+			delete(m, k)
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("storage: encode event data: %w", err)
+	}
+	return b, nil
+}
