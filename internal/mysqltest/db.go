@@ -60,7 +60,11 @@ var shared struct {
 // m's code. Use it as: func TestMain(m *testing.M) { mysqltest.Main(m) }.
 // Without it the shared server is still killed when the test binary exits (on Linux), but its
 // temporary directory is left behind.
-func Main(m *testing.M) {
+//
+// Each after func runs once the server is stopped, when the tests passed; an
+// error fails the run. Packages that start goroutines pass a leak check:
+// mysqltest.Main(m, func() error { return goleak.Find() }).
+func Main(m *testing.M, after ...func() error) {
 	code := m.Run()
 	shared.mu.Lock()
 	if shared.srv != nil {
@@ -73,6 +77,15 @@ func Main(m *testing.M) {
 		shared.srv = nil
 	}
 	shared.mu.Unlock()
+	for _, check := range after {
+		if code != 0 {
+			break
+		}
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
