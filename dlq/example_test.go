@@ -1,0 +1,101 @@
+package dlq_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
+	"github.com/mendq/mend/storage"
+)
+
+// DLQMessage stands for the host message queue's delivery type.
+type DLQMessage struct {
+	Topic, Partition, ID string
+	Payload              []byte
+	FailureCount         int
+	LastError            string
+	FailedAt             time.Time
+}
+
+// Example_dlqConsumer wires mend into a dead-letter consumer: record the
+// delivery durably, then acknowledge it. The inline repair runs under the
+// queue's fence when it is free; otherwise the periodic reconciler finishes.
+func Example_dlqConsumer() {
+	ctx := context.Background()
+	store, err := storage.Open(ctx, "mend:secret@tcp(127.0.0.1:3306)/mend", storage.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	hostDB, err := host.Open(ctx, "app:secret@tcp(127.0.0.1:3306)/app", "", host.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := fence.New(store, fence.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	p, err := planner.New(planner.Config{Store: store, Batches: hostDB, Waker: hostDB})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p})
+	if err != nil {
+		log.Fatal(err)
+	}
+	intake, err := dlq.New(store, dlq.Config{Repairer: rec})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	handle := func(ctx context.Context, queue string, m DLQMessage) (ack bool) {
+		_, err := intake.Record(ctx, dlq.Delivery{
+			Source:  mend.SourceID{Queue: queue, Topic: m.Topic, Partition: m.Partition, MessageID: m.ID},
+			Payload: m.Payload, FailureCount: m.FailureCount, LastError: m.LastError, FailedAt: m.FailedAt,
+		})
+		// Acknowledge only once the obligation is durable in MySQL.
+		return err == nil
+	}
+	_ = handle
+}
+
+// Example_hostPlanner shows the host's own planner (the speculate consumer)
+// taking the queue's fence, so it never plans a queue while mend's planner
+// repairs it, and letting mend finish due repairs first.
+func Example_hostPlanner() {
+	ctx := context.Background()
+	store, err := storage.Open(ctx, "mend:secret@tcp(127.0.0.1:3306)/mend", storage.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := fence.New(store, fence.Config{Holder: "speculate-worker-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	speculate := func(ctx context.Context, queue string) error {
+		lease, err := f.TryAcquire(ctx, queue)
+		if errors.Is(err, mend.ErrLeaseHeld) {
+			return err // redeliver later: someone is planning this queue
+		}
+		if err != nil {
+			return err
+		}
+		defer lease.Release(ctx) //nolint:errcheck // best effort; the term expires anyway
+		// ... plan the queue; stop as soon as lease.Done() closes, and have
+		// every planner write check lease.Term() (fenced writes).
+		select {
+		case <-lease.Done():
+			return mend.ErrLeaseLost
+		default:
+		}
+		return nil
+	}
+	_ = speculate
+}
