@@ -1,0 +1,26 @@
+// Package reconcile is mend's periodic reconciler.
+//
+// # Overview
+//
+// Every Interval a pass lists the queues with records due by the database
+// clock (through an index whose range holds due records only), takes each
+// queue's lease without waiting, runs the planner until nothing is due, and
+// releases the lease. At most Concurrency queues are repaired at once. Many
+// replicas may run: the fence keeps one planner per queue, and a replica that
+// finds a lease held skips the queue. RunOnce runs a single pass, for cron.
+// Done records are pruned after Retention (14 days by default).
+//
+// # State model
+//
+//	Start ──▶ [pass ──▶ wait Interval]* ──Stop──▶ stopped
+//	pass: QueuesDue ──▶ per queue: TryAcquire ──▶ planner.Run ──▶ Release
+//	                                  └─ held: skip (the holder finishes)
+//
+// # Failure handling
+//
+// A queue whose run fails is logged and due again on the next pass, so a lost
+// wake-up is re-sent within one interval after it became due. When a lease is
+// lost mid-run the planner's context is cancelled and its writes are fenced.
+// Stop stops taking queues, cancels runs in flight (each record's writes are
+// atomic, so abandoning is clean) and releases every lease before returning.
+package reconcile

@@ -1,0 +1,334 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/planner"
+)
+
+// Defaults for Config.
+const (
+	IntervalDefault     = 10 * time.Second
+	ConcurrencyDefault  = 4
+	QueueLimitDefault   = 1000
+	RetentionDefault    = 14 * 24 * time.Hour
+	PruneEveryDefault   = time.Hour
+	PruneLimitDefault   = 1000
+	releaseTimeout      = 5 * time.Second
+	maxConcurrency      = 256
+	minInterval         = 10 * time.Millisecond
+	maxPruneRoundsAPass = 100
+)
+
+// Store is the record store as the reconciler needs it.
+type Store interface {
+	// QueuesDue returns up to limit queues with records due by the
+	// database clock, longest overdue first.
+	QueuesDue(ctx context.Context, limit int) ([]string, error)
+	// PruneDone deletes up to limit records done for longer than retention,
+	// with their events, and returns how many it deleted.
+	PruneDone(ctx context.Context, retention time.Duration, limit int) (int, error)
+}
+
+// Leaser hands out queue leases without waiting. *fence.Fence implements it.
+type Leaser interface {
+	// TryAcquire takes the queue's lease if it is free. Returns an error
+	// matching mend.ErrLeaseHeld if another holder's term is current.
+	TryAcquire(ctx context.Context, queue string) (*fence.Lease, error)
+}
+
+// Runner repairs one queue under a lease. *planner.Planner implements it.
+type Runner interface {
+	Run(ctx context.Context, lease planner.Lease) (planner.Stats, error)
+}
+
+// Hooks observe the reconciler; every field is optional.
+type Hooks struct {
+	// OnQueue runs after each queue's planner run, with its duration.
+	OnQueue func(queue string, st planner.Stats, d time.Duration, err error)
+	// OnPass runs after each pass.
+	OnPass func(ps PassStats, d time.Duration)
+}
+
+// Config configures a Reconciler. Store, Fence and Planner are required.
+type Config struct {
+	Store   Store
+	Fence   Leaser
+	Planner Runner
+	// Interval between passes. Zero means IntervalDefault (10 s).
+	Interval time.Duration
+	// Concurrency bounds how many queues are repaired at once. Zero means
+	// ConcurrencyDefault (4).
+	Concurrency int
+	// QueueLimit bounds how many due queues one pass looks at. Zero means
+	// QueueLimitDefault.
+	QueueLimit int
+	// Retention is how long done records are kept. Zero means
+	// RetentionDefault (14 days); negative disables pruning.
+	Retention time.Duration
+	// PruneEvery is how often pruning runs. Zero means PruneEveryDefault.
+	PruneEvery time.Duration
+	// PruneLimit is how many records one prune statement batch deletes.
+	PruneLimit int
+	Hooks      Hooks
+	Logger     *slog.Logger
+}
+
+func (c Config) validate() error {
+	bad := func(reason string) error { return &mend.ValidationError{Field: "reconcile config", Reason: reason} }
+	switch {
+	case c.Store == nil || c.Fence == nil || c.Planner == nil:
+		return bad("Store, Fence and Planner are required")
+	case c.Interval < 0 || (c.Interval > 0 && c.Interval < minInterval):
+		return bad(fmt.Sprintf("interval must be at least %s", minInterval))
+	case c.Concurrency < 0 || c.Concurrency > maxConcurrency:
+		return bad(fmt.Sprintf("concurrency must be between 1 and %d", maxConcurrency))
+	case c.QueueLimit < 0 || c.PruneLimit < 0 || c.PruneEvery < 0:
+		return bad("queue limit, prune limit and prune interval must not be negative")
+	}
+	return nil
+}
+
+// PassStats counts what one pass did.
+type PassStats struct {
+	Queues  int // queues with due records
+	Ran     int // queues whose lease this pass took
+	Held    int // queues skipped because another holder had the lease
+	Failed  int // queue runs that ended with an error
+	Records planner.Stats
+	Pruned  int
+}
+
+// Reconciler finds queues with due records, takes each queue's lease and
+// runs its planner. It also serves inline repairs (TryRepair).
+type Reconciler struct {
+	cfg Config
+	log *slog.Logger
+
+	mu        sync.Mutex
+	stop      context.CancelFunc
+	done      chan struct{}
+	lastPrune time.Time // monotonic
+}
+
+// New returns a Reconciler.
+func New(cfg Config) (*Reconciler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, ConcurrencyDefault)
+	cfg.QueueLimit = cmp.Or(cfg.QueueLimit, QueueLimitDefault)
+	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
+	cfg.PruneEvery = cmp.Or(cfg.PruneEvery, PruneEveryDefault)
+	cfg.PruneLimit = cmp.Or(cfg.PruneLimit, PruneLimitDefault)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Reconciler{cfg: cfg, log: log.With("component", "reconcile")}, nil
+}
+
+// TryRepair repairs one queue if its lease is free: it takes the lease
+// without waiting, runs the planner until nothing is due, and releases.
+// It implements dlq.Repairer, for the intake's inline attempt.
+//
+// Returns an error matching mend.ErrLeaseHeld if another holder has the
+// queue; that holder or a later pass finishes the work.
+func (r *Reconciler) TryRepair(ctx context.Context, queue string) error {
+	_, err := r.repair(ctx, queue)
+	return err
+}
+
+func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, error) {
+	lease, err := r.cfg.Fence.TryAcquire(ctx, queue)
+	if err != nil {
+		return planner.Stats{}, fmt.Errorf("reconcile: queue %q: %w", queue, err)
+	}
+	defer func() {
+		// Release even when ctx is cancelled, so the next holder need not
+		// wait for the term to expire.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		if err := lease.Release(rctx); err != nil && !errors.Is(err, mend.ErrLeaseLost) {
+			r.log.WarnContext(ctx, "release lease", "queue", queue, "err", err)
+		}
+	}()
+	// Stop host calls in flight as soon as the lease is lost.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-lease.Done():
+			cancel()
+		case <-runCtx.Done():
+		}
+	}()
+	start := time.Now()
+	st, err := r.cfg.Planner.Run(runCtx, lease)
+	if r.cfg.Hooks.OnQueue != nil {
+		r.cfg.Hooks.OnQueue(queue, st, time.Since(start), err)
+	}
+	if err != nil {
+		return st, fmt.Errorf("reconcile: queue %q: %w", queue, err)
+	}
+	return st, nil
+}
+
+// RunOnce runs one pass: every queue with due records gets a planner run
+// if its lease is free (at most Concurrency at a time); then, at most once
+// per PruneEvery, done records older than Retention are pruned. For cron,
+// call it once and exit.
+//
+// A queue whose run fails is logged and counted, not returned: it is due
+// again on the next pass. Returns an error only when the pass itself could
+// not run (listing due queues failed) or ctx ended.
+func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
+	start := time.Now()
+	var ps PassStats
+	queues, err := r.cfg.Store.QueuesDue(ctx, r.cfg.QueueLimit)
+	if err != nil {
+		return ps, fmt.Errorf("reconcile: list due queues: %w", err)
+	}
+	ps.Queues = len(queues)
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, r.cfg.Concurrency)
+	)
+	for _, q := range queues {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			st, err := r.repair(ctx, q)
+			mu.Lock()
+			defer mu.Unlock()
+			ps.Records = add(ps.Records, st)
+			switch {
+			case errors.Is(err, mend.ErrLeaseHeld):
+				ps.Held++
+			case err != nil:
+				ps.Ran++
+				ps.Failed++
+				if ctx.Err() == nil {
+					r.log.WarnContext(ctx, "queue repair failed; due again next pass", "queue", q, "err", err)
+				}
+			default:
+				ps.Ran++
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ps, ctx.Err()
+	}
+	ps.Pruned = r.maybePrune(ctx)
+	if r.cfg.Hooks.OnPass != nil {
+		r.cfg.Hooks.OnPass(ps, time.Since(start))
+	}
+	return ps, nil
+}
+
+func (r *Reconciler) maybePrune(ctx context.Context) int {
+	if r.cfg.Retention < 0 {
+		return 0
+	}
+	r.mu.Lock()
+	due := r.lastPrune.IsZero() || time.Since(r.lastPrune) >= r.cfg.PruneEvery
+	if due {
+		r.lastPrune = time.Now()
+	}
+	r.mu.Unlock()
+	if !due {
+		return 0
+	}
+	total := 0
+	for range maxPruneRoundsAPass {
+		n, err := r.cfg.Store.PruneDone(ctx, r.cfg.Retention, r.cfg.PruneLimit)
+		total += n
+		if err != nil {
+			r.log.WarnContext(ctx, "prune done records", "err", err)
+			break
+		}
+		if n < r.cfg.PruneLimit {
+			break
+		}
+	}
+	if total > 0 {
+		r.log.InfoContext(ctx, "pruned done records", "count", total, "retention", r.cfg.Retention.String())
+	}
+	return total
+}
+
+func add(a, b planner.Stats) planner.Stats {
+	a.Settled += b.Settled
+	a.Woken += b.Woken
+	a.WakeFailed += b.WakeFailed
+	a.Done += b.Done
+	a.Waiting += b.Waiting
+	a.Parked += b.Parked
+	a.Failed += b.Failed
+	a.Conflicts += b.Conflicts
+	return a
+}
+
+// Start runs passes every Interval in the background until Stop or ctx
+// ends. It returns an error if the reconciler is already running.
+func (r *Reconciler) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return errors.New("reconcile: already started")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r.stop, r.done = cancel, make(chan struct{})
+	go r.loop(ctx, r.done)
+	return nil
+}
+
+func (r *Reconciler) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	r.log.InfoContext(ctx, "reconciler started", "interval", r.cfg.Interval.String(), "concurrency", r.cfg.Concurrency)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.log.Info("reconciler stopped")
+			return
+		case <-t.C:
+		}
+		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			r.log.WarnContext(ctx, "pass failed", "err", err)
+		}
+		t.Reset(r.cfg.Interval)
+	}
+}
+
+// Stop stops taking queues, cancels planner runs in flight (each record's
+// writes are atomic, so abandoning is clean), waits until their leases are
+// released, and returns. It is idempotent and safe before Start.
+func (r *Reconciler) Stop() {
+	r.mu.Lock()
+	stop, done := r.stop, r.done
+	r.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	stop()
+	<-done
+}

@@ -1,0 +1,186 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
+	"github.com/mendq/mend/storage"
+)
+
+func TestMain(m *testing.M) {
+	mysqltest.Main(m, func() error { return goleak.Find() })
+}
+
+// fakeRunner is a hand-written stand-in for the planner: it counts runs and
+// can block until its context ends, to observe Stop.
+type fakeRunner struct {
+	runs    atomic.Int32
+	block   bool
+	started chan struct{}
+}
+
+func (f *fakeRunner) Run(ctx context.Context, lease planner.Lease) (planner.Stats, error) {
+	f.runs.Add(1)
+	if f.block {
+		f.started <- struct{}{}
+		<-ctx.Done()
+		return planner.Stats{}, ctx.Err()
+	}
+	return planner.Stats{Settled: 1}, nil
+}
+
+type bundle struct {
+	store *storage.DB
+	fence *fence.Fence
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := mysqltest.NewDB(t, migrations.Up)
+	store, err := storage.Open(context.Background(), db.DSN, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	f, err := fence.New(store, fence.Config{Holder: "test", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{store: store, fence: f}
+}
+
+func (b *bundle) record(t *testing.T, queue, msg string) {
+	t.Helper()
+	_, _, err := b.store.RecordCreate(context.Background(), mend.CreateParams{
+		Source: mend.SourceID{Queue: queue, Topic: "speculate_dlq", MessageID: msg},
+		Target: mend.Target{BatchID: "1", Desired: mend.OutcomeFailed},
+		OpID:   mend.NewOpID(), Actor: "test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	good := reconcile.Config{Store: &storage.DB{}, Fence: &fence.Fence{}, Planner: &fakeRunner{}}
+	for name, mutate := range map[string]func(*reconcile.Config){
+		"missing store":     func(c *reconcile.Config) { c.Store = nil },
+		"missing planner":   func(c *reconcile.Config) { c.Planner = nil },
+		"tiny interval":     func(c *reconcile.Config) { c.Interval = time.Microsecond },
+		"huge concurrency":  func(c *reconcile.Config) { c.Concurrency = 100000 },
+		"negative limit":    func(c *reconcile.Config) { c.QueueLimit = -1 },
+		"negative interval": func(c *reconcile.Config) { c.Interval = -time.Second },
+	} {
+		c := good
+		mutate(&c)
+		if _, err := reconcile.New(c); !errors.Is(err, mend.ErrInvalid) {
+			t.Errorf("%s: New = %v; want ErrInvalid", name, err)
+		}
+	}
+	if _, err := reconcile.New(good); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+}
+
+func TestRunOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	for _, q := range []string{"q1", "q2", "q3"} {
+		b.record(t, q, "m")
+	}
+	// Another holder has q3: the pass skips it.
+	other, err := fence.New(b.store, fence.Config{Holder: "other", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.TryAcquire(ctx, "q3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx) //nolint:errcheck // test cleanup
+
+	runner := &fakeRunner{}
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Queues != 3 || ps.Ran != 2 || ps.Held != 1 || ps.Records.Settled != 2 || runner.runs.Load() != 2 {
+		t.Fatalf("pass = %+v, %d runs; want 3 queues, 2 ran, 1 held", ps, runner.runs.Load())
+	}
+	// Leases were released: another holder can take q1 at once.
+	le, err := other.TryAcquire(ctx, "q1")
+	if err != nil {
+		t.Fatalf("q1 still held after the pass: %v", err)
+	}
+	_ = le.Release(ctx)
+}
+
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.record(t, "q", "m")
+	runner := &fakeRunner{block: true, started: make(chan struct{}, 1)}
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Stop() // safe before Start
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err == nil {
+		t.Fatalf("second Start succeeded")
+	}
+	<-runner.started // a planner run is in flight, holding q's lease
+	r.Stop()
+	r.Stop() // idempotent
+	// Stop abandoned the run and released the lease.
+	other, err := fence.New(b.store, fence.Config{Holder: "other", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := other.TryAcquire(ctx, "q")
+	if err != nil {
+		t.Fatalf("lease not released by Stop: %v", err)
+	}
+	_ = le.Release(ctx)
+}
+
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, _, err := b.store.RecordCreate(ctx, mend.CreateParams{
+		Source: mend.SourceID{Queue: "q", Topic: "t", MessageID: "m"},
+		State:  mend.StateParked, Reason: "x", OpID: mend.NewOpID(), Actor: "test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: &fakeRunner{}, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := r.RunOnce(ctx)
+	if err != nil || ps.Pruned != 0 {
+		t.Fatalf("pass = %+v, %v; a parked record is never pruned", ps, err)
+	}
+}
