@@ -1,0 +1,296 @@
+package planner_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/storage"
+)
+
+func TestMain(m *testing.M) {
+	mysqltest.Main(m, func() error { return goleak.Find() })
+}
+
+// Compile-time checks that the real implementations fit the ports.
+var (
+	_ planner.Store = (*storage.DB)(nil)
+	_ planner.Lease = (*fence.Lease)(nil)
+)
+
+// fakeHost is a hand-written fake of the host ports; each Func field, when
+// set, replaces the default in-memory behaviour.
+type fakeHost struct {
+	mu      sync.Mutex
+	batches map[string]mend.Batch
+	woken   []mend.WakeUp
+
+	BatchGetFunc func(queue, id string) (mend.Batch, error)
+	WakeFunc     func(w mend.WakeUp) error
+}
+
+func newFakeHost(batches ...mend.Batch) *fakeHost {
+	h := &fakeHost{batches: map[string]mend.Batch{}}
+	for _, b := range batches {
+		h.batches[b.ID] = b
+	}
+	return h
+}
+
+func (h *fakeHost) BatchGet(_ context.Context, queue, id string) (mend.Batch, error) {
+	if h.BatchGetFunc != nil {
+		return h.BatchGetFunc(queue, id)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, ok := h.batches[id]
+	if !ok {
+		return mend.Batch{}, mend.ErrNotFound
+	}
+	return b, nil
+}
+
+func (h *fakeHost) BatchTransition(_ context.Context, queue, id string, from int64, to mend.BatchState) (mend.Batch, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, ok := h.batches[id]
+	switch {
+	case !ok:
+		return mend.Batch{}, mend.ErrNotFound
+	case b.Version != from:
+		return mend.Batch{}, mend.ErrConflict
+	}
+	b.State, b.Version = to, b.Version+1
+	h.batches[id] = b
+	return b, nil
+}
+
+func (h *fakeHost) BatchFinish(context.Context, string, string) error { return nil }
+
+func (h *fakeHost) LiveBatches(_ context.Context, _ string, limit int) ([]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ids []string
+	for id, b := range h.batches {
+		if b.State.Live() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids[:min(limit, len(ids))], nil
+}
+
+func (h *fakeHost) Wake(_ context.Context, w mend.WakeUp) error {
+	if h.WakeFunc != nil {
+		if err := h.WakeFunc(w); err != nil {
+			return err
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.woken = append(h.woken, w)
+	return nil
+}
+
+type bundle struct {
+	store *storage.DB
+	fence *fence.Fence
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := mysqltest.NewDB(t, migrations.Up)
+	store, err := storage.Open(context.Background(), db.DSN, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	f, err := fence.New(store, fence.Config{Holder: "p", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{store: store, fence: f}
+}
+
+func (b *bundle) record(t *testing.T, queue, msg, batch string) mend.Record {
+	t.Helper()
+	rec, _, err := b.store.RecordCreate(context.Background(), mend.CreateParams{
+		Source: mend.SourceID{Queue: queue, Topic: "speculate_dlq", MessageID: msg},
+		Target: mend.Target{BatchID: batch, Desired: mend.OutcomeFailed},
+		OpID:   mend.NewOpID(), Actor: "test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func (b *bundle) lease(t *testing.T, queue string) *fence.Lease {
+	t.Helper()
+	le, err := b.fence.TryAcquire(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = le.Release(context.Background()) })
+	return le
+}
+
+func newPlanner(t *testing.T, b *bundle, h *fakeHost, mutate func(*planner.Config)) *planner.Planner {
+	t.Helper()
+	cfg := planner.Config{Store: b.store, Batches: h, Waker: h, BackoffBase: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxAttempts: 3}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := planner.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPoisonRecordIsParkedAndDoesNotBlockTheQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "good", State: mend.BatchSpeculating, Version: 1})
+	h.BatchGetFunc = func(q, id string) (mend.Batch, error) {
+		if id == "poison" {
+			return mend.Batch{}, errors.New("host exploded")
+		}
+		return h.batches2(id)
+	}
+	poison := b.record(t, "q", "m1", "poison")
+	good := b.record(t, "q", "m2", "good")
+	p := newPlanner(t, b, h, nil)
+	st, err := p.Run(ctx, b.lease(t, "q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotPoison, _ := b.store.RecordGetByID(ctx, "q", poison.ID)
+	gotGood, _ := b.store.RecordGetByID(ctx, "q", good.ID)
+	if gotPoison.State != mend.StateParked || !strings.Contains(gotPoison.LastError, "host exploded") || !strings.Contains(gotPoison.LastError, "3 attempts") {
+		t.Fatalf("poison record = %s %q; want parked with the reason after 3 attempts", gotPoison.State, gotPoison.LastError)
+	}
+	if gotGood.State != mend.StateDone {
+		t.Fatalf("good record = %s; want done despite the poison record", gotGood.State)
+	}
+	if st.Parked != 1 || st.Failed != 2 {
+		t.Fatalf("stats = %+v; want 2 failed attempts then 1 park", st)
+	}
+}
+
+// batches2 reads a batch without the Func override.
+func (h *fakeHost) batches2(id string) (mend.Batch, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, ok := h.batches[id]
+	if !ok {
+		return mend.Batch{}, mend.ErrNotFound
+	}
+	return b, nil
+}
+
+func TestWakeRetriesUseNewMessageIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1}, mend.Batch{ID: "2", State: mend.BatchCreated, Version: 1})
+	var tried []string
+	h.WakeFunc = func(w mend.WakeUp) error {
+		tried = append(tried, w.MessageID)
+		if len(tried) < 2 {
+			return errors.New("queue database down")
+		}
+		return nil
+	}
+	rec := b.record(t, "q", "m", "1")
+	le := b.lease(t, "q")
+	if _, err := newPlanner(t, b, h, nil).Run(ctx, le); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{planner.WakeMessageID(rec.ID, 1), planner.WakeMessageID(rec.ID, 2)}
+	if !slices.Equal(tried, want) {
+		t.Fatalf("publishes = %q; want %q", tried, want)
+	}
+	if len(h.woken) != 1 || h.woken[0].BatchID != "2" || h.woken[0].Epoch != le.Term().Epoch {
+		t.Fatalf("woken = %+v; want one wake-up for batch 2 at epoch %d", h.woken, le.Term().Epoch)
+	}
+	for _, id := range tried {
+		if len(id) > 255 {
+			t.Fatalf("message id %q is over 255 characters", id)
+		}
+	}
+}
+
+func TestStaleTermIsFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1})
+	rec := b.record(t, "q", "m", "1")
+	old := b.lease(t, "q")
+	if err := old.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A released lease's Done is closed, so a Run under it stops at once;
+	// make a lease that still looks alive but names the old term.
+	zombie := fakeLease{term: old.Term(), done: make(chan struct{})}
+	fenced := 0
+	p := newPlanner(t, b, h, func(c *planner.Config) { c.Hooks.OnFenced = func(string) { fenced++ } })
+	_, err := p.Run(ctx, zombie)
+	if !errors.Is(err, mend.ErrFenced) || fenced != 1 {
+		t.Fatalf("Run under a stale term = %v (OnFenced %d); want ErrFenced once", err, fenced)
+	}
+	got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
+	if got.Version != 1 {
+		t.Fatalf("record moved to version %d under a stale term", got.Version)
+	}
+}
+
+func TestLostLeaseStopsTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1})
+	b.record(t, "q", "m", "1")
+	le := b.lease(t, "q")
+	lost := fakeLease{term: le.Term(), done: make(chan struct{})}
+	close(lost.done)
+	_, err := newPlanner(t, b, h, nil).Run(ctx, lost)
+	if !errors.Is(err, mend.ErrLeaseLost) || mend.Classify(err) != mend.ClassFenced {
+		t.Fatalf("Run with a lost lease = %v; want ErrLeaseLost", err)
+	}
+}
+
+type fakeLease struct {
+	term mend.Term
+	done chan struct{}
+}
+
+func (l fakeLease) Term() mend.Term       { return l.term }
+func (l fakeLease) Done() <-chan struct{} { return l.done }
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	h := newFakeHost()
+	for name, cfg := range map[string]planner.Config{
+		"no store":          {Batches: h, Waker: h},
+		"negative grace":    {Store: &storage.DB{}, Batches: h, Waker: h, Grace: -1},
+		"base over the max": {Store: &storage.DB{}, Batches: h, Waker: h, BackoffBase: time.Hour, BackoffMax: time.Second},
+	} {
+		if _, err := planner.New(cfg); !errors.Is(err, mend.ErrInvalid) {
+			t.Errorf("%s: New = %v; want ErrInvalid", name, err)
+		}
+	}
+}
