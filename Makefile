@@ -20,7 +20,7 @@ ifeq ($(strip $(GOFLAGS)),)
 export GOFLAGS := -mod=readonly
 endif
 
-.PHONY: help build test lint fuzz
+.PHONY: help build test lint fuzz demo
 
 help: ## List the documented targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,6 +28,14 @@ help: ## List the documented targets
 build: ## Compile every package (and bin/mend when cmd/mend exists)
 	$(GO) build ./...
 	@if [[ -d cmd/mend ]]; then echo "$(GO) build -o bin/mend ./cmd/mend"; $(GO) build -o bin/mend ./cmd/mend; fi
+
+demo: ## Run the stuck-queue demo on a throwaway server and print its timeline (start here)
+	@# A server is needed only when neither MEND_DSN nor MEND_TEST_DSN names one; as root on
+	@# Debian/Ubuntu the script installs mariadb-server (and says so) when no binary is found.
+	@if [[ -z "$${MEND_DSN:-}$${MEND_TEST_DSN:-}" ]] && ! command -v mariadbd >/dev/null 2>&1 && ! command -v mysqld >/dev/null 2>&1 \
+		&& [[ ! -x /usr/sbin/mariadbd && ! -x /usr/sbin/mysqld ]]; then bash scripts/ensure-mysql.sh; fi
+	$(GO) build -o bin/mend ./cmd/mend
+	./bin/mend demo
 
 test: ## Run unit, integration and end-to-end tests with -race against a real MySQL/MariaDB (TESTFLAGS=... adds flags)
 	bash scripts/ensure-mysql.sh

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/storage"
+)
+
+// Outcomes of a doctor check. Only fail makes doctor exit non-zero.
+const (
+	checkOK   = "ok"
+	checkWarn = "warn"
+	checkFail = "FAIL"
+)
+
+type check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// lockWaitParam is the session variable mend run sets when the DSN does not.
+const lockWaitParam = "innodb_lock_wait_timeout"
+
+// withLockWait returns dsn with innodb_lock_wait_timeout set below the
+// lease TTL unless the DSN sets it: a takeover's acquire waits on the lease
+// row behind in-flight fenced transactions, and should give up (and try
+// again next pass) well within a lease TTL rather than after the server's
+// default 50 s.
+func withLockWait(dsn string, ttl time.Duration) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return dsn
+	}
+	if _, ok := cfg.Params[lockWaitParam]; ok {
+		return dsn
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params[lockWaitParam] = strconv.Itoa(defaultLockWait(ttl))
+	return cfg.FormatDSN()
+}
+
+func defaultLockWait(ttl time.Duration) int {
+	return max(1, int(ttl/3/time.Second))
+}
+
+func runDoctor(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("doctor", "", "Check the server, the schema and the settings mend depends on. Exits 1 if anything is wrong.", true)
+	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	if f.dsn == "" {
+		return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
+	}
+	if *ttl <= 0 {
+		return usagef("--lease-ttl must be positive")
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	checks, target := diagnose(ctx, f.dsn, *ttl)
+	failed := 0
+	for _, c := range checks {
+		if c.Status == checkFail {
+			failed++
+		}
+	}
+	if f.json {
+		if err := writeJSON(a.stdout, map[string]any{"target": target, "checks": checks, "problems": failed}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "mend doctor: %s\n", target)
+		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		for _, c := range checks {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+			if c.Fix != "" {
+				fmt.Fprintf(tw, "  \t\tfix: %s\n", c.Fix)
+			}
+		}
+		_ = tw.Flush()
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d problem(s) found; see the list above", failed)
+	}
+	if !f.json {
+		fmt.Fprintln(a.stdout, "no problems found")
+	}
+	return nil
+}
+
+// diagnose runs every check it can; a check that cannot run (no
+// connection) is reported as failed rather than skipped silently.
+func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, string) {
+	var checks []check
+	add := func(name, status, detail, fix string) {
+		checks = append(checks, check{Name: name, Status: status, Detail: detail, Fix: fix})
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		add("dsn", checkFail, "cannot be parsed: "+err.Error(), "use user:pass@tcp(host:port)/database")
+		return checks, "(unparsable DSN)"
+	}
+	target := fmt.Sprintf("%s/%s as %s", cfg.Addr, cfg.DBName, cfg.User)
+	if cfg.DBName == "" {
+		add("dsn", checkFail, "names no database", "add /<database> after the address")
+		return checks, target
+	}
+	if cfg.ClientFoundRows {
+		add("clientFoundRows", checkFail, "the DSN sets clientFoundRows=true: a no-op upsert would report 1 row, so create-if-absent could not tell an insert from a duplicate",
+			"remove clientFoundRows from the DSN")
+	} else {
+		add("clientFoundRows", checkOK, "off (create-if-absent can tell an insert from a duplicate)", "")
+	}
+
+	// The session as the DSN gives it, and as mend's own connections see it.
+	asGiven := cfg.Clone()
+	asGiven.ParseTime = true
+	asGiven.ClientFoundRows = false
+	raw, err := openConfig(ctx, asGiven)
+	if err != nil {
+		add("connect", checkFail, err.Error(), "check the address, user, password and that the database exists")
+		return checks, target
+	}
+	defer raw.Close()
+	mendCfg, err := storage.NormalizeDSN(withLockWait(strings.Replace(dsn, "clientFoundRows=true", "clientFoundRows=false", 1), ttl))
+	if err != nil {
+		add("connect", checkFail, err.Error(), "")
+		return checks, target
+	}
+	mendDB, err := openConfig(ctx, mendCfg)
+	if err != nil {
+		add("connect", checkFail, err.Error(), "")
+		return checks, target
+	}
+	defer mendDB.Close()
+
+	checks = append(checks, checkServer(ctx, raw))
+	checks = append(checks, checkSchema(ctx, dsn))
+	checks = append(checks, checkSQLMode(ctx, raw))
+	checks = append(checks, checkIdentityColumns(ctx, raw)...)
+	checks = append(checks, checkTimeZone(ctx, mendDB))
+	checks = append(checks, checkLockWait(ctx, raw, mendDB, cfg, ttl))
+	return checks, target
+}
+
+func openConfig(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(2)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, err)
+	}
+	return db, nil
+}
+
+var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)`)
+
+func checkServer(ctx context.Context, db *sql.DB) check {
+	var version, comment string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION(), @@version_comment").Scan(&version, &comment); err != nil {
+		return check{Name: "server", Status: checkFail, Detail: "cannot read the version: " + err.Error()}
+	}
+	flavor, minMajor, minMinor := "MySQL", 8, 0
+	if strings.Contains(strings.ToLower(version+" "+comment), "mariadb") {
+		flavor, minMajor, minMinor = "MariaDB", 10, 6
+	}
+	m := versionRE.FindStringSubmatch(version)
+	if m == nil {
+		return check{Name: "server", Status: checkWarn, Detail: fmt.Sprintf("%s %s: cannot tell the version", flavor, version)}
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	detail := fmt.Sprintf("%s %s", flavor, version)
+	if major < minMajor || (major == minMajor && minor < minMinor) {
+		return check{Name: "server", Status: checkFail, Detail: detail + fmt.Sprintf(" is too old; mend needs %s %d.%d or later", flavor, minMajor, minMinor),
+			Fix: "upgrade the server (MySQL 8.0+ or MariaDB 10.6+)"}
+	}
+	return check{Name: "server", Status: checkOK, Detail: detail}
+}
+
+func checkSchema(ctx context.Context, dsn string) check {
+	latest, err := migrations.Mend.Latest()
+	if err != nil {
+		return check{Name: "schema", Status: checkFail, Detail: err.Error()}
+	}
+	v, dirty, err := migrations.Version(ctx, dsn)
+	switch {
+	case err != nil:
+		return check{Name: "schema", Status: checkFail, Detail: "cannot read the schema version: " + err.Error()}
+	case dirty:
+		return check{Name: "schema", Status: checkFail, Detail: fmt.Sprintf("version %d is DIRTY: a migration failed half way", v),
+			Fix: "repair the schema by hand to match the migration, then clear the flag (docs/operations.md, 'Dirty schema')"}
+	case v == 0:
+		return check{Name: "schema", Status: checkFail, Detail: "no mend schema in this database", Fix: "run: mend migrate up"}
+	case v < latest:
+		return check{Name: "schema", Status: checkFail, Detail: fmt.Sprintf("version %d, this binary needs %d", v, latest), Fix: "run: mend migrate up"}
+	case v > latest:
+		return check{Name: "schema", Status: checkFail, Detail: fmt.Sprintf("version %d is newer than this binary knows (%d)", v, latest), Fix: "run a newer mend binary"}
+	}
+	return check{Name: "schema", Status: checkOK, Detail: fmt.Sprintf("version %d of %d, clean", v, latest)}
+}
+
+func strictMode(mode string) bool {
+	for m := range strings.SplitSeq(strings.ToUpper(mode), ",") {
+		if m == "STRICT_TRANS_TABLES" || m == "STRICT_ALL_TABLES" {
+			return true
+		}
+	}
+	return false
+}
+
+func checkSQLMode(ctx context.Context, db *sql.DB) check {
+	var global, session string
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.sql_mode, @@SESSION.sql_mode").Scan(&global, &session); err != nil {
+		return check{Name: "sql_mode", Status: checkFail, Detail: "cannot read sql_mode: " + err.Error()}
+	}
+	fix := "include STRICT_TRANS_TABLES in the server's sql_mode and drop any sql_mode parameter from the DSN"
+	switch {
+	case !strictMode(session):
+		return check{Name: "sql_mode", Status: checkFail, Fix: fix,
+			Detail: fmt.Sprintf("sessions on this DSN run with sql_mode %q, which is not strict: an over-long identity is silently truncated instead of refused", session)}
+	case !strictMode(global):
+		return check{Name: "sql_mode", Status: checkFail, Fix: fix,
+			Detail: fmt.Sprintf("the server's sql_mode %q is not strict: clients that do not set their own (ad-hoc SQL, the host) silently truncate", global)}
+	}
+	return check{Name: "sql_mode", Status: checkOK, Detail: fmt.Sprintf("strict (%s); mend sets its own strict mode on every connection too", session)}
+}
+
+// identityColumns are the columns that must compare byte for byte.
+var identityColumns = map[string][]string{
+	"mend_records":       {"record_id", "queue", "source_key", "topic", "partition_key", "message_id", "batch_id"},
+	"mend_events":        {"record_id", "queue", "op_id", "actor"},
+	"mend_leases":        {"queue", "holder"},
+	"mend_lease_history": {"queue", "holder"},
+}
+
+func checkIdentityColumns(ctx context.Context, db *sql.DB) []check {
+	var bad []string
+	n := 0
+	for _, table := range sortedKeys(identityColumns) {
+		for _, col := range identityColumns[table] {
+			var typ string
+			err := db.QueryRowContext(ctx, `SELECT data_type FROM information_schema.columns
+				WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`, table, col).Scan(&typ)
+			if err == sql.ErrNoRows {
+				continue // no schema yet: the schema check says so
+			}
+			if err != nil {
+				return []check{{Name: "identity columns", Status: checkFail, Detail: err.Error()}}
+			}
+			n++
+			if typ = strings.ToLower(typ); typ != "binary" && typ != "varbinary" {
+				bad = append(bad, fmt.Sprintf("%s.%s is %s", table, col, typ))
+			}
+		}
+	}
+	var hashIdx, engines int
+	_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name LIKE 'mend\_%' AND index_type <> 'BTREE'`).Scan(&hashIdx)
+	_ = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables
+		WHERE table_schema = DATABASE() AND table_name LIKE 'mend\_%' AND table_type = 'BASE TABLE' AND engine <> 'InnoDB'`).Scan(&engines)
+	var out []check
+	switch {
+	case n == 0:
+		out = append(out, check{Name: "identity columns", Status: checkFail, Detail: "mend's tables are missing", Fix: "run: mend migrate up"})
+	case len(bad) > 0:
+		out = append(out, check{Name: "identity columns", Status: checkFail, Detail: strings.Join(bad, "; ") + ": a collation would fold case or trailing spaces and merge distinct identities",
+			Fix: "restore the VARBINARY/BINARY column types of mend's migrations"})
+	default:
+		out = append(out, check{Name: "identity columns", Status: checkOK, Detail: fmt.Sprintf("%d columns are BINARY/VARBINARY (byte-exact)", n)})
+	}
+	if hashIdx > 0 || engines > 0 {
+		out = append(out, check{Name: "indexes and engines", Status: checkFail,
+			Detail: fmt.Sprintf("%d non-BTREE index columns, %d non-InnoDB tables: MySQL 8 cannot load a USING HASH unique key, and fencing needs InnoDB row locks", hashIdx, engines),
+			Fix:    "recreate the tables from mend's migrations"})
+	}
+	return out
+}
+
+func checkTimeZone(ctx context.Context, db *sql.DB) check {
+	var globalTZ, systemTZ string
+	var offsetSec int64
+	var dbNow time.Time
+	err := db.QueryRowContext(ctx, `SELECT @@GLOBAL.time_zone, @@system_time_zone,
+		TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), NOW(6)), UTC_TIMESTAMP(6)`).Scan(&globalTZ, &systemTZ, &offsetSec, &dbNow)
+	if err != nil {
+		return check{Name: "time zone", Status: checkFail, Detail: "cannot read the clock: " + err.Error()}
+	}
+	if offsetSec != 0 {
+		return check{Name: "time zone", Status: checkFail, Detail: fmt.Sprintf("NOW(6) is %d s off UTC in mend's sessions", offsetSec),
+			Fix: "let mend set time_zone='+00:00' (do not override time_zone in the DSN)"}
+	}
+	skew := time.Since(dbNow)
+	detail := fmt.Sprintf("mend's sessions run in UTC (server time_zone %s, system %s); database clock is %s from this host's",
+		globalTZ, systemTZ, time.Duration(math.Abs(float64(skew))).Round(time.Millisecond))
+	if skew > 5*time.Second || skew < -5*time.Second {
+		return check{Name: "time zone", Status: checkWarn, Detail: detail + " (mend compares only database times, but logs will not line up)"}
+	}
+	return check{Name: "time zone", Status: checkOK, Detail: detail}
+}
+
+func checkLockWait(ctx context.Context, raw, mendDB *sql.DB, cfg *mysql.Config, ttl time.Duration) check {
+	var serverWait, mendWait int64
+	if err := raw.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&serverWait); err != nil {
+		return check{Name: "lock wait timeout", Status: checkFail, Detail: err.Error()}
+	}
+	if err := mendDB.QueryRowContext(ctx, "SELECT @@SESSION.innodb_lock_wait_timeout").Scan(&mendWait); err != nil {
+		return check{Name: "lock wait timeout", Status: checkFail, Detail: err.Error()}
+	}
+	wait := time.Duration(mendWait) * time.Second
+	source := "set by the DSN"
+	if _, ok := cfg.Params[lockWaitParam]; !ok {
+		source = fmt.Sprintf("mend run sets it below the TTL; the server default is %ds", serverWait)
+	}
+	if wait >= ttl {
+		return check{Name: "lock wait timeout", Status: checkFail,
+			Detail: fmt.Sprintf("innodb_lock_wait_timeout %s (%s) is not below the lease TTL %s: a takeover could wait on the lease row longer than a whole term", wait, source, ttl),
+			Fix:    fmt.Sprintf("set %s=%d in the DSN, or raise --lease-ttl above %s", lockWaitParam, defaultLockWait(ttl), wait)}
+	}
+	return check{Name: "lock wait timeout", Status: checkOK, Detail: fmt.Sprintf("%s (%s), below the lease TTL %s", wait, source, ttl)}
+}

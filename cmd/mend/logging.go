@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// redacted replaces a secret wherever it would be printed.
+const redacted = "*****"
+
+// scrubber removes known secrets (DSN passwords, whole DSNs) from text. Every
+// log line and every error line the binary prints passes through it, so a
+// password that ends up inside a driver error or a library's message is
+// still never printed.
+type scrubber struct {
+	mu      sync.RWMutex
+	secrets []string
+}
+
+// addDSN registers dsn's password, and the DSN itself, as secrets.
+func (s *scrubber) addDSN(dsn string) {
+	if dsn == "" {
+		return
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && cfg.Passwd != "" {
+		s.secrets = append(s.secrets, cfg.Passwd)
+		if esc := strings.ReplaceAll(cfg.Passwd, `"`, `\"`); esc != cfg.Passwd {
+			s.secrets = append(s.secrets, esc) // as %q would print it
+		}
+	}
+	if err != nil || cfg.Passwd != "" {
+		// An unparsable DSN may still hold a password somewhere in it.
+		s.secrets = append(s.secrets, dsn)
+	}
+	// Longest first, so a DSN is replaced whole before its password.
+	for i := 1; i < len(s.secrets); i++ {
+		for j := i; j > 0 && len(s.secrets[j]) > len(s.secrets[j-1]); j-- {
+			s.secrets[j], s.secrets[j-1] = s.secrets[j-1], s.secrets[j]
+		}
+	}
+}
+
+// clean returns text with every secret replaced.
+func (s *scrubber) clean(text string) string {
+	if s == nil {
+		return text
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, sec := range s.secrets {
+		if sec != "" && strings.Contains(text, sec) {
+			text = strings.ReplaceAll(text, sec, redacted)
+		}
+	}
+	return text
+}
+
+// redactDSN returns dsn for display, with its password replaced. An
+// unparsable DSN is not shown at all.
+func redactDSN(dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	if cfg.Passwd != "" {
+		cfg.Passwd = redacted
+	}
+	return cfg.FormatDSN()
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(s)); err != nil {
+		return 0, usagef("--log-level must be debug, info, warn or error, not %q", s)
+	}
+	return lvl, nil
+}
+
+// newLogger returns a text or JSON logger on w whose every attribute,
+// message included, passes through the scrubber.
+func newLogger(w io.Writer, format string, level slog.Level, scrub *scrubber) *slog.Logger {
+	opts := &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			switch a.Value.Kind() {
+			case slog.KindString:
+				if c := scrub.clean(a.Value.String()); c != a.Value.String() {
+					a.Value = slog.StringValue(c)
+				}
+			case slog.KindAny:
+				switch v := a.Value.Any().(type) {
+				case error:
+					a.Value = slog.StringValue(scrub.clean(v.Error()))
+				case fmt.Stringer:
+					a.Value = slog.StringValue(scrub.clean(v.String()))
+				}
+			}
+			return a
+		},
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,26 @@
+// Command mend runs and inspects mend: the reconciler service, schema
+// migrations, operator queries, a health check of the database setup and a
+// self-contained demo. Run `mend help` for the commands.
+//
+// The main package only parses flags and environment into a config, wires
+// the library's packages together and runs them; every command is a
+// function over (context, args, environment, output) so tests drive it
+// directly.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	// The first SIGINT or SIGTERM cancels ctx: `run` stops taking queues,
+	// abandons in-flight work cleanly and releases its leases. A second
+	// signal kills the process the default way.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
+	"github.com/mendq/mend/storage"
+)
+
+// metrics are the binary's Prometheus metrics, on a registry of its own
+// (never the global one). Counters come from the library's hooks; record
+// and lease gauges are read from SQL at scrape time, so every replica
+// reports the same truth and nothing is lost on restart.
+type metrics struct {
+	reg *prometheus.Registry
+
+	settles      *prometheus.CounterVec
+	wakeups      *prometheus.CounterVec
+	parked       *prometheus.CounterVec
+	fenced       *prometheus.CounterVec
+	leaseAcq     *prometheus.CounterVec
+	leaseLost    *prometheus.CounterVec
+	renewFailed  prometheus.Counter
+	queueRuns    *prometheus.CounterVec
+	plannerRun   prometheus.Histogram
+	reconcilePas prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		settles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_settles_total",
+			Help: "Batch outcomes settled by the planner, by outcome and whether the host's outcome diverged from the dead letter's."},
+			[]string{"outcome", "divergent"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_wakeups_total",
+			Help: "Wake-up publishes by queue and result (sent or failed)."}, []string{"queue", "result"}),
+		parked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_parked_total",
+			Help: "Records parked for an operator, by queue."}, []string{"queue"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_fenced_rejections_total",
+			Help: "Planner writes refused because their lease term was no longer current, by queue."}, []string{"queue"}),
+		leaseAcq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_lease_acquisitions_total",
+			Help: "Lease terms this process was granted, by queue."}, []string{"queue"}),
+		leaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_lease_losses_total",
+			Help: "Leases this process lost or stopped trusting before releasing them, by queue."}, []string{"queue"}),
+		renewFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "mend_lease_renew_failures_total",
+			Help: "Lease renew attempts that failed (transient or refused)."}),
+		queueRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_planner_runs_total",
+			Help: "Planner runs over one queue, by result (ok or error)."}, []string{"result"}),
+		plannerRun: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_planner_run_duration_seconds",
+			Help: "How long one planner run over one queue took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		reconcilePas: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_reconcile_pass_duration_seconds",
+			Help: "How long one reconciler pass over all due queues took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+	}
+	m.reg.MustRegister(m.settles, m.wakeups, m.parked, m.fenced, m.leaseAcq, m.leaseLost, m.renewFailed,
+		m.queueRuns, m.plannerRun, m.reconcilePas,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) plannerHooks() planner.Hooks {
+	return planner.Hooks{
+		OnSettled: func(_ string, outcome mend.BatchState, divergent bool) {
+			m.settles.WithLabelValues(string(outcome), strconv.FormatBool(divergent)).Inc()
+		},
+		OnWake: func(queue string, err error) {
+			result := "sent"
+			if err != nil {
+				result = "failed"
+			}
+			m.wakeups.WithLabelValues(queue, result).Inc()
+		},
+		OnParked: func(queue, _ string) { m.parked.WithLabelValues(queue).Inc() },
+		OnFenced: func(queue string) { m.fenced.WithLabelValues(queue).Inc() },
+	}
+}
+
+func (m *metrics) reconcileHooks() reconcile.Hooks {
+	return reconcile.Hooks{
+		OnQueue: func(_ string, _ planner.Stats, d time.Duration, err error) {
+			m.plannerRun.Observe(d.Seconds())
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			m.queueRuns.WithLabelValues(result).Inc()
+		},
+		OnPass: func(_ reconcile.PassStats, d time.Duration) { m.reconcilePas.Observe(d.Seconds()) },
+	}
+}
+
+func (m *metrics) fenceHooks() fence.Hooks {
+	return fence.Hooks{
+		OnAcquired: func(t mend.Term) { m.leaseAcq.WithLabelValues(t.Queue).Inc() },
+		OnLost:     func(t mend.Term, _ error) { m.leaseLost.WithLabelValues(t.Queue).Inc() },
+		OnRenew: func(_ mend.Term, _ time.Duration, err error) {
+			if err != nil {
+				m.renewFailed.Inc()
+			}
+		},
+	}
+}
+
+// statusSource is the store as the SQL collector needs it.
+type statusSource interface {
+	Status(ctx context.Context) ([]storage.QueueStatus, error)
+}
+
+// sqlCollector reads record and lease gauges from the database at scrape
+// time. A failed read reports mend_status_up 0 and no gauges, rather than
+// stale numbers.
+type sqlCollector struct {
+	ctx     context.Context
+	store   statusSource
+	timeout time.Duration
+	log     *slog.Logger
+
+	up, records, due, oldest, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
+}
+
+func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) *sqlCollector {
+	return &sqlCollector{
+		ctx: ctx, store: store, timeout: 5 * time.Second, log: log,
+		up:         prometheus.NewDesc("mend_status_up", "1 if the last scrape could read mend's tables, else 0.", nil, nil),
+		records:    prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time.", []string{"queue", "state"}, nil),
+		due:        prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
+		oldest:     prometheus.NewDesc("mend_oldest_due_seconds", "How long the longest-overdue record of the queue has been due, by the database clock; 0 when nothing is due.", []string{"queue"}, nil),
+		leaseHeld:  prometheus.NewDesc("mend_lease_held", "1 if the queue's lease term is current by the database clock.", []string{"queue"}, nil),
+		leaseEpoch: prometheus.NewDesc("mend_lease_epoch", "The queue's latest lease epoch.", []string{"queue"}, nil),
+		leaseLeft:  prometheus.NewDesc("mend_lease_seconds_left", "Seconds until the queue's lease term expires by the database clock (negative: expired).", []string{"queue"}, nil),
+	}
+}
+
+func (c *sqlCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.up, c.records, c.due, c.oldest, c.leaseHeld, c.leaseEpoch, c.leaseLeft} {
+		ch <- d
+	}
+}
+
+var allStates = []mend.State{mend.StatePending, mend.StateWaiting, mend.StateSettled, mend.StateParked, mend.StateDone}
+
+func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	st, err := c.store.Status(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read status", "err", err)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	for _, q := range st {
+		for _, s := range allStates {
+			ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(q.Counts[s]), q.Queue, string(s))
+		}
+		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(q.Due), q.Queue)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Queue)
+		if l := q.Lease; l != nil {
+			held := 0.0
+			if l.Live() {
+				held = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.leaseHeld, prometheus.GaugeValue, held, q.Queue)
+			ch <- prometheus.MustNewConstMetric(c.leaseEpoch, prometheus.GaugeValue, float64(l.Term.Epoch), q.Queue)
+			ch <- prometheus.MustNewConstMetric(c.leaseLeft, prometheus.GaugeValue, l.Remaining.Seconds(), q.Queue)
+		}
+	}
+}
+
+// pinger is the database as /readyz needs it.
+type pinger interface {
+	PingContext(ctx context.Context) error
+}
+
+// newHTTPHandler serves /metrics, /healthz (the process answers) and
+// /readyz (the database answers).
+func newHTTPHandler(m *metrics, db pinger, scrub *scrubber) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := db.PingContext(ctx); err != nil {
+			http.Error(w, scrub.clean("database unreachable: "+oneLine(err.Error())), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// metricsServer serves the handler on addr until stopped.
+type metricsServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan error
+}
+
+// startMetrics listens on addr first, so a bad or taken address fails the
+// command at once rather than in the background.
+func startMetrics(addr string, h http.Handler) (*metricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	s := &metricsServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, ln: ln, done: make(chan error, 1)}
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return s, nil
+}
+
+func (s *metricsServer) Addr() string { return s.ln.Addr().String() }
+
+func (s *metricsServer) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(s.srv.Shutdown(ctx), <-s.done)
+}

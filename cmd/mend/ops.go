@@ -1,0 +1,531 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/storage"
+)
+
+// opTimeout bounds the one-shot operator commands.
+const opTimeout = time.Minute
+
+func openStore(ctx context.Context, dsn string) (*storage.DB, error) {
+	store, err := storage.Open(ctx, dsn, storage.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open mend's database: %w", err)
+	}
+	return store, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// ---- migrate ----
+
+func runMigrate(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("migrate", "up|down|version ", "Apply (up), revert (down) or show (version) mend's schema.", true)
+	yes := f.Bool("yes", false, "confirm 'down', which drops every mend table and its data")
+	// Flags may come before or after the action.
+	var action string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		action, args = args[0], args[1:]
+	}
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if action == "" && f.NArg() > 0 {
+		action = f.Arg(0)
+		if f.NArg() > 1 {
+			return usagef("unexpected argument %q after %q", f.Arg(1), action)
+		}
+	} else if err := f.noArgs(); err != nil {
+		return err
+	}
+	dsn, err := f.needDSN()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	switch action {
+	case "up":
+		if err := migrations.Up(ctx, dsn); err != nil {
+			return err
+		}
+	case "down":
+		if !*yes {
+			return usagef("'migrate down' drops every mend table and its data; add --yes to confirm")
+		}
+		if err := migrations.Down(ctx, dsn); err != nil {
+			return err
+		}
+	case "version":
+	case "":
+		return usagef("name an action: mend migrate up|down|version")
+	default:
+		return usagef("unknown action %q; use up, down or version", action)
+	}
+	v, dirty, err := migrations.Version(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	latest, err := migrations.Mend.Latest()
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return writeJSON(a.stdout, map[string]any{"version": v, "latest": latest, "dirty": dirty})
+	}
+	state := "clean"
+	if dirty {
+		state = "DIRTY (a migration failed half way; see docs/operations.md)"
+	}
+	fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", v, latest, state)
+	return nil
+}
+
+// ---- status ----
+
+type leaseJSON struct {
+	Holder      string  `json:"holder"`
+	Epoch       int64   `json:"epoch"`
+	Held        bool    `json:"held"`
+	SecondsLeft float64 `json:"seconds_left"`
+	ExpiresAt   string  `json:"expires_at"`
+}
+
+type queueStatusJSON struct {
+	Queue            string           `json:"queue"`
+	Counts           map[string]int64 `json:"counts"`
+	Due              int64            `json:"due"`
+	OldestDueSeconds float64          `json:"oldest_due_seconds"`
+	Lease            *leaseJSON       `json:"lease"`
+}
+
+func runStatus(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("status", "", "Per queue: records by state, how many are due and for how long, and the lease.", true)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	dsn, err := f.needDSN()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	store, err := openStore(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	st, err := store.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		out := make([]queueStatusJSON, 0, len(st))
+		for _, q := range st {
+			j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds()}
+			for s, n := range q.Counts {
+				j.Counts[string(s)] = n
+			}
+			if q.Lease != nil {
+				j.Lease = &leaseJSON{Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
+					SecondsLeft: max(q.Lease.Remaining.Seconds(), 0), ExpiresAt: q.Lease.ExpiresAt.Format(time.RFC3339Nano)}
+			}
+			out = append(out, j)
+		}
+		return writeJSON(a.stdout, out)
+	}
+	if len(st) == 0 {
+		fmt.Fprintln(a.stdout, "no records and no leases yet")
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tLEASE")
+	for _, q := range st {
+		lease := "never held"
+		if l := q.Lease; l != nil {
+			switch {
+			case l.Live():
+				lease = fmt.Sprintf("held by %s, epoch %d, %s left", l.Term.Holder, l.Term.Epoch, fmtAge(l.Remaining))
+			case l.Term.Epoch > 0:
+				lease = fmt.Sprintf("free (last epoch %d, %s)", l.Term.Epoch, l.Term.Holder)
+			}
+		}
+		c := q.Counts
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
+			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, fmtAge(q.OldestDue), lease)
+	}
+	return tw.Flush()
+}
+
+// ---- inspect ----
+
+type recordJSON struct {
+	ID            string         `json:"record_id"`
+	Queue         string         `json:"queue"`
+	Topic         string         `json:"topic"`
+	Partition     string         `json:"partition"`
+	MessageID     string         `json:"message_id"`
+	BatchID       string         `json:"batch_id"`
+	Desired       string         `json:"desired_outcome"`
+	State         string         `json:"state"`
+	Version       int64          `json:"version"`
+	Attempts      int            `json:"attempts"`
+	NextAttemptAt *time.Time     `json:"next_attempt_at"`
+	LastError     string         `json:"last_error"`
+	Epoch         int64          `json:"epoch"`
+	CreatedAt     time.Time      `json:"created_at"`
+	UpdatedAt     time.Time      `json:"updated_at"`
+	StateSince    time.Time      `json:"state_since"`
+	Snapshot      snapshotJSON   `json:"snapshot"`
+	Subjects      []mend.Subject `json:"subjects"`
+}
+
+type snapshotJSON struct {
+	FailureCount int    `json:"failure_count"`
+	LastError    string `json:"last_error"`
+	FailedAt     string `json:"failed_at,omitempty"`
+	Payload      string `json:"payload,omitempty"`     // when valid UTF-8
+	PayloadHex   string `json:"payload_hex,omitempty"` // otherwise
+}
+
+type eventJSON struct {
+	Seq       int64           `json:"seq"`
+	Kind      string          `json:"kind"`
+	Epoch     int64           `json:"epoch"`
+	Actor     string          `json:"actor"`
+	OpID      string          `json:"op_id"`
+	Data      json.RawMessage `json:"data"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+func toRecordJSON(r mend.Record) recordJSON {
+	j := recordJSON{ID: r.ID.String(), Queue: r.Source.Queue, Topic: r.Source.Topic, Partition: r.Source.Partition,
+		MessageID: r.Source.MessageID, BatchID: r.Target.BatchID, Desired: string(r.Target.Desired), State: string(r.State),
+		Version: r.Version, Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt, LastError: r.LastError, Epoch: r.Epoch,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, StateSince: r.StateSince, Subjects: r.Snapshot.Subjects,
+		Snapshot: snapshotJSON{FailureCount: r.Snapshot.FailureCount, LastError: r.Snapshot.LastError}}
+	if !r.Snapshot.FailedAt.IsZero() {
+		j.Snapshot.FailedAt = r.Snapshot.FailedAt.Format(time.RFC3339Nano)
+	}
+	if utf8.Valid(r.Snapshot.Payload) {
+		j.Snapshot.Payload = string(r.Snapshot.Payload)
+	} else {
+		j.Snapshot.PayloadHex = fmt.Sprintf("%x", r.Snapshot.Payload)
+	}
+	if j.Subjects == nil {
+		j.Subjects = []mend.Subject{}
+	}
+	return j
+}
+
+func toEventsJSON(evs []mend.Event) []eventJSON {
+	out := make([]eventJSON, len(evs))
+	for i, e := range evs {
+		data := e.Data
+		if !json.Valid(data) {
+			data = json.RawMessage(`{}`)
+		}
+		out[i] = eventJSON{Seq: e.Seq, Kind: string(e.Kind), Epoch: e.Epoch, Actor: e.Actor, OpID: e.OpID, Data: data, CreatedAt: e.CreatedAt}
+	}
+	return out
+}
+
+func runInspect(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("inspect", "", "Show a record and its full event history. With only --queue, list the queue's newest records.", true)
+	queue := f.String("queue", "", "the queue (optional with --record)")
+	recordID := f.String("record", "", "record ID (32 hex characters)")
+	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq")
+	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
+	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
+	limit := f.Int("limit", 50, "how many records to list with only --queue")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	dsn, err := f.needDSN()
+	if err != nil {
+		return err
+	}
+	var id mend.RecordID
+	switch {
+	case *recordID != "":
+		if id, err = mend.ParseRecordID(*recordID); err != nil {
+			return usagef("--record: %v", err)
+		}
+	case *messageID != "":
+		if *queue == "" || *topic == "" {
+			return usagef("--message-id needs --queue and --topic (and --partition if it is not empty)")
+		}
+	case *queue == "":
+		return usagef("name what to inspect: --record ID, or --queue Q (with --topic and --message-id for one message)")
+	}
+	if *limit < 1 {
+		return usagef("--limit must be at least 1")
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	store, err := openStore(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	var rec mend.Record
+	switch {
+	case *recordID != "":
+		if rec, err = store.RecordFind(ctx, id); err != nil {
+			return err
+		}
+		if *queue != "" && rec.Source.Queue != *queue {
+			return fmt.Errorf("record %s is in queue %q, not %q", id, rec.Source.Queue, *queue)
+		}
+	case *messageID != "":
+		src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
+		if rec, err = store.RecordGet(ctx, src); err != nil {
+			if errors.Is(err, mend.ErrInvalid) {
+				return usagef("%v", err)
+			}
+			return err
+		}
+	default:
+		recs, err := store.RecordsList(ctx, *queue, *limit)
+		if err != nil {
+			return err
+		}
+		return a.printRecordList(f.json, *queue, recs)
+	}
+	evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "events": toEventsJSON(evs)})
+	}
+	printRecord(a.stdout, rec)
+	fmt.Fprintln(a.stdout, "history:")
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SEQ\tAT (UTC)\tKIND\tEPOCH\tACTOR\tDATA")
+	for _, e := range evs {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\n", e.Seq, e.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), e.Kind, e.Epoch, e.Actor, compactJSON(e.Data))
+	}
+	return tw.Flush()
+}
+
+func (a *app) printRecordList(asJSON bool, queue string, recs []mend.Record) error {
+	if asJSON {
+		out := make([]recordJSON, len(recs))
+		for i, r := range recs {
+			out[i] = toRecordJSON(r)
+		}
+		return writeJSON(a.stdout, out)
+	}
+	if len(recs) == 0 {
+		fmt.Fprintf(a.stdout, "queue %q has no records\n", queue)
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RECORD\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
+			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
+	}
+	return tw.Flush()
+}
+
+func printRecord(w io.Writer, r mend.Record) {
+	fmt.Fprintf(w, "record %s\n", r.ID)
+	fmt.Fprintf(w, "  queue:      %s\n", r.Source.Queue)
+	fmt.Fprintf(w, "  source:     topic %q, partition %q, message ID %q\n", r.Source.Topic, r.Source.Partition, r.Source.MessageID)
+	fmt.Fprintf(w, "  target:     batch %q, desired outcome %q\n", r.Target.BatchID, r.Target.Desired)
+	fmt.Fprintf(w, "  state:      %s for %s (version %d, attempts %d, last epoch %d)\n", r.State, fmtAge(r.StateAge), r.Version, r.Attempts, r.Epoch)
+	if r.NextAttemptAt != nil {
+		fmt.Fprintf(w, "  next try:   %s UTC\n", r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000"))
+	}
+	if r.LastError != "" {
+		fmt.Fprintf(w, "  last error: %s\n", clipLine(r.LastError, 300))
+	}
+	fmt.Fprintf(w, "  dead letter: failed %d times, last error %q\n", r.Snapshot.FailureCount, clipLine(r.Snapshot.LastError, 200))
+}
+
+func compactJSON(b []byte) string {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || len(m) == 0 {
+		return "{}"
+	}
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		v, _ := json.Marshal(m[k])
+		parts = append(parts, k+"="+string(v))
+	}
+	return strings.Join(parts, " ")
+}
+
+func clipLine(s string, n int) string {
+	s = oneLine(s)
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// ---- record ----
+
+func runRecord(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("record", "", "Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message again returns the existing record.", true)
+	queue := f.String("queue", "", "the queue (required)")
+	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
+	partition := f.String("partition", "", "the partition key (usually the queue)")
+	messageID := f.String("message-id", "", "the message ID (required)")
+	payloadFile := f.String("payload-file", "", "file holding the payload; - reads stdin")
+	payload := f.String("payload", "", "the payload inline (instead of --payload-file)")
+	failures := f.Int("failure-count", 0, "how often the message failed")
+	lastErr := f.String("last-error", "", "the message's last error")
+	actor := f.String("actor", "operator", "who records it, kept in the event log")
+	_ = f.Set("log-level", "warn") // the command prints what it did; the intake's info line would repeat it
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	dsn, err := f.needDSN()
+	if err != nil {
+		return err
+	}
+	for _, req := range []struct{ name, v string }{{"queue", *queue}, {"topic", *topic}, {"message-id", *messageID}} {
+		if err := requireFlag(req.name, req.v); err != nil {
+			return err
+		}
+	}
+	if *payload != "" && *payloadFile != "" {
+		return usagef("give --payload or --payload-file, not both")
+	}
+	body := []byte(*payload)
+	if *payloadFile != "" {
+		if *payloadFile == "-" {
+			body, err = io.ReadAll(os.Stdin)
+		} else {
+			body, err = os.ReadFile(*payloadFile)
+		}
+		if err != nil {
+			return usagef("--payload-file: %v", err)
+		}
+	}
+	d := dlq.Delivery{
+		Source:       mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID},
+		Payload:      body,
+		FailureCount: *failures,
+		LastError:    *lastErr,
+	}
+	if err := d.Source.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	store, err := openStore(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	in, err := dlq.New(store, dlq.Config{Actor: *actor, Logger: f.logger()})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	res, err := in.Record(ctx, d)
+	if err != nil {
+		if errors.Is(err, mend.ErrInvalid) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	if f.json {
+		return writeJSON(a.stdout, map[string]any{"created": res.Created, "record": toRecordJSON(res.Record)})
+	}
+	verb := "recorded"
+	if !res.Created {
+		verb = "already recorded"
+	}
+	fmt.Fprintf(a.stdout, "%s %s in queue %q: state %s", verb, res.Record.ID, res.Record.Source.Queue, res.Record.State)
+	if res.Record.State == mend.StateParked {
+		fmt.Fprintf(a.stdout, " (%s)", clipLine(res.Record.LastError, 200))
+	}
+	fmt.Fprintln(a.stdout)
+	return nil
+}
+
+// ---- retry ----
+
+func runRetry(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("retry", "", "Put a parked record back to pending, due now; the next reconciler pass repairs it.", true)
+	recordID := f.String("record", "", "the parked record's ID (required)")
+	actor := f.String("actor", "operator", "who retries it, kept in the event log")
+	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	dsn, err := f.needDSN()
+	if err != nil {
+		return err
+	}
+	if err := requireFlag("record", *recordID); err != nil {
+		return err
+	}
+	id, err := mend.ParseRecordID(*recordID)
+	if err != nil {
+		return usagef("--record: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	store, err := openStore(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	before, err := store.RecordFind(ctx, id)
+	if err != nil {
+		return err
+	}
+	rec, err := store.RecordRetry(ctx, storage.RetryParams{ID: id, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+	if errors.Is(err, storage.ErrNotParked) {
+		return fmt.Errorf("record %s is %s, not parked: only parked records can be retried", id, before.State)
+	}
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "was_parked_for": before.LastError})
+	}
+	fmt.Fprintf(a.stdout, "record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it\n",
+		rec.ID, rec.Source.Queue, clipLine(before.LastError, 200))
+	return nil
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
+	"github.com/mendq/mend/storage"
+)
+
+// runConfig is everything `mend run` needs, after flags and environment.
+type runConfig struct {
+	DSN, HostDSN, QueueDSN string
+	Once                   bool
+	Interval               time.Duration
+	LeaseTTL               time.Duration
+	Concurrency            int
+	Holder                 string
+	MetricsAddr            string
+	Retention              time.Duration
+	MaxAttempts            int
+	Grace                  time.Duration
+	WakeTopic              string
+}
+
+func (c runConfig) validate() error {
+	switch {
+	case c.Interval < 10*time.Millisecond:
+		return usagef("--interval must be at least 10ms, got %s", c.Interval)
+	case c.LeaseTTL < time.Second || c.LeaseTTL > 24*time.Hour:
+		return usagef("--lease-ttl must be between 1s and 24h, got %s", c.LeaseTTL)
+	case c.Concurrency < 1 || c.Concurrency > 256:
+		return usagef("--concurrency must be between 1 and 256, got %d", c.Concurrency)
+	case c.Holder == "" || len(c.Holder) > 255:
+		return usagef("--holder must be 1 to 255 bytes")
+	case c.MaxAttempts < 1:
+		return usagef("--max-attempts must be at least 1")
+	case c.Grace <= 0:
+		return usagef("--grace must be positive")
+	}
+	return nil
+}
+
+func runRun(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("run", "", "Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", false)
+	var c runConfig
+	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of the host's application database (batches, requests); default: --dsn")
+	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of the host's queue database (messages); default: --host-dsn")
+	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if a queue's repair failed")
+	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
+	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
+	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
+	f.StringVar(&c.Holder, "holder", defaultHolder(), "this process's name in lease rows (unique per process)")
+	f.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9464 (empty: off)")
+	f.DurationVar(&c.Retention, "retention", reconcile.RetentionDefault, "how long done records are kept (negative: never prune)")
+	f.IntVar(&c.MaxAttempts, "max-attempts", planner.MaxAttemptsDefault, "failed attempts in a row before a record is parked")
+	f.DurationVar(&c.Grace, "grace", planner.GraceDefault, "how long to wait on a merging batch before parking the record")
+	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	var err error
+	if c.DSN, err = f.needDSN(); err != nil {
+		return err
+	}
+	if c.HostDSN == "" {
+		c.HostDSN = c.DSN
+	} else if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
+		return err
+	}
+	if c.QueueDSN == "" {
+		c.QueueDSN = c.HostDSN
+	} else if _, err := checkDSN("--queue-dsn", c.QueueDSN); err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return serve(ctx, c, f.logger(), a.scrub)
+}
+
+// service is mend run's wired components.
+type service struct {
+	store   *storage.DB
+	host    *host.DB
+	fence   *fence.Fence
+	planner *planner.Planner
+	rec     *reconcile.Reconciler
+}
+
+func (s *service) close() error { return errors.Join(s.host.Close(), s.store.Close()) }
+
+// wire connects to the databases and builds the reconciler.
+func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics) (*service, error) {
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, err := storage.Open(openCtx, withLockWait(c.DSN, c.LeaseTTL), storage.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open mend's database: %w", err)
+	}
+	hostDB, err := host.Open(openCtx, c.HostDSN, c.QueueDSN, host.Options{WakeTopic: c.WakeTopic})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("open the host's databases: %w", err), store.Close())
+	}
+	s := &service{store: store, host: hostDB}
+	fail := func(err error) (*service, error) { return nil, errors.Join(err, s.close()) }
+
+	var fh fence.Hooks
+	var ph planner.Hooks
+	var rh reconcile.Hooks
+	if m != nil {
+		fh, ph, rh = m.fenceHooks(), m.plannerHooks(), m.reconcileHooks()
+	}
+	if s.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: log, Hooks: fh}); err != nil {
+		return fail(usagef("lease settings: %v", err))
+	}
+	s.planner, err = planner.New(planner.Config{Store: store, Batches: hostDB, Waker: hostDB,
+		MaxAttempts: c.MaxAttempts, Grace: c.Grace, Actor: "planner/" + c.Holder, Hooks: ph, Logger: log})
+	if err != nil {
+		return fail(usagef("planner settings: %v", err))
+	}
+	s.rec, err = reconcile.New(reconcile.Config{Store: store, Fence: s.fence, Planner: s.planner,
+		Interval: c.Interval, Concurrency: c.Concurrency, Retention: c.Retention, Hooks: rh, Logger: log})
+	if err != nil {
+		return fail(usagef("reconciler settings: %v", err))
+	}
+	return s, nil
+}
+
+// serve runs the reconciler until ctx ends (or one pass, with Once).
+func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) (err error) {
+	clog := log.With("component", "mend")
+	var m *metrics
+	if c.MetricsAddr != "" {
+		m = newMetrics()
+	}
+	svc, err := wire(ctx, c, log, m)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, svc.close()) }()
+	if m != nil {
+		m.reg.MustRegister(newSQLCollector(ctx, svc.store, clog))
+		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, svc.store.SQL(), scrub))
+		if err != nil {
+			return err
+		}
+		clog.Info("serving metrics", "addr", ms.Addr(), "paths", "/metrics /healthz /readyz")
+		defer func() { err = errors.Join(err, ms.stop()) }()
+	}
+	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval.String(),
+		"lease_ttl", c.LeaseTTL.String(), "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
+
+	if c.Once {
+		ps, err := svc.rec.RunOnce(ctx)
+		if ctx.Err() != nil {
+			clog.Info("interrupted; leases released")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r := ps.Records
+		clog.Info("pass done", "queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
+			"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed, "done", r.Done,
+			"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned)
+		if ps.Failed > 0 {
+			return fmt.Errorf("%d queue(s) could not be repaired this pass; see the log above", ps.Failed)
+		}
+		return nil
+	}
+	if err := svc.rec.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	clog.Info("signal received: stopping (finishing or abandoning in-flight work, releasing leases)")
+	svc.rec.Stop()
+	clog.Info("stopped cleanly")
+	return nil
+}

@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package localdb
+
+import "syscall"
+
+// sysProcAttr puts the server in its own process group.
+func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
