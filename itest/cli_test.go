@@ -375,47 +375,127 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
-	t.Run("no log line contains the DSN password", func(t *testing.T) {
+	t.Run("least-privilege users, and no log line contains the DSN password", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		const password = "S3cret-pa55word"
-		user := "mend_pw_" + b.db.Name[len(b.db.Name)-8:]
+		suffix := b.db.Name[len(b.db.Name)-8:]
 		root := b.db.SQL(t)
-		if _, err := root.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'"); err != nil {
-			t.Skipf("cannot create a user on this server: %v", err)
+		// The grants of docs/operations.md, on the test's database, which
+		// holds both mend's tables and the reference host's.
+		users := map[string][]string{
+			"mend_ddl_" + suffix: {"CREATE, ALTER, DROP, INDEX, CREATE VIEW, SHOW VIEW, SELECT, INSERT, UPDATE, DELETE ON %s.*"},
+			"mend_run_" + suffix: {
+				"SELECT, INSERT, UPDATE, DELETE ON %s.mend_records",
+				"SELECT, INSERT, DELETE ON %s.mend_events",
+				"SELECT, INSERT, UPDATE ON %s.mend_leases",
+				"SELECT, INSERT, UPDATE ON %s.mend_lease_history",
+				"SELECT ON %s.mend_schema_migrations",
+				"SELECT, UPDATE ON %s.sq_batches",
+				"SELECT, INSERT, DELETE ON %s.sq_batch_membership",
+				"SELECT, UPDATE ON %s.sq_requests",
+				"INSERT, UPDATE ON %s.sq_messages",
+			},
 		}
-		t.Cleanup(func() { _, _ = root.Exec("DROP USER '" + user + "'@'%'") })
-		if _, err := root.Exec("GRANT ALL ON " + b.db.Name + ".* TO '" + user + "'@'%'"); err != nil {
-			t.Fatal(err)
+		dsnFor := map[string]string{}
+		for user, grants := range users {
+			if _, err := root.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'"); err != nil {
+				t.Skipf("cannot create a user on this server: %v", err)
+			}
+			t.Cleanup(func() { _, _ = root.Exec("DROP USER '" + user + "'@'%'") })
+			for _, g := range grants {
+				if _, err := root.Exec("GRANT " + fmt.Sprintf(g, b.db.Name) + " TO '" + user + "'@'%'"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg, err := mysql.ParseDSN(b.db.DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.User, cfg.Passwd = user, password
+			dsnFor[user] = cfg.FormatDSN()
 		}
-		cfg, err := mysql.ParseDSN(b.db.DSN)
-		if err != nil {
-			t.Fatal(err)
+		ddl, runner := dsnFor["mend_ddl_"+suffix], dsnFor["mend_run_"+suffix]
+		for _, args := range [][]string{{"migrate", "down", "--yes", "--dsn", ddl}, {"migrate", "up", "--dsn", ddl}} {
+			if res := b.run(t, args...); res.code != 0 || strings.Contains(res.stdout+res.stderr, password) {
+				t.Fatalf("mend %v as the DDL user = exit %d\n%s%s", args[:2], res.code, res.stdout, res.stderr)
+			}
 		}
-		cfg.User, cfg.Passwd = user, password
-		dsn := cfg.FormatDSN()
 		record(t, b, "m1", `{"batch_id":"batch-1"}`)
 		// A failing wake-up makes the planner log its error too.
 		if err := b.host.FailNextPublish(context.Background(), "speculate", "q"); err != nil {
 			t.Fatal(err)
 		}
 		for _, format := range []string{"text", "json"} {
-			res := b.run(t, "run", "--once", "--dsn", dsn, "--log-format", format, "--log-level", "debug")
+			res := b.run(t, "run", "--once", "--dsn", runner, "--log-format", format, "--log-level", "debug")
 			if res.code != 0 || !strings.Contains(res.stderr, "pass done") {
-				t.Fatalf("run --once (%s) = exit %d\n%s", format, res.code, res.stderr)
+				t.Fatalf("run --once (%s) as the runtime user = exit %d\n%s", format, res.code, res.stderr)
 			}
 			if strings.Contains(res.stdout+res.stderr, password) {
 				t.Fatalf("the password appears in the %s output:\n%s%s", format, res.stdout, res.stderr)
 			}
-			if !strings.Contains(res.stderr, user) {
-				t.Fatalf("the %s log does not name the user (redacted DSN expected):\n%s", format, res.stderr)
+			if !strings.Contains(res.stderr, "mend_run_"+suffix) {
+				t.Fatalf("the %s log does not name the user (a redacted DSN is expected):\n%s", format, res.stderr)
 			}
 		}
+		// The first run settled the batch and failed the wake-up; the re-send
+		// waits for its backoff.
+		if res := b.mustRun(t, "status", "--dsn", runner, "--json"); !strings.Contains(res.stdout, `"settled": 1`) && !strings.Contains(res.stdout, `"done": 1`) {
+			t.Fatalf("status after the runs = %s; want the record settled or done", res.stdout)
+		}
+		if res := b.run(t, "doctor", "--dsn", runner); res.code != 0 {
+			t.Fatalf("doctor as the runtime user = exit %d\n%s%s", res.code, res.stdout, res.stderr)
+		}
 		// A wrong password fails with one line that names neither password.
+		cfg, _ := mysql.ParseDSN(runner)
 		cfg.Passwd = "Wr0ng-" + password
 		res := b.run(t, "run", "--once", "--dsn", cfg.FormatDSN())
 		if res.code != 1 || strings.Contains(res.stderr, "Wr0ng-") || strings.Contains(res.stderr, password) {
 			t.Fatalf("wrong password: exit %d, stderr %q; want exit 1 without the password", res.code, res.stderr)
+		}
+	})
+
+	t.Run("the queries of docs sql.md run", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		id, _ := record(t, b, "speculate/batch-1/1", `{"batch_id":"batch-1"}`)
+		record(t, b, "parked", `not json`)
+		b.mustRun(t, "run", "--once", "--dsn", b.db.DSN)
+		doc, err := os.ReadFile("../docs/sql.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+		conn := b.db.SQL(t)
+		n := 0
+		for _, blk := range blocks {
+			for _, stmt := range strings.Split(blk[1], ";") {
+				stmt = strings.TrimSpace(regexp.MustCompile(`(?m)--.*$`).ReplaceAllString(stmt, ""))
+				if stmt == "" {
+					continue
+				}
+				stmt = strings.ReplaceAll(stmt, "monorepo/main", "q")
+				stmt = strings.ReplaceAll(stmt, "3e7a90804741ccea825d8fc381a4a1af", id)
+				rows, err := conn.Query(stmt)
+				if err != nil {
+					t.Errorf("docs/sql.md query fails: %v\n%s", err, stmt)
+					continue
+				}
+				got := 0
+				for rows.Next() {
+					got++
+				}
+				if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+					t.Errorf("docs/sql.md query fails: %v\n%s", err, stmt)
+				}
+				if strings.Contains(stmt, "message_id = 'speculate/batch-1/1'") && got != 3 {
+					t.Errorf("history of the message has %d rows; want 3 (created, settled, woken)\n%s", got, stmt)
+				}
+				n++
+			}
+		}
+		if n < 8 {
+			t.Fatalf("ran %d queries from docs/sql.md; want all of them (at least 8)", n)
 		}
 	})
 
