@@ -159,6 +159,12 @@ func (a *app) newFlags(name, positional, summary string, withJSON bool) *flags {
 	return f
 }
 
+// setDefault changes a flag's default, as -h shows it too.
+func (f *flags) setDefault(name, value string) {
+	_ = f.Set(name, value)
+	f.Lookup(name).DefValue = value
+}
+
 // envName is a flag's environment twin.
 func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))

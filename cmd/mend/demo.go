@@ -42,7 +42,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		"Without --dsn it starts a private server from a local mariadbd/mysqld and removes it afterwards;\n"+
 		"with --dsn (or MEND_TEST_DSN) it creates and drops its own database on that server. Exit 0 only if the queue was repaired.", false)
 	// The library's own logs would drown the story; -log-level info shows them.
-	_ = f.Set("log-level", "error")
+	f.setDefault("log-level", "error")
 	if err := f.parse(args); err != nil {
 		return err
 	}

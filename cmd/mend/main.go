@@ -20,6 +20,10 @@ func main() {
 	// abandons in-flight work cleanly and releases its leases. A second
 	// signal kills the process the default way.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // from now on a signal has its default effect
+	}()
 	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)

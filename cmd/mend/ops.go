@@ -408,7 +408,7 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 	failures := f.Int("failure-count", 0, "how often the message failed")
 	lastErr := f.String("last-error", "", "the message's last error")
 	actor := f.String("actor", "operator", "who records it, kept in the event log")
-	_ = f.Set("log-level", "warn") // the command prints what it did; the intake's info line would repeat it
+	f.setDefault("log-level", "warn") // the command prints what it did; the intake's info line would repeat it
 	if err := f.parse(args); err != nil {
 		return err
 	}
