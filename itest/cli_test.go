@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -496,6 +497,35 @@ func TestCLI(t *testing.T) {
 		}
 		if n < 8 {
 			t.Fatalf("ran %d queries from docs/sql.md; want all of them (at least 8)", n)
+		}
+	})
+
+	t.Run("demo repairs the stuck queue and cleans up", func(t *testing.T) {
+		t.Parallel()
+		srv := mysqltest.SharedServer(t)
+		res := c.run(t, "demo", "--dsn", srv.RootDSN())
+		if res.code != 0 {
+			t.Fatalf("demo = exit %d\n%s%s", res.code, res.stdout, res.stderr)
+		}
+		for _, want := range []string{"What breaks", "wake_failed", "epoch 1", "woken", "epoch 2", "OK: batch-2 was woken by message \"mend/wake/"} {
+			if !strings.Contains(res.stdout, want) {
+				t.Errorf("demo output lacks %q:\n%s", want, res.stdout)
+			}
+		}
+		name := regexp.MustCompile(`mend_demo_[0-9a-f]+`).FindString(res.stdout + res.stderr)
+		cfg, err := mysql.ParseDSN(srv.RootDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		connector, err := mysql.NewConnector(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(connector)
+		defer db.Close()
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE 'mend\\_demo\\_%'").Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%d demo databases left behind (%v) %s", n, err, name)
 		}
 	})
 

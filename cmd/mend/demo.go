@@ -64,10 +64,11 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	}
 	var where string
 	if serverDSN != "" {
-		if _, err := mysql.ParseDSN(serverDSN); err != nil {
+		cfg, err := mysql.ParseDSN(serverDSN)
+		if err != nil {
 			return usagef("--dsn cannot be parsed (%v); expected user:pass@tcp(host:port)/", err)
 		}
-		where = "the server at " + redactDSN(serverDSN)
+		where = fmt.Sprintf("the server at %s (as %s)", cfg.Addr, cfg.User)
 	} else {
 		bin, err := localdb.FindBinary()
 		if err != nil {
