@@ -6,4 +6,9 @@ import (
 	"github.com/mendq/mend/internal/mysqltest"
 )
 
-func TestMain(m *testing.M) { mysqltest.Main(m) }
+func TestMain(m *testing.M) {
+	// Silence the driver's global logger before any test runs: setting it
+	// later would race with connections other tests are opening.
+	quietDriver()
+	mysqltest.Main(m)
+}
