@@ -4,19 +4,15 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"math/rand/v2"
-	"net"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/migrations"
 )
 
@@ -57,10 +53,6 @@ const (
 	DeadlockRetriesDefault = 4
 	WakeTopicDefault       = "speculate"
 )
-
-// sessionSQLMode is set on every connection, so an over-long value is an
-// error rather than a silent truncation whatever the server's default is.
-const sessionSQLMode = "'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'"
 
 // Options tunes a DB. The zero value is ready to use.
 type Options struct {
@@ -137,29 +129,10 @@ func openPool(ctx context.Context, field, dsn string) (*sql.DB, error) {
 	return pool, nil
 }
 
-// normalizeDSN parses dsn and sets what the adapter relies on. It never puts
-// the DSN itself in an error, since it may hold a password.
-func normalizeDSN(field, dsn string) (*mysql.Config, error) {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, &mend.ValidationError{Field: field, Reason: "cannot be parsed; expected user:password@tcp(host:port)/database"}
-	}
-	if cfg.DBName == "" {
-		return nil, &mend.ValidationError{Field: field, Reason: "names no database; add /<database> after the address"}
-	}
-	if cfg.ClientFoundRows {
-		return nil, &mend.ValidationError{Field: field, Reason: "sets clientFoundRows=true, which makes a duplicate publish look like an insert; remove it"}
-	}
-	cfg.ParseTime = true
-	cfg.Loc = time.UTC
-	cfg.InterpolateParams = true
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
-	cfg.Params["time_zone"] = "'+00:00'"
-	cfg.Params["sql_mode"] = sessionSQLMode
-	return cfg, nil
-}
+// normalizeDSN parses dsn and sets what the adapter relies on (see
+// mysqlx.NormalizeDSN). It never puts the DSN itself in an error, since it
+// may hold a password.
+func normalizeDSN(field, dsn string) (*mysql.Config, error) { return mysqlx.NormalizeDSN(field, dsn) }
 
 // Close closes the connection pools.
 func (d *DB) Close() error {
@@ -169,42 +142,20 @@ func (d *DB) Close() error {
 	return d.app.Close()
 }
 
-// MySQL error numbers the adapter reacts to.
+// MySQL error numbers the adapter reacts to beyond mysqlx.Translate.
 const (
-	errDupEntry        = 1062
-	errNoSuchTable     = 1146
-	errLockWaitTimeout = 1205
-	errDeadlock        = 1213
-	errBadString       = 1366
-	errDataTooLong     = 1406
-	errSignal          = 1644 // SIGNAL SQLSTATE '45000', e.g. from a trigger
+	errDupEntry    = mysqlx.ErrDupEntry
+	errNoSuchTable = mysqlx.ErrNoSuchTable
+	errSignal      = mysqlx.ErrSignal
 )
 
-func errNumber(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
+func errNumber(err error) uint16 { return mysqlx.ErrNumber(err) }
 
-// translate maps a driver error to mend's sentinels by error number. It is
-// the only place that looks inside driver errors.
+// translate maps a driver error to mend's sentinels by error number.
 func translate(err error) error {
-	if err == nil {
-		return nil
-	}
 	switch errNumber(err) {
-	case 0:
-		// Not a server error: ours, a context error or a broken connection.
 	case errDupEntry:
 		return fmt.Errorf("%w: row already exists: %w", mend.ErrConflict, err)
-	case errDeadlock:
-		return fmt.Errorf("%w: deadlock, transaction rolled back: %w", mend.ErrBusy, err)
-	case errLockWaitTimeout:
-		return fmt.Errorf("%w: lock wait timeout, transaction rolled back: %w", mend.ErrBusy, err)
-	case errDataTooLong, errBadString:
-		return fmt.Errorf("%w: the server refused a value: %w", mend.ErrInvalid, err)
 	case errSignal:
 		// A trigger or procedure of the host refused the write on purpose.
 		// Nothing was written; it is neither a conflict nor retryable by
@@ -212,64 +163,17 @@ func translate(err error) error {
 		return fmt.Errorf("host: write rejected by the server (SIGNAL): %w", err)
 	case errNoSuchTable:
 		return fmt.Errorf("host: schema missing (apply host.Migrations): %w", err)
-	default:
-		return err
 	}
-	if errors.Is(err, mend.ErrAmbiguous) || errors.Is(err, mend.ErrUnavailable) {
-		return err
-	}
-	if isConnErr(err) {
-		return fmt.Errorf("%w: %w", mend.ErrUnavailable, err)
-	}
-	return err
+	return mysqlx.Translate(err)
 }
 
-func isConnErr(err error) bool {
-	var netErr net.Error
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
-}
-
-// withTx runs fn in one READ COMMITTED transaction on pool and commits it. A
-// deadlock reruns the whole transaction, bounded, with jitter. Any error
-// before COMMIT rolls the whole transaction back (also after error 1205,
-// which alone would undo only the statement). A COMMIT that failed without a
-// server answer may have landed and is reported as mend.ErrAmbiguous.
+// withTx runs fn in one READ COMMITTED transaction on pool and commits it,
+// through mysqlx.Run: a deadlock reruns the whole transaction (bounded,
+// jittered), any error before COMMIT rolls the whole transaction back, and a
+// COMMIT that failed without a server answer may have landed and is
+// reported as mend.ErrAmbiguous.
 func (d *DB) withTx(ctx context.Context, pool *sql.DB, op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := txOnce(ctx, pool, op, fn)
-		if errNumber(err) != errDeadlock || attempt >= d.retries {
-			return translate(err)
-		}
-		wait := time.Duration(5+rand.IntN(10)) * time.Millisecond << attempt
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(translate(err), ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-func txOnce(ctx context.Context, pool *sql.DB, op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	tx, err := pool.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	if err := fn(ctx, tx); err != nil {
-		// database/sql has already rolled back if ctx ended; ErrTxDone then
-		// only says so.
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
-		}
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		if errNumber(err) != 0 {
-			return err // the server answered: nothing was committed
-		}
-		return fmt.Errorf("%w: commit of %s: %w", mend.ErrAmbiguous, op, err)
-	}
-	return nil
+	r := mysqlx.Runner{DeadlockRetries: d.retries, Translate: translate}
+	begin := func(ctx context.Context) (*sql.Tx, error) { return pool.BeginTx(ctx, mysqlx.ReadCommitted) }
+	return mysqlx.Run(ctx, r, begin, op, "", fn)
 }

@@ -3,18 +3,14 @@ package storage
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqlx"
 )
 
 // Defaults for Options.
@@ -23,10 +19,6 @@ const (
 	MaxPayloadDefault      = 1 << 20
 	maxPayloadHard         = 8 << 20
 )
-
-// sessionSQLMode is set on every connection: strict, so an over-long value is
-// an error instead of a silent truncation, whatever the server's default is.
-const sessionSQLMode = "'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'"
 
 // Options tunes a DB. The zero value is ready to use.
 type Options struct {
@@ -61,27 +53,7 @@ type DB struct {
 // DATETIME(6) columns are UTC), client-side interpolation (one round trip per
 // statement) and a strict sql_mode. It refuses clientFoundRows=true, which
 // would make a no-op upsert look like an insert.
-func NormalizeDSN(dsn string) (*mysql.Config, error) {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, &mend.ValidationError{Field: "dsn", Reason: "cannot be parsed (" + err.Error() + "); expected user:password@tcp(host:port)/database"}
-	}
-	if cfg.DBName == "" {
-		return nil, &mend.ValidationError{Field: "dsn", Reason: "names no database; add /<database> after the address"}
-	}
-	if cfg.ClientFoundRows {
-		return nil, &mend.ValidationError{Field: "dsn", Reason: "sets clientFoundRows=true, which makes create-if-absent unable to tell an insert from a duplicate; remove it"}
-	}
-	cfg.ParseTime = true
-	cfg.Loc = time.UTC
-	cfg.InterpolateParams = true
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
-	cfg.Params["time_zone"] = "'+00:00'"
-	cfg.Params["sql_mode"] = sessionSQLMode
-	return cfg, nil
-}
+func NormalizeDSN(dsn string) (*mysql.Config, error) { return mysqlx.NormalizeDSN("dsn", dsn) }
 
 // Open connects to the database named in dsn (see NormalizeDSN) and checks
 // that it answers.
@@ -121,109 +93,28 @@ func (d *DB) Close() error { return d.db.Close() }
 // SQL returns the underlying pool, for health checks and metrics queries.
 func (d *DB) SQL() *sql.DB { return d.db.DB }
 
-// MySQL error numbers mend reacts to.
-const (
-	errDupEntry        = 1062
-	errLockWaitTimeout = 1205
-	errDeadlock        = 1213
-	errDataTooLong     = 1406
-	errBadString       = 1366
-	errNoSuchTable     = 1146
-)
+// Error numbers and helpers shared with the host adapter.
+const errDupEntry = mysqlx.ErrDupEntry
 
-func mysqlErrNumber(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
+func mysqlErrNumber(err error) uint16 { return mysqlx.ErrNumber(err) }
 
-// translate maps a driver error to mend's sentinels by error number. It is
-// the only place that looks inside driver errors.
+// translate maps a driver error to mend's sentinels by error number.
 func translate(err error) error {
-	if err == nil {
-		return nil
-	}
-	switch mysqlErrNumber(err) {
-	case 0:
-		// Not a server error: a mend sentinel, a context error or a
-		// connection failure.
-	case errDeadlock:
-		return fmt.Errorf("%w: deadlock, transaction rolled back: %w", mend.ErrBusy, err)
-	case errLockWaitTimeout:
-		return fmt.Errorf("%w: lock wait timeout, transaction rolled back: %w", mend.ErrBusy, err)
-	case errDataTooLong, errBadString:
-		return fmt.Errorf("%w: the server refused a value: %w", mend.ErrInvalid, err)
-	case errNoSuchTable:
+	if mysqlx.ErrNumber(err) == mysqlx.ErrNoSuchTable {
 		return fmt.Errorf("storage: schema missing (run mend migrate up): %w", err)
-	default:
-		return err
 	}
-	if errors.Is(err, mend.ErrAmbiguous) || errors.Is(err, mend.ErrUnavailable) {
-		return err
-	}
-	if isConnErr(err) {
-		return fmt.Errorf("%w: %w", mend.ErrUnavailable, err)
-	}
-	return err
-}
-
-func isConnErr(err error) bool {
-	var netErr net.Error
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
+	return mysqlx.Translate(err)
 }
 
 // txFunc is the body of one transaction.
 type txFunc func(ctx context.Context, tx *sqlx.Tx) error
 
-// withTx runs fn in one READ COMMITTED transaction and commits it. A deadlock
-// reruns the whole transaction a bounded number of times with jitter. Any
-// error before COMMIT rolls back the whole transaction (also after error
-// 1205, which on its own would roll back only the statement). A failure of
-// COMMIT itself that the server did not explain is ambiguous: the commit may
-// have landed, so it is reported as *mend.AmbiguousError naming opID.
+// withTx runs fn in one READ COMMITTED transaction and commits it, through
+// mysqlx.Run: deadlocks rerun the transaction (bounded, jittered), any error
+// before COMMIT rolls the whole transaction back, and a COMMIT that fails
+// without an answer from the server is a *mend.AmbiguousError naming opID.
 func (d *DB) withTx(ctx context.Context, op, opID string, fn txFunc) error {
-	for attempt := 0; ; attempt++ {
-		err := d.txOnce(ctx, op, opID, fn)
-		if mysqlErrNumber(err) != errDeadlock || attempt >= d.retries {
-			return translate(err)
-		}
-		// Jittered backoff: 5-15 ms, doubling per attempt.
-		wait := time.Duration(5+rand.IntN(10)) * time.Millisecond << attempt
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(translate(err), ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-func (d *DB) txOnce(ctx context.Context, op, opID string, fn txFunc) error {
-	tx, err := d.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	if err := fn(ctx, tx); err != nil {
-		// database/sql has already rolled back if ctx ended; ErrTxDone then
-		// only says so.
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
-		}
-		return err
-	}
-	if d.beforeCommit != nil {
-		d.beforeCommit(op)
-	}
-	if err := tx.Commit(); err != nil {
-		if mysqlErrNumber(err) != 0 {
-			// The server answered: it did not commit.
-			return err
-		}
-		return &mend.AmbiguousError{OpID: opID, Err: err}
-	}
-	return nil
+	r := mysqlx.Runner{DeadlockRetries: d.retries, Translate: translate, BeforeCommit: d.beforeCommit}
+	begin := func(ctx context.Context) (*sqlx.Tx, error) { return d.db.BeginTxx(ctx, mysqlx.ReadCommitted) }
+	return mysqlx.Run(ctx, r, begin, op, opID, fn)
 }

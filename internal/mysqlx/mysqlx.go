@@ -1,0 +1,184 @@
+// Package mysqlx holds what mend's two SQL packages (storage and the
+// reference host adapter) share about talking to MySQL: DSN normalisation,
+// translation of driver errors by error number, and the transaction runner
+// with bounded deadlock retries and ambiguous-commit detection. It imports
+// only the root package and the driver, so it adds no edge between storage
+// and the packages that consume it.
+package mysqlx
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend"
+)
+
+// SessionSQLMode is set on every connection: strict, so an over-long value
+// is an error instead of a silent truncation, whatever the server's default.
+const SessionSQLMode = "'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'"
+
+// MySQL error numbers mend reacts to.
+const (
+	ErrDupEntry        = 1062
+	ErrNoSuchTable     = 1146
+	ErrLockWaitTimeout = 1205
+	ErrDeadlock        = 1213
+	ErrBadString       = 1366
+	ErrDataTooLong     = 1406
+	ErrSignal          = 1644 // SIGNAL SQLSTATE '45000', e.g. from a trigger
+)
+
+// NormalizeDSN parses a go-sql-driver DSN and sets what mend depends on:
+// parseTime, UTC for both the driver and the session (so NOW(6) and
+// DATETIME(6) columns are UTC), client-side interpolation (one round trip
+// per statement) and a strict sql_mode. It refuses clientFoundRows=true,
+// which makes a no-op upsert report one row like an insert. field names the
+// DSN in errors; the DSN itself never appears in them (it may hold a
+// password).
+func NormalizeDSN(field, dsn string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, &mend.ValidationError{Field: field, Reason: "cannot be parsed; expected user:password@tcp(host:port)/database"}
+	}
+	if cfg.DBName == "" {
+		return nil, &mend.ValidationError{Field: field, Reason: "names no database; add /<database> after the address"}
+	}
+	if cfg.ClientFoundRows {
+		return nil, &mend.ValidationError{Field: field, Reason: "sets clientFoundRows=true, which makes create-if-absent unable to tell an insert from a duplicate; remove it"}
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	cfg.Params["sql_mode"] = SessionSQLMode
+	return cfg, nil
+}
+
+// ErrNumber returns the MySQL error number inside err, or 0.
+func ErrNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// Translate maps a driver error to mend's sentinels by error number; it is
+// the only place that looks inside driver errors. Callers handle the numbers
+// that mean something special to them first and pass the rest here.
+func Translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch ErrNumber(err) {
+	case 0:
+		// Not a server error: a mend sentinel, a context error or a
+		// connection failure.
+	case ErrDeadlock:
+		return fmt.Errorf("%w: deadlock, transaction rolled back: %w", mend.ErrBusy, err)
+	case ErrLockWaitTimeout:
+		return fmt.Errorf("%w: lock wait timeout, transaction rolled back: %w", mend.ErrBusy, err)
+	case ErrDataTooLong, ErrBadString:
+		return fmt.Errorf("%w: the server refused a value: %w", mend.ErrInvalid, err)
+	default:
+		return err
+	}
+	if errors.Is(err, mend.ErrAmbiguous) || errors.Is(err, mend.ErrUnavailable) {
+		return err
+	}
+	if isConnErr(err) {
+		return fmt.Errorf("%w: %w", mend.ErrUnavailable, err)
+	}
+	return err
+}
+
+func isConnErr(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
+}
+
+// Tx is a transaction: *sql.Tx, or *sqlx.Tx which embeds it.
+type Tx interface {
+	Commit() error
+	Rollback() error
+}
+
+// Runner runs transactions. The zero value never retries.
+type Runner struct {
+	// DeadlockRetries bounds how often a transaction that hit a deadlock
+	// (error 1213) is run again.
+	DeadlockRetries int
+	// Translate maps errors before they are returned; nil means Translate.
+	Translate func(error) error
+	// BeforeCommit, when set (tests only), runs just before COMMIT is sent.
+	BeforeCommit func(op string)
+}
+
+// Run runs fn in one transaction begun by begin and commits it. A deadlock
+// reruns the whole transaction a bounded number of times with jittered
+// backoff. Any error before COMMIT rolls the whole transaction back (also
+// after error 1205, which on its own would roll back only the statement).
+// A COMMIT that fails without an answer from the server may have landed: it
+// is reported as *mend.AmbiguousError naming opID.
+func Run[T Tx](ctx context.Context, r Runner, begin func(context.Context) (T, error), op, opID string, fn func(context.Context, T) error) error {
+	translate := r.Translate
+	if translate == nil {
+		translate = Translate
+	}
+	for attempt := 0; ; attempt++ {
+		err := runOnce(ctx, r, begin, op, opID, fn)
+		if ErrNumber(err) != ErrDeadlock || attempt >= r.DeadlockRetries {
+			return translate(err)
+		}
+		// Jittered backoff: 5-15 ms, doubling per attempt.
+		wait := time.Duration(5+rand.IntN(10)) * time.Millisecond << attempt
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(translate(err), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func runOnce[T Tx](ctx context.Context, r Runner, begin func(context.Context) (T, error), op, opID string, fn func(context.Context, T) error) error {
+	tx, err := begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		// database/sql has already rolled back if ctx ended; ErrTxDone then
+		// only says so.
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			return errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+		}
+		return err
+	}
+	if r.BeforeCommit != nil {
+		r.BeforeCommit(op)
+	}
+	if err := tx.Commit(); err != nil {
+		if ErrNumber(err) != 0 {
+			return err // the server answered: nothing was committed
+		}
+		return &mend.AmbiguousError{OpID: opID, Err: fmt.Errorf("commit of %s: %w", op, err)}
+	}
+	return nil
+}
+
+// ReadCommitted is the isolation every mend transaction runs at.
+var ReadCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}

@@ -1,0 +1,71 @@
+package mysqlx_test
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqlx"
+)
+
+func TestTranslate(t *testing.T) {
+	t.Parallel()
+	wrapped := func(n uint16) error { return fmt.Errorf("exec: %w", &mysql.MySQLError{Number: n, Message: "x"}) }
+	tests := []struct {
+		err  error
+		want error // nil: passed through unchanged
+	}{
+		{wrapped(mysqlx.ErrDeadlock), mend.ErrBusy},
+		{wrapped(mysqlx.ErrLockWaitTimeout), mend.ErrBusy},
+		{wrapped(mysqlx.ErrDataTooLong), mend.ErrInvalid},
+		{wrapped(mysqlx.ErrBadString), mend.ErrInvalid},
+		{driver.ErrBadConn, mend.ErrUnavailable},
+		{mysql.ErrInvalidConn, mend.ErrUnavailable},
+		{&mend.AmbiguousError{OpID: "o", Err: mysql.ErrInvalidConn}, mend.ErrAmbiguous},
+		{context.Canceled, nil},
+		{wrapped(1064), nil},
+	}
+	for _, tt := range tests {
+		got := mysqlx.Translate(tt.err)
+		if tt.want == nil {
+			if got != tt.err {
+				t.Errorf("Translate(%v) = %v; want it unchanged", tt.err, got)
+			}
+			continue
+		}
+		if !errors.Is(got, tt.want) {
+			t.Errorf("Translate(%v) = %v; want %v", tt.err, got, tt.want)
+		}
+	}
+	// An ambiguous commit must not also read as "nothing written".
+	if got := mysqlx.Translate(&mend.AmbiguousError{Err: driver.ErrBadConn}); errors.Is(got, mend.ErrUnavailable) {
+		t.Errorf("an ambiguous error was turned into ErrUnavailable: %v", got)
+	}
+}
+
+func TestNormalizeDSN(t *testing.T) {
+	t.Parallel()
+	cfg, err := mysqlx.NormalizeDSN("dsn", "u:p@tcp(127.0.0.1:3306)/db?loc=Local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.ParseTime || cfg.Loc.String() != "UTC" || !cfg.InterpolateParams || cfg.Params["time_zone"] != "'+00:00'" || !strings.Contains(cfg.Params["sql_mode"], "STRICT_ALL_TABLES") {
+		t.Fatalf("normalised config = %+v", cfg)
+	}
+	for _, bad := range []string{"u:p@tcp(127.0.0.1:3306)/", "u:p@tcp(h)/db?clientFoundRows=true", "u:secret@tcp(h/db"} {
+		_, err := mysqlx.NormalizeDSN("dsn", bad)
+		var ve *mend.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "dsn" {
+			t.Errorf("NormalizeDSN(%q) = %v; want a dsn ValidationError", bad, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("error %q leaks the password", err)
+		}
+	}
+}
