@@ -78,6 +78,10 @@ type Config struct {
 	// BackoffBase and BackoffMax bound the jittered exponential delay
 	// between attempts. Zero means the defaults.
 	BackoffBase, BackoffMax time.Duration
+	// BackoffFunc, when set, replaces the jittered exponential backoff: it
+	// returns the delay before the record's next attempt, given how many
+	// attempts it has had (0-based). Tests use it to make retries due at once.
+	BackoffFunc func(attempt int) time.Duration
 	// BatchSize is how many due records are read at a time.
 	BatchSize int
 	// Actor names the planner in event logs, e.g. "planner/host-1".
@@ -118,6 +122,10 @@ func New(cfg Config) (*Planner, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.BackoffFunc == nil {
+		base, limit := cfg.BackoffBase, cfg.BackoffMax
+		cfg.BackoffFunc = func(n int) time.Duration { return Backoff(n, base, limit) }
 	}
 	return &Planner{cfg: cfg, log: log.With("component", "planner")}, nil
 }
@@ -284,7 +292,7 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 				"outcome", string(d.Outcome), "divergent", d.Divergent, "epoch", rec.Epoch)
 			return rec, true, nil
 		case ActWait:
-			retry := min(Backoff(rec.Attempts, p.cfg.BackoffBase, p.cfg.BackoffMax), max(p.cfg.Grace-waited, 0)+time.Millisecond)
+			retry := min(p.cfg.BackoffFunc(rec.Attempts), max(p.cfg.Grace-waited, 0)+time.Millisecond)
 			_, err := p.write(ctx, lease, rec, mend.EventWaiting, mend.StateWaiting, rec.Attempts+1, d.Reason, retry, data)
 			if err == nil {
 				st.Waiting++
@@ -312,7 +320,7 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 		return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("gave up after %d attempts; last: %s", attempt, msg), data, st)
 	}
 	_, err := p.write(ctx, lease, rec, mend.EventAttemptFailed, rec.State, attempt, msg,
-		Backoff(attempt-1, p.cfg.BackoffBase, p.cfg.BackoffMax), data)
+		p.cfg.BackoffFunc(attempt-1), data)
 	if err == nil {
 		st.Failed++
 		p.log.WarnContext(ctx, "attempt failed", "queue", rec.Source.Queue, "record_id", rec.ID.String(), "attempt", attempt, "err", cause)
@@ -375,7 +383,7 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 			return p.park(ctx, lease, rec, fmt.Sprintf("wake-up failed %d times; last: %v", attempt, pubErr), data, st)
 		}
 		_, err := p.write(ctx, lease, rec, mend.EventWakeFailed, mend.StateSettled, attempt, pubErr.Error(),
-			Backoff(attempt-1, p.cfg.BackoffBase, p.cfg.BackoffMax), data)
+			p.cfg.BackoffFunc(attempt-1), data)
 		return err
 	}
 	if _, err := p.write(ctx, lease, rec, mend.EventWoken, mend.StateDone, attempt, "", 0, data); err != nil {

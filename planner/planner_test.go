@@ -148,7 +148,9 @@ func (b *bundle) lease(t *testing.T, queue string) *fence.Lease {
 
 func newPlanner(t *testing.T, b *bundle, h *fakeHost, mutate func(*planner.Config)) *planner.Planner {
 	t.Helper()
-	cfg := planner.Config{Store: b.store, Batches: h, Waker: h, BackoffBase: time.Millisecond, BackoffMax: 2 * time.Millisecond, MaxAttempts: 3}
+	// Retries are due at once, so one Run shows every attempt without
+	// waiting on the clock.
+	cfg := planner.Config{Store: b.store, Batches: h, Waker: h, BackoffFunc: func(int) time.Duration { return 0 }, MaxAttempts: 3}
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -95,7 +95,10 @@ func Translate(err error) error {
 	default:
 		return err
 	}
-	if errors.Is(err, mend.ErrAmbiguous) || errors.Is(err, mend.ErrUnavailable) {
+	// The caller's own deadline or cancellation stays what it is (a
+	// context.DeadlineExceeded also satisfies net.Error).
+	if errors.Is(err, mend.ErrAmbiguous) || errors.Is(err, mend.ErrUnavailable) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if isConnErr(err) {

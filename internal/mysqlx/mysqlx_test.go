@@ -29,6 +29,7 @@ func TestTranslate(t *testing.T) {
 		{mysql.ErrInvalidConn, mend.ErrUnavailable},
 		{&mend.AmbiguousError{OpID: "o", Err: mysql.ErrInvalidConn}, mend.ErrAmbiguous},
 		{context.Canceled, nil},
+		{fmt.Errorf("query: %w", context.DeadlineExceeded), nil}, // not "unavailable": the caller's deadline
 		{wrapped(1064), nil},
 	}
 	for _, tt := range tests {
