@@ -3,7 +3,6 @@ package itest
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -205,10 +204,6 @@ func converge(t *testing.T, r *reconcile.Reconciler, maxPasses int, done func() 
 	return 0
 }
 
-func (w *world) state(t *testing.T, src mend.SourceID) func() mend.State {
-	return func() mend.State { return w.record(t, src).State }
-}
-
 // makeDue moves a record's next attempt to now by the database clock: the
 // test's way to let a backoff pass without waiting for it.
 func (w *world) makeDue(t *testing.T, src mend.SourceID) {
@@ -223,4 +218,3 @@ func (w *world) makeDue(t *testing.T, src mend.SourceID) {
 	}
 }
 
-var _ = fmt.Sprint
