@@ -76,7 +76,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 				"or install mariadb-server (make demo does that when run as root on Debian/Ubuntu)")
 		}
 		fmt.Fprintf(out, "Starting a private server from %s (it is stopped and removed at the end) ...\n\n", bin)
-		srv, err := localdb.Start(ctx, bin)
+		srv, err := localdb.Start(ctx, localdb.Config{Binary: bin, DirPrefix: "mend-demo-"})
 		if err != nil {
 			return err
 		}

@@ -5,10 +5,14 @@ package localdb
 import (
 	"errors"
 	"syscall"
+	"time"
 )
 
-func sysProcAttr() *syscall.SysProcAttr { return nil }
+var errNoSignals = errors.New("localdb: process faults need a unix system")
 
-func signalGroup(int, bool) error {
-	return errors.New("localdb: stopping a server needs a Unix system")
-}
+func sysProcAttr() *syscall.SysProcAttr    { return nil }
+func signalTerm(int) error                 { return errNoSignals }
+func signalKill(int) error                 { return errNoSignals }
+func signalStop(int) error                 { return errNoSignals }
+func signalCont(int) error                 { return errNoSignals }
+func waitStopped(int, time.Duration) error { return nil }

@@ -4,5 +4,7 @@ package localdb
 
 import "syscall"
 
-// sysProcAttr puts the server in its own process group.
-func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+// sysProcAttr puts the server in its own process group, so signals reach only it.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/internal/localdb"
 )
 
 // Migrator prepares a fresh database, given its DSN; storage tests pass migrations.Up.
@@ -149,10 +151,20 @@ func serverFromDSN(ctx context.Context, dsn string) (*Server, error) {
 	}
 	cfg.DBName = ""
 	applyParams(cfg)
-	if err := ping(ctx, cfg, 10*time.Second); err != nil {
+	if err := localdb.Ping(ctx, cfg, 10*time.Second); err != nil {
 		return nil, fmt.Errorf("mysqltest: server from %s at %s does not answer: %w", EnvDSN, cfg.Addr, err)
 	}
 	return &Server{kind: sourceDSN, cfg: cfg, startedIn: time.Since(begin)}, nil
+}
+
+// startLocal starts a private server from binary (see package localdb, which owns the process).
+func startLocal(ctx context.Context, binary string) (*Server, error) {
+	begin := time.Now()
+	l, err := localdb.Start(ctx, localdb.Config{Binary: binary, DirPrefix: "mend-mysqltest-"})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{kind: sourceBinary, flavor: l.Flavor, cfg: rootConfig(l.Addr()), local: l, startedIn: time.Since(begin)}, nil
 }
 
 // StartPrivate starts a dedicated server from a local mariadbd/mysqld binary (never EnvDSN or
@@ -221,17 +233,12 @@ func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 // may leave it killed or paused and Close removes it all.
 func dropDB(t testing.TB, db *DB) {
 	srv := db.Server
-	if srv.local != nil {
-		srv.local.mu.Lock()
-		running := srv.local.runningLocked()
-		srv.local.mu.Unlock()
-		if !running {
-			// Killed by a fault test: Close removes everything. Crashed: say so, with the log.
-			if c := srv.local.crashReport(); c != "" {
-				t.Errorf("mysqltest: drop database %s: %s", db.Name, c)
-			}
-			return
+	if srv.local != nil && !srv.local.Running() {
+		// Killed by a fault test: Close removes everything. Crashed: say so, with the log.
+		if err := srv.local.Crash(); err != nil {
+			t.Errorf("mysqltest: drop database %s: %v", db.Name, err)
 		}
+		return
 	}
 	// t.Context() is already cancelled while cleanups run. A private server left paused would
 	// make the drop wait for the whole timeout, so keep it short there.

@@ -2,14 +2,13 @@ package mysqltest
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/ory/dockertest/v3"
+
+	"github.com/mendq/mend/internal/localdb"
 )
 
 // Environment variables read by the harness.
@@ -72,7 +71,7 @@ type source struct {
 type probes struct {
 	getenv     func(string) string
 	dockerPing func() error           // nil error means an engine answered
-	findBinary func() (string, error) // path of mariadbd or mysqld
+	findBinary func() (string, error) // path of mariadbd or mysqld (localdb.FindBinary)
 }
 
 // discover picks the shared server's source, in order: EnvDSN, a Docker engine, a local binary, nothing.
@@ -109,7 +108,7 @@ func isCI(getenv func(string) string) bool {
 
 // systemProbes looks at the real machine.
 func systemProbes() probes {
-	return probes{getenv: os.Getenv, dockerPing: pingDocker, findBinary: findServerBinary}
+	return probes{getenv: os.Getenv, dockerPing: pingDocker, findBinary: localdb.FindBinary}
 }
 
 // pingDocker reports whether a Docker engine answers within a couple of seconds.
@@ -121,33 +120,4 @@ func pingDocker() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return pool.Client.PingWithContext(ctx)
-}
-
-// binaryDirs are searched after PATH, in order.
-var binaryDirs = []string{"/usr/sbin", "/usr/local/sbin", "/usr/local/bin", "/usr/local/mysql/bin", "/usr/bin"}
-
-var errNoBinary = errors.New("mysqltest: no mariadbd or mysqld binary found")
-
-// findServerBinary returns the first mariadbd, else mysqld, from PATH then binaryDirs.
-func findServerBinary() (string, error) {
-	for _, name := range []string{"mariadbd", "mysqld"} {
-		if p, ok := lookTool(name, nil); ok {
-			return p, nil
-		}
-	}
-	return "", errNoBinary
-}
-
-// lookTool finds an executable by name in PATH, then in extra, then in binaryDirs.
-func lookTool(name string, extra []string) (string, bool) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, true
-	}
-	for _, dir := range append(append([]string{}, extra...), binaryDirs...) {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, true
-		}
-	}
-	return "", false
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/mendq/mend/internal/localdb"
 )
 
 func TestDiscover(t *testing.T) {
@@ -68,7 +70,7 @@ func TestDiscover(t *testing.T) {
 				},
 				findBinary: func() (string, error) {
 					if tt.binary == "" {
-						return "", errNoBinary
+						return "", localdb.ErrNoBinary
 					}
 					return tt.binary, nil
 				},
@@ -112,7 +114,7 @@ func TestDiscoverPrivate(t *testing.T) {
 				},
 				findBinary: func() (string, error) {
 					if tt.binary == "" {
-						return "", errNoBinary
+						return "", localdb.ErrNoBinary
 					}
 					return tt.binary, nil
 				},

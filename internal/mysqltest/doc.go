@@ -9,7 +9,8 @@
 //
 //  1. MEND_TEST_DSN: an existing server; the harness creates and drops its own databases there;
 //  2. a Docker engine that answers a ping: a container of mysql:8.4 (MEND_TEST_IMAGE overrides);
-//  3. a local mariadbd or mysqld binary: a private process in a temporary directory;
+//  3. a local mariadbd or mysqld binary: a private process in a temporary directory, started
+//     and owned by package localdb (shared with `mend demo`);
 //  4. nothing: the test is skipped, or failed when CI=true, with a message naming the options.
 //
 // StartPrivate always uses option 3, because fault tests need to own the process. Call Main

@@ -8,13 +8,19 @@ import (
 
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/mendq/mend/internal/localdb"
 )
+
+// readyTimeout bounds the container's start and initialisation, which are slow on shared CI
+// machines; the polling returns as soon as the server answers.
+const readyTimeout = 2 * time.Minute
 
 // dockerExpiry is a safety net: the engine removes the container after this long even if the
 // test binary dies before Close.
 const dockerExpiry = 30 * 60 // seconds
 
-// startDocker runs image (MySQL or MariaDB) with the same settings as a private server, its port
+// startDocker runs image (MySQL or MariaDB) with the same settings as a private server (localdb.ServerFlags), its port
 // published on 127.0.0.1 only, and waits until it answers.
 func startDocker(ctx context.Context, image string) (_ *Server, err error) {
 	begin := time.Now()
@@ -29,7 +35,7 @@ func startDocker(ctx context.Context, image string) (_ *Server, err error) {
 		flavor = "mariadb"
 	}
 	cmd := []string{}
-	for _, f := range serverFlags {
+	for _, f := range localdb.ServerFlags() {
 		if !strings.HasPrefix(f, "--bind-address") { // inside the container it must listen on all interfaces
 			cmd = append(cmd, f)
 		}
@@ -70,7 +76,7 @@ func startDocker(ctx context.Context, image string) (_ *Server, err error) {
 	defer cancel()
 	// The entrypoint starts a temporary server during initialisation and restarts it, so poll
 	// until the final one answers.
-	if err := waitReady(ctx, cfg, nil); err != nil {
+	if err := localdb.WaitReady(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("mysqltest: docker %s: %w", image, err)
 	}
 	return &Server{

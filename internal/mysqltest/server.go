@@ -2,15 +2,15 @@ package mysqltest
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/internal/localdb"
 )
 
 // errNotPrivate is returned by fault methods on a server the harness does not own as a process.
@@ -26,8 +26,8 @@ type Server struct {
 	startedIn time.Duration
 	shared    bool // the package's shared server (drop failures are test failures)
 
-	local   *localServer // non-nil for a private server
-	closeFn func() error // extra teardown (Docker purge); nil if none
+	local   *localdb.Server // non-nil for a private server
+	closeFn func() error    // extra teardown (Docker purge); nil if none
 
 	closeOnce sync.Once
 	closeErr  error
@@ -66,7 +66,7 @@ func (s *Server) Kill() error {
 	if s.local == nil {
 		return errNotPrivate
 	}
-	return s.local.kill()
+	return s.local.Kill()
 }
 
 // Pause freezes a private server with SIGSTOP: connections stay open but nothing is answered.
@@ -76,7 +76,7 @@ func (s *Server) Pause() error {
 	if s.local == nil {
 		return errNotPrivate
 	}
-	return s.local.pause()
+	return s.local.Pause()
 }
 
 // Resume continues a server frozen by Pause (SIGCONT).
@@ -85,7 +85,7 @@ func (s *Server) Resume() error {
 	if s.local == nil {
 		return errNotPrivate
 	}
-	return s.local.resume()
+	return s.local.Resume()
 }
 
 // Restart starts a private server again on the same data directory and port and waits until it
@@ -95,7 +95,7 @@ func (s *Server) Restart(ctx context.Context) error {
 	if s.local == nil {
 		return errNotPrivate
 	}
-	return s.local.restart(ctx, s.cfg)
+	return s.local.Restart(ctx)
 }
 
 // Close stops the server (gracefully, SIGKILL after a timeout) and removes its temporary files;
@@ -105,7 +105,7 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
 		if s.local != nil {
-			errs = append(errs, s.local.close())
+			errs = append(errs, s.local.Close())
 		}
 		if s.closeFn != nil {
 			errs = append(errs, s.closeFn())
@@ -115,7 +115,17 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// dsnParams are forced on every DSN the harness hands out.
+// rootConfig is the driver config for a private or Docker server's passwordless root over TCP.
+func rootConfig(addr string) *mysql.Config {
+	cfg := mysql.NewConfig()
+	cfg.User = "root"
+	cfg.Net = "tcp"
+	cfg.Addr = addr
+	applyParams(cfg)
+	return cfg
+}
+
+// applyParams forces the parameters of every DSN the harness hands out.
 func applyParams(cfg *mysql.Config) {
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
@@ -148,51 +158,4 @@ func replaceAddr(dsn, addr string) (string, error) {
 	cfg.Net = "tcp"
 	cfg.Addr = addr
 	return formatDSN(cfg, cfg.DBName), nil
-}
-
-// ping opens one connection with cfg and pings it, bounded by timeout.
-func ping(ctx context.Context, cfg *mysql.Config, timeout time.Duration) error {
-	c := cfg.Clone()
-	c.Timeout = timeout
-	connector, err := mysql.NewConnector(c)
-	if err != nil {
-		return err
-	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return db.PingContext(ctx)
-}
-
-// waitReady polls ping until it answers, ctx ends, or exited is closed (the process died).
-func waitReady(ctx context.Context, cfg *mysql.Config, exited <-chan struct{}) error {
-	const interval = 20 * time.Millisecond
-	var last error
-	for {
-		if last = ping(ctx, cfg, time.Second); last == nil {
-			return nil
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-exited:
-			t.Stop()
-			return fmt.Errorf("mysqltest: server exited before it was ready (last ping: %v)", last)
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("mysqltest: server not ready: %w (last ping: %v)", context.Cause(ctx), last)
-		case <-t.C:
-		}
-	}
-}
-
-// freePort asks the kernel for an unused port on 127.0.0.1. Another process may take it before
-// the server binds; startLocal retries on that.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("mysqltest: find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
