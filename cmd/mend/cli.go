@@ -221,6 +221,23 @@ func (f *flags) noArgs() error {
 	return nil
 }
 
+// parseNoArgs parses args (see parse) and refuses positional arguments.
+func (f *flags) parseNoArgs(args []string) error {
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	return f.noArgs()
+}
+
+// parseWithDSN is parseNoArgs for a command that needs mend's database: it also returns the
+// checked --dsn. Errors come in command-line order: flags, arguments, then the DSN.
+func (f *flags) parseWithDSN(args []string) (string, error) {
+	if err := f.parseNoArgs(args); err != nil {
+		return "", err
+	}
+	return f.needDSN()
+}
+
 // needDSN checks that a DSN was given and is one mend can use.
 func (f *flags) needDSN() (string, error) {
 	return checkDSN("--dsn", f.dsn)

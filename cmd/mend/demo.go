@@ -43,10 +43,7 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		"with --dsn (or MEND_TEST_DSN) it creates and drops its own database on that server. Exit 0 only if the queue was repaired.", false)
 	// The library's own logs would drown the story; -log-level info shows them.
 	f.setDefault("log-level", "error")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
+	if err := f.parseNoArgs(args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, demoTimeout)

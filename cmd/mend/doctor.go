@@ -62,10 +62,7 @@ func defaultLockWait(ttl time.Duration) int {
 func runDoctor(ctx context.Context, a *app, args []string) error {
 	f := a.newFlags("doctor", "", "Check the server, the schema and the settings mend depends on. Exits 1 if anything is wrong.", true)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
+	if err := f.parseNoArgs(args); err != nil {
 		return err
 	}
 	if f.dsn == "" {

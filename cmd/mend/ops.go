@@ -21,12 +21,17 @@ import (
 // opTimeout bounds the one-shot operator commands.
 const opTimeout = time.Minute
 
-func openStore(ctx context.Context, dsn string) (*storage.DB, error) {
+// withStore runs fn on mend's database, opened for one operator command: ctx is bounded by
+// opTimeout, and the store is closed when fn returns.
+func withStore(ctx context.Context, dsn string, fn func(context.Context, *storage.DB) error) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
 	store, err := storage.Open(ctx, dsn, storage.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("open mend's database: %w", err)
+		return fmt.Errorf("open mend's database: %w", err)
 	}
-	return store, nil
+	defer store.Close()
+	return fn(ctx, store)
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -119,47 +124,46 @@ type queueStatusJSON struct {
 
 func runStatus(ctx context.Context, a *app, args []string) error {
 	f := a.newFlags("status", "", "Per queue: records by state, how many are due and for how long, and the lease.", true)
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	dsn, err := f.needDSN()
+	dsn, err := f.parseWithDSN(args)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	store, err := openStore(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	st, err := store.Status(ctx)
-	if err != nil {
-		return err
-	}
-	if f.json {
-		out := make([]queueStatusJSON, 0, len(st))
-		for _, q := range st {
-			j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds()}
-			for s, n := range q.Counts {
-				j.Counts[string(s)] = n
-			}
-			if q.Lease != nil {
-				j.Lease = &leaseJSON{Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
-					SecondsLeft: max(q.Lease.Remaining.Seconds(), 0), ExpiresAt: q.Lease.ExpiresAt.Format(time.RFC3339Nano)}
-			}
-			out = append(out, j)
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		st, err := store.Status(ctx)
+		if err != nil {
+			return err
 		}
-		return writeJSON(a.stdout, out)
+		if f.json {
+			return writeJSON(a.stdout, toStatusJSON(st))
+		}
+		return printStatus(a.stdout, st)
+	})
+}
+
+// toStatusJSON is status's --json form.
+func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
+	out := make([]queueStatusJSON, 0, len(st))
+	for _, q := range st {
+		j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds()}
+		for s, n := range q.Counts {
+			j.Counts[string(s)] = n
+		}
+		if q.Lease != nil {
+			j.Lease = &leaseJSON{Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
+				SecondsLeft: max(q.Lease.Remaining.Seconds(), 0), ExpiresAt: q.Lease.ExpiresAt.Format(time.RFC3339Nano)}
+		}
+		out = append(out, j)
 	}
+	return out
+}
+
+// printStatus prints status as a table for people.
+func printStatus(w io.Writer, st []storage.QueueStatus) error {
 	if len(st) == 0 {
-		fmt.Fprintln(a.stdout, "no records and no leases yet")
+		fmt.Fprintln(w, "no records and no leases yet")
 		return nil
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tLEASE")
 	for _, q := range st {
 		lease := "never held"
@@ -259,13 +263,7 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
 	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
 	limit := f.Int("limit", 50, "how many records to list with only --queue")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	dsn, err := f.needDSN()
+	dsn, err := f.parseWithDSN(args)
 	if err != nil {
 		return err
 	}
@@ -285,48 +283,48 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	if *limit < 1 {
 		return usagef("--limit must be at least 1")
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	store, err := openStore(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-
-	var rec mend.Record
-	switch {
-	case *recordID != "":
-		if rec, err = store.RecordFind(ctx, id); err != nil {
-			return err
-		}
-		if *queue != "" && rec.Source.Queue != *queue {
-			return fmt.Errorf("record %s is in queue %q, not %q", id, rec.Source.Queue, *queue)
-		}
-	case *messageID != "":
-		src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
-		if rec, err = store.RecordGet(ctx, src); err != nil {
-			if errors.Is(err, mend.ErrInvalid) {
-				return usagef("%v", err)
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		var rec mend.Record
+		var err error
+		switch {
+		case *recordID != "":
+			if rec, err = store.RecordFind(ctx, id); err != nil {
+				return err
 			}
-			return err
+			if *queue != "" && rec.Source.Queue != *queue {
+				return fmt.Errorf("record %s is in queue %q, not %q", id, rec.Source.Queue, *queue)
+			}
+		case *messageID != "":
+			src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
+			if rec, err = store.RecordGet(ctx, src); err != nil {
+				if errors.Is(err, mend.ErrInvalid) {
+					return usagef("%v", err)
+				}
+				return err
+			}
+		default:
+			recs, err := store.RecordsList(ctx, *queue, *limit)
+			if err != nil {
+				return err
+			}
+			return a.printRecordList(f.json, *queue, recs)
 		}
-	default:
-		recs, err := store.RecordsList(ctx, *queue, *limit)
+		evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
 		if err != nil {
 			return err
 		}
-		return a.printRecordList(f.json, *queue, recs)
-	}
-	evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
-	if err != nil {
-		return err
-	}
-	if f.json {
-		return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "events": toEventsJSON(evs)})
-	}
-	printRecord(a.stdout, rec)
-	fmt.Fprintln(a.stdout, "history:")
-	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		if f.json {
+			return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "events": toEventsJSON(evs)})
+		}
+		return printHistory(a.stdout, rec, evs)
+	})
+}
+
+// printHistory prints a record and its events for people.
+func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
+	printRecord(w, rec)
+	fmt.Fprintln(w, "history:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  SEQ\tAT (UTC)\tKIND\tEPOCH\tACTOR\tDATA")
 	for _, e := range evs {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\n", e.Seq, e.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), e.Kind, e.Epoch, e.Actor, compactJSON(e.Data))
@@ -409,13 +407,7 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 	lastErr := f.String("last-error", "", "the message's last error")
 	actor := f.String("actor", "operator", "who records it, kept in the event log")
 	f.setDefault("log-level", "warn") // the command prints what it did; the intake's info line would repeat it
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	dsn, err := f.needDSN()
+	dsn, err := f.parseWithDSN(args)
 	if err != nil {
 		return err
 	}
@@ -447,37 +439,32 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 	if err := d.Source.Validate(); err != nil {
 		return usagef("%v", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	store, err := openStore(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	in, err := dlq.New(store, dlq.Config{Actor: *actor, Logger: f.logger()})
-	if err != nil {
-		return usagef("%v", err)
-	}
-	res, err := in.Record(ctx, d)
-	if err != nil {
-		if errors.Is(err, mend.ErrInvalid) {
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		in, err := dlq.New(store, dlq.Config{Actor: *actor, Logger: f.logger()})
+		if err != nil {
 			return usagef("%v", err)
 		}
-		return err
-	}
-	if f.json {
-		return writeJSON(a.stdout, map[string]any{"created": res.Created, "record": toRecordJSON(res.Record)})
-	}
-	verb := "recorded"
-	if !res.Created {
-		verb = "already recorded"
-	}
-	fmt.Fprintf(a.stdout, "%s %s in queue %q: state %s", verb, res.Record.ID, res.Record.Source.Queue, res.Record.State)
-	if res.Record.State == mend.StateParked {
-		fmt.Fprintf(a.stdout, " (%s)", clipLine(res.Record.LastError, 200))
-	}
-	fmt.Fprintln(a.stdout)
-	return nil
+		res, err := in.Record(ctx, d)
+		if err != nil {
+			if errors.Is(err, mend.ErrInvalid) {
+				return usagef("%v", err)
+			}
+			return err
+		}
+		if f.json {
+			return writeJSON(a.stdout, map[string]any{"created": res.Created, "record": toRecordJSON(res.Record)})
+		}
+		verb := "recorded"
+		if !res.Created {
+			verb = "already recorded"
+		}
+		fmt.Fprintf(a.stdout, "%s %s in queue %q: state %s", verb, res.Record.ID, res.Record.Source.Queue, res.Record.State)
+		if res.Record.State == mend.StateParked {
+			fmt.Fprintf(a.stdout, " (%s)", clipLine(res.Record.LastError, 200))
+		}
+		fmt.Fprintln(a.stdout)
+		return nil
+	})
 }
 
 // ---- retry ----
@@ -487,13 +474,7 @@ func runRetry(ctx context.Context, a *app, args []string) error {
 	recordID := f.String("record", "", "the parked record's ID (required)")
 	actor := f.String("actor", "operator", "who retries it, kept in the event log")
 	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	dsn, err := f.needDSN()
+	dsn, err := f.parseWithDSN(args)
 	if err != nil {
 		return err
 	}
@@ -504,28 +485,23 @@ func runRetry(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return usagef("--record: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	store, err := openStore(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	before, err := store.RecordFind(ctx, id)
-	if err != nil {
-		return err
-	}
-	rec, err := store.RecordRetry(ctx, storage.RetryParams{ID: id, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
-	if errors.Is(err, storage.ErrNotParked) {
-		return fmt.Errorf("record %s is %s, not parked: only parked records can be retried", id, before.State)
-	}
-	if err != nil {
-		return err
-	}
-	if f.json {
-		return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "was_parked_for": before.LastError})
-	}
-	fmt.Fprintf(a.stdout, "record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it\n",
-		rec.ID, rec.Source.Queue, clipLine(before.LastError, 200))
-	return nil
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		before, err := store.RecordFind(ctx, id)
+		if err != nil {
+			return err
+		}
+		rec, err := store.RecordRetry(ctx, storage.RetryParams{ID: id, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+		if errors.Is(err, storage.ErrNotParked) {
+			return fmt.Errorf("record %s is %s, not parked: only parked records can be retried", id, before.State)
+		}
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "was_parked_for": before.LastError})
+		}
+		fmt.Fprintf(a.stdout, "record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it\n",
+			rec.ID, rec.Source.Queue, clipLine(before.LastError, 200))
+		return nil
+	})
 }

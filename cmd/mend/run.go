@@ -62,14 +62,8 @@ func runRun(ctx context.Context, a *app, args []string) error {
 	f.IntVar(&c.MaxAttempts, "max-attempts", planner.MaxAttemptsDefault, "failed attempts in a row before a record is parked")
 	f.DurationVar(&c.Grace, "grace", planner.GraceDefault, "how long to wait on a merging batch before parking the record")
 	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
 	var err error
-	if c.DSN, err = f.needDSN(); err != nil {
+	if c.DSN, err = f.parseWithDSN(args); err != nil {
 		return err
 	}
 	if c.HostDSN == "" {
