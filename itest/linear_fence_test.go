@@ -1,0 +1,511 @@
+package itest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/storage"
+)
+
+// This file checks the fence as a linearizable object per queue: the lease's
+// epoch only moves up by one per grant, a grant is refused only while the
+// current term is live, and a write is accepted only while its term is the
+// current, live one. So no write of epoch e is accepted after anything of a
+// higher epoch, and every accepted write's epoch was current when it took
+// effect. A writer that skips the fence must be rejected by the same check.
+
+type fenceKind uint8
+
+const (
+	fenceAcquire fenceKind = iota
+	fenceWrite             // a fenced append under a term
+	fenceRenew
+	fenceRelease
+	fenceObserve // LeaseGet: the current term and whether it is live
+)
+
+var fenceKindNames = [...]string{"acquire", "write", "renew", "release", "observe"}
+
+type fenceResult uint8
+
+const (
+	fenceOK      fenceResult = iota // acquire granted, write/renew/release accepted
+	fencePassed                     // write: the fence let it through but the CAS lost (ErrConflict)
+	fenceHeld                       // acquire: another live term
+	fenceRefused                    // write: ErrFenced; renew/release: ErrLeaseLost
+)
+
+type fenceInput struct {
+	Kind   fenceKind
+	Queue  string
+	Holder string
+	Epoch  int64 // the term acted under (write, renew, release)
+}
+
+type fenceOutput struct {
+	Unknown bool
+	Result  fenceResult
+	Epoch   int64  // acquire: granted or holding epoch; observe: current epoch
+	Holder  string // acquire held, observe: the current holder
+	Live    bool   // observe: the term had time left
+}
+
+// fenceState is the lease of one queue. Live is false once the term is known
+// to have ended (released, or expired as a refusal showed). Expiry depends on
+// the database clock, which the model does not see, so it may happen at any
+// moment: a grant is always possible, and a refusal of the current term
+// means it expired.
+type fenceState struct {
+	Epoch  int64
+	Holder string
+	Live   bool
+}
+
+func (s fenceState) current(holder string, epoch int64) bool {
+	return s.Live && s.Epoch == epoch && s.Holder == holder
+}
+
+// refused returns the states a refusal of (holder, epoch) may leave: if the
+// term is the current one it must have expired.
+func (s fenceState) refused(holder string, epoch int64) []any {
+	if s.current(holder, epoch) {
+		s.Live = false
+	}
+	return []any{s}
+}
+
+func fenceStep(state, input, output any) []any {
+	s, in, out := state.(fenceState), input.(fenceInput), output.(fenceOutput)
+	switch in.Kind {
+	case fenceAcquire:
+		granted := fenceState{Epoch: s.Epoch + 1, Holder: in.Holder, Live: true}
+		switch {
+		case out.Unknown:
+			return []any{s, granted}
+		case out.Result == fenceOK:
+			if out.Epoch != s.Epoch+1 {
+				return nil
+			}
+			return []any{granted}
+		case out.Result == fenceHeld:
+			if !s.current(out.Holder, out.Epoch) {
+				return nil
+			}
+			return []any{s}
+		}
+	case fenceWrite, fenceRenew:
+		switch {
+		case out.Unknown:
+			return []any{s}
+		case out.Result == fenceOK || out.Result == fencePassed:
+			if !s.current(in.Holder, in.Epoch) {
+				return nil
+			}
+			return []any{s}
+		default:
+			return s.refused(in.Holder, in.Epoch)
+		}
+	case fenceRelease:
+		released := s
+		released.Live = false
+		switch {
+		case out.Unknown && s.current(in.Holder, in.Epoch):
+			return []any{s, released}
+		case out.Unknown:
+			return []any{s}
+		case out.Result == fenceOK:
+			if !s.current(in.Holder, in.Epoch) {
+				return nil
+			}
+			return []any{released}
+		default:
+			return s.refused(in.Holder, in.Epoch)
+		}
+	case fenceObserve:
+		if s.Epoch != out.Epoch || s.Holder != out.Holder {
+			return nil
+		}
+		if !out.Live {
+			s.Live = false
+			return []any{s}
+		}
+		if !s.Live {
+			return nil
+		}
+		return []any{s}
+	}
+	return nil
+}
+
+var fenceModel = porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		byQueue := map[string][]porcupine.Operation{}
+		var queues []string
+		for _, op := range h {
+			q := op.Input.(fenceInput).Queue
+			if _, ok := byQueue[q]; !ok {
+				queues = append(queues, q)
+			}
+			byQueue[q] = append(byQueue[q], op)
+		}
+		sort.Strings(queues)
+		out := make([][]porcupine.Operation, 0, len(queues))
+		for _, q := range queues {
+			out = append(out, byQueue[q])
+		}
+		return out
+	},
+	Init: func() []any { return []any{fenceState{}} },
+	Step: fenceStep,
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(fenceInput), output.(fenceOutput)
+		var res string
+		switch {
+		case out.Unknown:
+			res = "unknown"
+		case in.Kind == fenceObserve:
+			res = fmt.Sprintf("e%d %s live=%v", out.Epoch, out.Holder, out.Live)
+		case in.Kind == fenceAcquire && out.Result == fenceOK:
+			res = fmt.Sprintf("granted e%d", out.Epoch)
+		case in.Kind == fenceAcquire:
+			res = fmt.Sprintf("held by %s e%d", out.Holder, out.Epoch)
+		default:
+			res = [...]string{"ok", "passed (cas lost)", "held", "refused"}[out.Result]
+		}
+		return fmt.Sprintf("%s(%s e%d) -> %s", fenceKindNames[in.Kind], in.Holder, in.Epoch, res)
+	},
+	DescribeState: func(state any) string {
+		s := state.(fenceState)
+		return fmt.Sprintf("e%d %s live=%v", s.Epoch, s.Holder, s.Live)
+	},
+}
+
+// fenceWriter appends one event to a record under a term. The real one is a
+// fenced RecordAppend; the negative control skips the fence.
+type fenceWriter func(ctx context.Context, s *storage.DB, term mend.Term, rec mend.Record, op string) error
+
+func fencedWrite(ctx context.Context, s *storage.DB, term mend.Term, rec mend.Record, op string) error {
+	p := storage.AppendTo(rec)
+	p.Kind, p.Actor, p.OpID, p.Fence = mend.EventAttemptFailed, term.Holder, op, &term
+	_, err := s.RecordAppend(ctx, p)
+	return err
+}
+
+// unfencedWrite is the broken variant: it trusts the term it was given and
+// writes with its epoch, without asking the database whether it is current.
+func unfencedWrite(ctx context.Context, s *storage.DB, term mend.Term, rec mend.Record, op string) error {
+	p := storage.AppendTo(rec)
+	p.Kind, p.Actor, p.OpID, p.Epoch = mend.EventAttemptFailed, term.Holder, op, term.Epoch
+	_, err := s.RecordAppend(ctx, p)
+	return err
+}
+
+type fenceRun struct {
+	mu        sync.Mutex
+	history   []porcupine.Operation
+	ambiguous []fenceAmbiguous // writes with unknown outcome, resolved after the run
+	late      atomic.Int64     // writes made after observing a newer term
+	refused   atomic.Int64     // failed with nothing done (dropped from the history)
+	byKind    [5]atomic.Int64
+}
+
+type fenceAmbiguous struct {
+	index int // in history
+	queue string
+	op    string
+}
+
+// fenceWorkload runs contenders (one per store) on queues until totalOps
+// operations were recorded. Each contender takes a queue's lease with a short
+// TTL, writes under it to the queue's shared records, sometimes renews, and
+// then releases, abandons the term, or waits until it sees a newer term and
+// writes late under the old one.
+func fenceWorkload(ctx context.Context, stores []*storage.DB, observer *storage.DB, queues []string, records map[string][]mend.SourceID, write fenceWriter, totalOps int) *fenceRun {
+	run := &fenceRun{}
+	start := time.Now()
+	var budget atomic.Int64
+	budget.Store(int64(totalOps))
+	add := func(client int, in fenceInput, call time.Time, out fenceOutput) int {
+		ret := int64(time.Since(start))
+		if out.Unknown {
+			ret = math.MaxInt64
+		}
+		budget.Add(-1)
+		run.byKind[in.Kind].Add(1)
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		run.history = append(run.history, porcupine.Operation{ClientId: client, Input: in, Call: int64(call.Sub(start)), Output: out, Return: ret})
+		return len(run.history) - 1
+	}
+	pause := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	var wg sync.WaitGroup
+	for c, store := range stores {
+		holder := fmt.Sprintf("h%d", c)
+		wg.Go(func() {
+			for budget.Load() > 0 && ctx.Err() == nil {
+				queue := queues[rand.IntN(len(queues))]
+				ttl := time.Duration(20+rand.IntN(60)) * time.Millisecond
+				call := time.Now()
+				term, err := store.LeaseAcquire(ctx, queue, holder, ttl)
+				var held *mend.HeldError
+				switch {
+				case err == nil:
+					add(c, fenceInput{Kind: fenceAcquire, Queue: queue, Holder: holder}, call, fenceOutput{Result: fenceOK, Epoch: term.Epoch})
+				case errors.As(err, &held):
+					add(c, fenceInput{Kind: fenceAcquire, Queue: queue, Holder: holder}, call, fenceOutput{Result: fenceHeld, Epoch: held.Epoch, Holder: held.Holder})
+					pause(time.Duration(3+rand.IntN(12)) * time.Millisecond)
+					continue
+				case errors.Is(err, mend.ErrAmbiguous):
+					add(c, fenceInput{Kind: fenceAcquire, Queue: queue, Holder: holder}, call, fenceOutput{Unknown: true})
+					continue
+				default:
+					run.refused.Add(1)
+					continue
+				}
+				termOp := func(kind fenceKind, fn func() error) {
+					in := fenceInput{Kind: kind, Queue: queue, Holder: holder, Epoch: term.Epoch}
+					call := time.Now()
+					err := fn()
+					switch {
+					case err == nil:
+						add(c, in, call, fenceOutput{Result: fenceOK})
+					case errors.Is(err, mend.ErrFenced), errors.Is(err, mend.ErrLeaseLost):
+						add(c, in, call, fenceOutput{Result: fenceRefused})
+					case errors.Is(err, mend.ErrAmbiguous):
+						add(c, in, call, fenceOutput{Unknown: true})
+					default:
+						run.refused.Add(1)
+					}
+				}
+				writeOnce := func() {
+					src := records[queue][rand.IntN(len(records[queue]))]
+					rec, err := store.RecordGet(ctx, src)
+					if err != nil {
+						run.refused.Add(1)
+						return
+					}
+					in := fenceInput{Kind: fenceWrite, Queue: queue, Holder: holder, Epoch: term.Epoch}
+					op := mend.NewOpID()
+					call := time.Now()
+					err = write(ctx, store, term, rec, op)
+					switch {
+					case err == nil:
+						add(c, in, call, fenceOutput{Result: fenceOK})
+					case errors.Is(err, mend.ErrConflict):
+						add(c, in, call, fenceOutput{Result: fencePassed})
+					case errors.Is(err, mend.ErrFenced):
+						add(c, in, call, fenceOutput{Result: fenceRefused})
+					case errors.Is(err, mend.ErrAmbiguous):
+						i := add(c, in, call, fenceOutput{Unknown: true})
+						run.mu.Lock()
+						run.ambiguous = append(run.ambiguous, fenceAmbiguous{index: i, queue: queue, op: op})
+						run.mu.Unlock()
+					default:
+						run.refused.Add(1)
+					}
+				}
+				for range 1 + rand.IntN(4) {
+					writeOnce()
+					if rand.IntN(4) == 0 {
+						termOp(fenceRenew, func() error { return store.LeaseRenew(ctx, term, ttl) })
+					}
+				}
+				switch rand.IntN(10) {
+				case 0, 1, 2, 3:
+					termOp(fenceRelease, func() error { return store.LeaseRelease(ctx, term) })
+				case 4, 5, 6:
+					// Abandon the term: it expires by the database clock.
+				default:
+					// Late write: wait until a newer term is seen (or this one
+					// has run out), record that observation, then write under
+					// the old term.
+					deadline := time.Now().Add(2 * time.Second)
+					for time.Now().Before(deadline) && ctx.Err() == nil {
+						call := time.Now()
+						st, err := observer.LeaseGet(ctx, queue)
+						if err != nil {
+							break
+						}
+						if st.Term.Epoch > term.Epoch || st.Remaining <= 0 {
+							add(c, fenceInput{Kind: fenceObserve, Queue: queue}, call,
+								fenceOutput{Result: fenceOK, Epoch: st.Term.Epoch, Holder: st.Term.Holder, Live: st.Remaining > 0})
+							run.late.Add(1)
+							writeOnce()
+							break
+						}
+						pause(2 * time.Millisecond)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return run
+}
+
+// resolve looks ambiguous writes up by op ID: one that committed is recorded
+// as accepted at an unknown time after its call (it still never returns);
+// one that is not found stays unknown, since a commit may still be in
+// flight on a connection the test gave up on.
+func (r *fenceRun) resolve(t *testing.T, s *storage.DB) (committed int) {
+	t.Helper()
+	for _, a := range r.ambiguous {
+		_, err := s.OpLookup(t.Context(), a.queue, a.op)
+		switch {
+		case err == nil:
+			r.history[a.index].Output = fenceOutput{Result: fenceOK}
+			committed++
+		case errors.Is(err, mend.ErrNotFound):
+		default:
+			t.Fatalf("op lookup: %v", err)
+		}
+	}
+	return committed
+}
+
+// epochOrder checks the event log: along each record's history the writer's
+// epoch never goes down. It returns the violations found.
+func epochOrder(t *testing.T, s *storage.DB, records map[string][]mend.SourceID) (events int, violations []string) {
+	t.Helper()
+	for queue, srcs := range records {
+		for _, src := range srcs {
+			rec, err := s.RecordGet(t.Context(), src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := s.RecordHistory(t.Context(), queue, rec.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events += len(evs)
+			for i := 1; i < len(evs); i++ {
+				if evs[i].Epoch < evs[i-1].Epoch {
+					violations = append(violations, fmt.Sprintf("record %s: seq %d by %s at epoch %d follows seq %d at epoch %d",
+						short(rec.ID), evs[i].Seq, evs[i].Actor, evs[i].Epoch, evs[i-1].Seq, evs[i-1].Epoch))
+				}
+			}
+		}
+	}
+	return events, violations
+}
+
+// fenceSetup creates the queues' shared records and one store per
+// contender, routed directly, through a toxiproxy under chaos, or through a
+// driver network that cuts connections at COMMIT.
+func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*storage.DB, []string, map[string][]mend.SourceID, *linFaults) {
+	t.Helper()
+	quietDriver()
+	db := mysqltest.NewDB(t, migrations.Up)
+	direct := openRealStore(t)(db.DSN).(realStore).db
+	queues := []string{"fq1", "fq2"}
+	records := map[string][]mend.SourceID{}
+	for _, q := range queues {
+		for i := range 2 {
+			src := mend.SourceID{Queue: q, Topic: "fence_dlq", Partition: q, MessageID: fmt.Sprintf("r%d", i)}
+			if _, _, err := direct.RecordCreate(t.Context(), mend.CreateParams{Source: src, OpID: mend.NewOpID(), Actor: "setup"}); err != nil {
+				t.Fatal(err)
+			}
+			records[q] = append(records[q], src)
+		}
+	}
+	routes, faults := linRoutes(t, db, contenders, openRealStore(t))
+	stores := make([]*storage.DB, len(routes))
+	for i, r := range routes {
+		stores[i] = r.store.(realStore).db
+	}
+	return db, direct, stores, queues, records, faults
+}
+
+// TestFenceLinearizable: leases and fenced writes against the real server,
+// with network faults and cut commits, are linearizable against the fence
+// model, and the event log never shows an epoch going down.
+func TestFenceLinearizable(t *testing.T) {
+	t.Parallel()
+	contenders := sized(6, 9)
+	total := sized(1500, 12000)
+	_, direct, stores, queues, records, faults := fenceSetup(t, contenders)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	run := fenceWorkload(ctx, stores, direct, queues, records, fencedWrite, total)
+	faultText := faults.describe(t)
+	committed := run.resolve(t, direct)
+	events, violations := epochOrder(t, direct, records)
+	res, viz, took := fenceCheck(t, run.history)
+	prooff(t, "%d operations checked (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
+		len(run.history), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
+		run.byKind[fenceRelease].Load(), run.byKind[fenceObserve].Load(), contenders, len(queues), run.late.Load(), len(run.ambiguous), committed,
+		run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
+	if res != porcupine.Ok {
+		t.Fatalf("the fence's history is %s against the model; visualisation: %s", res, viz)
+	}
+	if len(violations) > 0 {
+		t.Fatalf("the event log shows epochs going down:\n%v", violations)
+	}
+	if run.late.Load() == 0 {
+		t.Errorf("no late write was made: the workload did not exercise fencing")
+	}
+}
+
+// TestFenceLinearizableCatchesUnfencedWriter is the negative control: the
+// same workload with writes that skip the fence must be rejected.
+func TestFenceLinearizableCatchesUnfencedWriter(t *testing.T) {
+	t.Parallel()
+	_, direct, stores, queues, records, faults := fenceSetup(t, 6)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	const maxRuns = 5
+	checked := 0
+	for i := range maxRuns {
+		run := fenceWorkload(ctx, stores, direct, queues, records, unfencedWrite, 600)
+		run.resolve(t, direct)
+		checked += len(run.history)
+		res, viz, took := fenceCheck(t, run.history)
+		if res == porcupine.Illegal {
+			_, violations := epochOrder(t, direct, records)
+			prooff(t, "unfenced writer rejected as %s after %d runs, %d operations checked (%d late writes; checker %s); the event log shows %d epoch inversions; faults: %s; visualisation: %s",
+				res, i+1, checked, run.late.Load(), took.Round(time.Millisecond), len(violations), faults.describe(t), viz)
+			return
+		}
+		t.Logf("run %d: unfenced writer not caught (%s) in %d operations", i, res, len(run.history))
+	}
+	t.Fatalf("the fence checker accepted an unfenced writer in %d runs (%d operations): it cannot be trusted", maxRuns, checked)
+}
+
+func fenceCheck(t *testing.T, h []porcupine.Operation) (porcupine.CheckResult, string, time.Duration) {
+	t.Helper()
+	model := fenceModel.ToModel()
+	begin := time.Now()
+	res, info := porcupine.CheckOperationsVerbose(model, h, 2*time.Minute)
+	took := time.Since(begin)
+	if res != porcupine.Illegal {
+		return res, "", took
+	}
+	path := t.TempDir() + "/fence.html"
+	if err := porcupine.VisualizePath(model, info, path); err != nil {
+		t.Logf("write visualisation: %v", err)
+		return res, "", took
+	}
+	return res, path, took
+}
