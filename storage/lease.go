@@ -188,23 +188,28 @@ func (d *DB) LeaseRenew(ctx context.Context, term mend.Term, ttl time.Duration) 
 		return err
 	}
 	err := d.withTx(ctx, "LeaseRenew", "", func(ctx context.Context, tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, sqlLeaseRenew, ttl.Microseconds(), term.Queue, term.Holder, term.Epoch)
-		if err != nil {
-			return err
-		}
-		// renewed_at moves with NOW(6), so a matched row is always a
-		// changed row even without clientFoundRows.
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
-		}
-		return nil
+		return execCurrentTerm(ctx, tx, sqlLeaseRenew, ttl.Microseconds(), term.Queue, term.Holder, term.Epoch)
 	})
 	if err != nil {
 		return fmt.Errorf("storage: renew lease (%s): %w", term, err)
+	}
+	return nil
+}
+
+// execCurrentTerm runs an UPDATE whose WHERE matches only the current, unexpired term.
+// Returns ErrLeaseLost if it matched no row. Each such statement sets a column to NOW(6),
+// so a matched row is always a changed row even without clientFoundRows.
+func execCurrentTerm(ctx context.Context, tx *sqlx.Tx, query string, args ...any) error {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
 	}
 	return nil
 }
@@ -227,23 +232,32 @@ func (d *DB) LeaseRelease(ctx context.Context, term mend.Term) error {
 		return err
 	}
 	err := d.withTx(ctx, "LeaseRelease", "", func(ctx context.Context, tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, sqlLeaseRelease, term.Queue, term.Holder, term.Epoch)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
-		}
-		return nil
+		return execCurrentTerm(ctx, tx, sqlLeaseRelease, term.Queue, term.Holder, term.Epoch)
 	})
 	if err != nil {
 		return fmt.Errorf("storage: release lease (%s): %w", term, err)
 	}
 	return nil
+}
+
+// leaseRow is a mend_leases row with the time left by the database clock.
+type leaseRow struct {
+	Queue       []byte    `db:"queue"`
+	Holder      []byte    `db:"holder"`
+	Epoch       int64     `db:"epoch"`
+	AcquiredAt  time.Time `db:"acquired_at"`
+	RenewedAt   time.Time `db:"renewed_at"`
+	ExpiresAt   time.Time `db:"expires_at"`
+	Transitions int64     `db:"transitions"`
+	RemainingUS int64     `db:"remaining_us"`
+}
+
+func (r leaseRow) status() LeaseStatus {
+	return LeaseStatus{
+		Term:       mend.Term{Queue: string(r.Queue), Holder: string(r.Holder), Epoch: r.Epoch},
+		AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt,
+		Transitions: r.Transitions, Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
+	}
 }
 
 const sqlLeaseGet = `-- name: LeaseGet
@@ -259,27 +273,14 @@ func (d *DB) LeaseGet(ctx context.Context, queue string) (LeaseStatus, error) {
 	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
 		return LeaseStatus{}, err
 	}
-	var row struct {
-		Queue       []byte    `db:"queue"`
-		Holder      []byte    `db:"holder"`
-		Epoch       int64     `db:"epoch"`
-		AcquiredAt  time.Time `db:"acquired_at"`
-		RenewedAt   time.Time `db:"renewed_at"`
-		ExpiresAt   time.Time `db:"expires_at"`
-		Transitions int64     `db:"transitions"`
-		RemainingUS int64     `db:"remaining_us"`
-	}
+	var row leaseRow
 	if err := d.db.GetContext(ctx, &row, sqlLeaseGet, queue); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return LeaseStatus{}, fmt.Errorf("storage: get lease: %w: queue %q was never leased", mend.ErrNotFound, queue)
 		}
 		return LeaseStatus{}, fmt.Errorf("storage: get lease: %w", translate(err))
 	}
-	return LeaseStatus{
-		Term:       mend.Term{Queue: string(row.Queue), Holder: string(row.Holder), Epoch: row.Epoch},
-		AcquiredAt: row.AcquiredAt, RenewedAt: row.RenewedAt, ExpiresAt: row.ExpiresAt,
-		Transitions: row.Transitions, Remaining: time.Duration(row.RemainingUS) * time.Microsecond,
-	}, nil
+	return row.status(), nil
 }
 
 // NOW(6) is the statement's start; after waiting for a takeover's lock the

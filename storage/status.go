@@ -89,26 +89,6 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 	return out, nil
 }
 
-// leaseRow is a mend_leases row with the time left by the database clock.
-type leaseRow struct {
-	Queue       []byte    `db:"queue"`
-	Holder      []byte    `db:"holder"`
-	Epoch       int64     `db:"epoch"`
-	AcquiredAt  time.Time `db:"acquired_at"`
-	RenewedAt   time.Time `db:"renewed_at"`
-	ExpiresAt   time.Time `db:"expires_at"`
-	Transitions int64     `db:"transitions"`
-	RemainingUS int64     `db:"remaining_us"`
-}
-
-func (r leaseRow) status() LeaseStatus {
-	return LeaseStatus{
-		Term:       mend.Term{Queue: string(r.Queue), Holder: string(r.Holder), Epoch: r.Epoch},
-		AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt,
-		Transitions: r.Transitions, Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
-	}
-}
-
 const sqlRecordFind = `-- name: RecordFind
 SELECT ` + recordColumns + ` FROM mend_records WHERE record_id = ?`
 
