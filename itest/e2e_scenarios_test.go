@@ -135,7 +135,9 @@ func TestMergeOutcomeIsProtected(t *testing.T) {
 		w := newWorld(t)
 		const q = "q-merging"
 		w.seed(t, q, "7", mend.BatchMerging, "r1")
-		a := w.actor(t, actorOpts{grace: 200 * time.Millisecond})
+		// Time is injected through the database clock (makeDue, ageState),
+		// so the test never waits for the grace period to pass.
+		a := w.actor(t, actorOpts{grace: time.Hour, backoff: time.Hour})
 		d := delivery(q, "speculate_dlq", "7/speculate/1", `{"batch_id":"7"}`)
 		if _, err := w.intake(t, a.rec).Record(ctx, d); err != nil {
 			t.Fatal(err)
@@ -143,7 +145,23 @@ func TestMergeOutcomeIsProtected(t *testing.T) {
 		if got := w.record(t, d.Source).State; got != mend.StateWaiting {
 			t.Fatalf("record is %s; want waiting", got)
 		}
-		converge(t, a.rec, 1000, func() bool { return w.record(t, d.Source).State == mend.StateParked })
+		// Checked again before the grace period ends: still waiting.
+		w.makeDue(t, d.Source)
+		if _, err := a.rec.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.record(t, d.Source).State; got != mend.StateWaiting {
+			t.Fatalf("record is %s before the grace period ended; want waiting", got)
+		}
+		// The grace period passes.
+		w.ageState(t, d.Source, 2*time.Hour)
+		w.makeDue(t, d.Source)
+		if _, err := a.rec.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.record(t, d.Source).State; got != mend.StateParked {
+			t.Fatalf("record is %s after the grace period; want parked", got)
+		}
 		rec := w.record(t, d.Source)
 		if got := w.batchState(t, q, "7"); got != mend.BatchMerging {
 			t.Fatalf("batch is %s; a merging batch must never be failed", got)

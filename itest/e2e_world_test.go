@@ -204,6 +204,17 @@ func converge(t *testing.T, r *reconcile.Reconciler, maxPasses int, done func() 
 	return 0
 }
 
+// ageState moves the time a record entered its state back by d, as if d had
+// passed by the database clock.
+func (w *world) ageState(t *testing.T, src mend.SourceID, d time.Duration) {
+	t.Helper()
+	key := src.Key()
+	if _, err := w.mendDB.SQL(t).Exec("UPDATE mend_records SET state_since = state_since - INTERVAL ? MICROSECOND WHERE queue = ? AND source_key = ?",
+		d.Microseconds(), src.Queue, key[:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // makeDue moves a record's next attempt to now by the database clock: the
 // test's way to let a backoff pass without waiting for it.
 func (w *world) makeDue(t *testing.T, src mend.SourceID) {
