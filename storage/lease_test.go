@@ -397,6 +397,24 @@ func TestFencedAppend(t *testing.T) {
 	})
 }
 
+// trxStates describes the server's open transactions, for failure messages.
+func trxStates(ctx context.Context, db *sql.DB) string {
+	rows, err := db.QueryContext(ctx, `SELECT CONCAT(t.trx_state, ' ', COALESCE(p.state, ''), ' ', COALESCE(LEFT(p.info, 60), ''))
+		FROM information_schema.innodb_trx t LEFT JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if rows.Scan(&s) == nil {
+			out = append(out, s)
+		}
+	}
+	return fmt.Sprintf("%q", out)
+}
+
 // lockWaits counts this database's lease statements waiting for a row lock.
 func lockWaits(ctx context.Context, db *sql.DB) (int, error) {
 	var n int
@@ -460,14 +478,16 @@ func TestFencedWriteInFlight(t *testing.T) {
 		bDone <- result{term, err}
 	}()
 	raw := b.db.SQL(t)
-	poll(t, 5*time.Second, func() error {
+	// A generous deadline: under a loaded machine the acquire can take a
+	// while to reach the server; the test only waits as long as it must.
+	poll(t, 30*time.Second, func() error {
 		select {
 		case r := <-bDone:
 			t.Fatalf("acquire returned %v, %v while a fenced write of the old term was in flight", r.term, r.err)
 		default:
 		}
 		if n, err := lockWaits(ctx, raw); err != nil || n == 0 {
-			return fmt.Errorf("no acquire waiting for the lease row (%d, %v)", n, err)
+			return fmt.Errorf("no acquire waiting for the lease row (%d, %v); transactions: %s", n, err, trxStates(ctx, raw))
 		}
 		return nil
 	})
