@@ -53,3 +53,18 @@ fuzz: ## Run every Fuzz* test in the module for FUZZTIME each (default 30s)
 			$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) "$$dir"; \
 		done; \
 	done
+
+.PHONY: bench proof
+
+bench: ## Benchmark mend against raw SQL (same statements, same run), print a table and write docs/benchmarks.md (< 10 min)
+	bash scripts/ensure-mysql.sh
+	$(GO) run ./bench/cmd/benchreport -out docs/benchmarks.md
+
+# The proof suites at full size: linearizability (store and fence, with their negative controls), crash and
+# partition. `make test` runs the same tests at reduced sizes.
+PROOF_TESTS ?= ^(TestLinear|TestFenceLinear|TestCrash|TestPartition|TestPause)
+proof: ## Run the linearizability, crash and partition suites at full size and print what they checked
+	bash scripts/ensure-mysql.sh
+	@out="$$(mktemp)"; status=0; \
+	MEND_PROOF=full $(GO) test -count=1 -timeout=30m -v -run '$(PROOF_TESTS)' ./itest 2>&1 | tee "$$out" || status=$$?; \
+	echo; echo "== what the proof suites checked =="; grep -ho 'PROOF .*' "$$out" || true; rm -f "$$out"; exit $$status

@@ -1,0 +1,262 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/storage"
+)
+
+// connCounts are the concurrency levels of the throughput benchmarks: one
+// goroutine per connection.
+var connCounts = []int{1, 4, 16}
+
+// share splits n operations among workers; worker w gets share(n, workers, w).
+func share(n, workers, w int) int {
+	q, r := n/workers, n%workers
+	if w < r {
+		return q + 1
+	}
+	return q
+}
+
+// openStore opens a store on dsn with a single connection, so a worker's
+// statements run in order on one connection the tap can follow.
+func openStore(b *testing.B, dsn string) *storage.DB {
+	b.Helper()
+	s, err := storage.Open(context.Background(), dsn, storage.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.SQL().SetMaxOpenConns(1)
+	s.SQL().SetMaxIdleConns(1)
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func openHost(b *testing.B, dsn string) *host.DB {
+	b.Helper()
+	h, err := host.Open(context.Background(), dsn, "", host.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+func src(queue, msg string) mend.SourceID {
+	return mend.SourceID{Queue: queue, Topic: "speculate_dlq", Partition: queue, MessageID: msg}
+}
+
+// BenchmarkIntake: a dead letter recorded through dlq.Intake (decode and
+// create-if-absent: INSERT ... ON DUPLICATE KEY UPDATE, created event, read
+// back, in one transaction), every delivery new.
+func BenchmarkIntake(b *testing.B) {
+	for _, conns := range connCounts {
+		b.Run("conns="+strconv.Itoa(conns), func(b *testing.B) {
+			ctx := context.Background()
+			db := mysqltest.NewDB(b, migrations.Up)
+			printServer(b, db)
+			tp := newTap(conns, 1)
+			intakes := make([]*dlq.Intake, conns)
+			for w := range conns {
+				in, err := dlq.New(openStore(b, tp.DSN(b, db.DSN, w, 0)), dlq.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				intakes[w] = in
+			}
+			clone := cloneDB(b, db)
+			payload := []byte(`{"batch_id":"b-1"}`)
+			errs := make([]error, conns)
+			b.ResetTimer()
+			tp.on.Store(true)
+			lib := measure(conns, func(w int) {
+				for i := range share(b.N, conns, w) {
+					_, err := intakes[w].Record(ctx, dlq.Delivery{Source: src("q", fmt.Sprintf("w%d-%d", w, i)), Payload: payload, FailureCount: 3, LastError: "boom"})
+					if err != nil {
+						errs[w] = err
+						return
+					}
+				}
+			})
+			tp.on.Store(false)
+			b.StopTimer()
+			failOn(b, errs)
+			printMix(b, tp, b.N)
+			report(b, b.N, lib, tp.replay(b, clone.DSN), tp.Statements())
+		})
+	}
+}
+
+// BenchmarkAppend: a CAS append (event insert and projection update in one
+// transaction), each worker on its own record, unfenced and fenced (the
+// lease row read LOCK IN SHARE MODE first, in the same transaction).
+func BenchmarkAppend(b *testing.B) {
+	for _, fenced := range []bool{false, true} {
+		for _, conns := range connCounts {
+			name := fmt.Sprintf("fenced=%v/conns=%d", fenced, conns)
+			b.Run(name, func(b *testing.B) {
+				ctx := context.Background()
+				db := mysqltest.NewDB(b, migrations.Up)
+				setup := openStore(b, db.DSN)
+				tp := newTap(conns, 1)
+				stores := make([]*storage.DB, conns)
+				recs := make([]mend.Record, conns)
+				terms := make([]*mend.Term, conns)
+				for w := range conns {
+					stores[w] = openStore(b, tp.DSN(b, db.DSN, w, 0))
+					queue := "q" + strconv.Itoa(w)
+					rec, _, err := setup.RecordCreate(ctx, mend.CreateParams{Source: src(queue, "m"), OpID: mend.NewOpID(), Actor: "bench",
+						Target: mend.Target{BatchID: "b", Desired: mend.OutcomeFailed}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					recs[w] = rec
+					if fenced {
+						term, err := setup.LeaseAcquire(ctx, queue, "bench-"+strconv.Itoa(w), 10*time.Minute)
+						if err != nil {
+							b.Fatal(err)
+						}
+						terms[w] = &term
+					}
+				}
+				clone := cloneDB(b, db)
+				errs := make([]error, conns)
+				b.ResetTimer()
+				tp.on.Store(true)
+				lib := measure(conns, func(w int) {
+					p := storage.AppendTo(recs[w])
+					p.Kind, p.State, p.Actor, p.Fence, p.RetryIn = mend.EventAttemptFailed, mend.StatePending, "bench", terms[w], time.Second
+					for range share(b.N, conns, w) {
+						p.OpID = mend.NewOpID()
+						p.Attempts++
+						v, err := stores[w].RecordAppend(ctx, p)
+						if err != nil {
+							errs[w] = err
+							return
+						}
+						p.Version = v
+					}
+				})
+				tp.on.Store(false)
+				b.StopTimer()
+				failOn(b, errs)
+				printMix(b, tp, b.N)
+				report(b, b.N, lib, tp.replay(b, clone.DSN), tp.Statements())
+			})
+		}
+	}
+}
+
+// planLease is a lease term that never ends during the benchmark.
+type planLease struct{ term mend.Term }
+
+func (l planLease) Term() mend.Term       { return l.term }
+func (l planLease) Done() <-chan struct{} { return nil }
+
+// BenchmarkPlannerRepair: one record repaired end to end by planner.Run
+// under a fenced lease: read due records, read the batch (created), fail it
+// with a CAS, fan out to its two requests, settle, list live batches, publish
+// the wake-up, finish. Each worker repairs its own queue.
+func BenchmarkPlannerRepair(b *testing.B) {
+	for _, conns := range connCounts {
+		b.Run("conns="+strconv.Itoa(conns), func(b *testing.B) {
+			ctx := context.Background()
+			db := mysqltest.NewDB(b, migrations.Up, host.Migrations.Up)
+			setupStore := openStore(b, db.DSN)
+			setupHost := openHost(b, db.DSN)
+			tp := newTap(conns, 2)
+			planners := make([]*planner.Planner, conns)
+			leases := make([]planLease, conns)
+			seed := make([]error, conns)
+			measure(conns, func(w int) {
+				queue := "q" + strconv.Itoa(w)
+				// A live batch to wake, so every repair publishes.
+				if err := setupHost.SeedBatch(ctx, queue, "z-live", mend.BatchCreated, queue+"-live"); err != nil {
+					seed[w] = err
+					return
+				}
+				for i := range share(b.N, conns, w) {
+					batch := fmt.Sprintf("b%06d", i)
+					if err := setupHost.SeedBatch(ctx, queue, batch, mend.BatchSpeculating, batch+"-r1", batch+"-r2"); err != nil {
+						seed[w] = err
+						return
+					}
+					if _, _, err := setupStore.RecordCreate(ctx, mend.CreateParams{Source: src(queue, batch), OpID: mend.NewOpID(), Actor: "bench",
+						Target: mend.Target{BatchID: batch, Desired: mend.OutcomeFailed}}); err != nil {
+						seed[w] = err
+						return
+					}
+				}
+				term, err := setupStore.LeaseAcquire(ctx, queue, "bench-"+strconv.Itoa(w), 10*time.Minute)
+				if err != nil {
+					seed[w] = err
+					return
+				}
+				leases[w] = planLease{term}
+			})
+			failOn(b, seed)
+			for w := range conns {
+				h := openHost(b, tp.DSN(b, db.DSN, w, 1))
+				p, err := planner.New(planner.Config{Store: openStore(b, tp.DSN(b, db.DSN, w, 0)), Batches: h, Waker: h, Actor: "bench"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				planners[w] = p
+			}
+			clone := cloneDB(b, db)
+			errs := make([]error, conns)
+			stats := make([]planner.Stats, conns)
+			b.ResetTimer()
+			tp.on.Store(true)
+			lib := measure(conns, func(w int) {
+				stats[w], errs[w] = planners[w].Run(ctx, leases[w])
+			})
+			tp.on.Store(false)
+			b.StopTimer()
+			failOn(b, errs)
+			woken := 0
+			for _, st := range stats {
+				woken += st.Woken
+			}
+			if woken != b.N {
+				b.Fatalf("planner woke %d records; want %d", woken, b.N)
+			}
+			printMix(b, tp, b.N)
+			report(b, b.N, lib, tp.replay(b, clone.DSN), tp.Statements())
+		})
+	}
+}
+
+var serverOnce sync.Once
+
+// printServer prints the server's version once, for cmd/benchreport.
+func printServer(b *testing.B, db *mysqltest.DB) {
+	serverOnce.Do(func() {
+		var v string
+		if err := db.SQL(b).QueryRowContext(context.Background(), "SELECT VERSION()").Scan(&v); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("mend-bench: server %s (%s, innodb_flush_log_at_trx_commit=2 on the harness's private server)", v, db.Server)
+	})
+}
+
+func failOn(b *testing.B, errs []error) {
+	b.Helper()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

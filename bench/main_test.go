@@ -1,0 +1,9 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/mendq/mend/internal/mysqltest"
+)
+
+func TestMain(m *testing.M) { mysqltest.Main(m) }
