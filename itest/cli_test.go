@@ -185,6 +185,27 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("a dirty schema is refused with the fix, and force clears it", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, migrations.Up)
+		latest, _ := migrations.Mend.Latest()
+		if _, err := db.SQL(t).Exec("UPDATE mend_schema_migrations SET dirty = 1"); err != nil {
+			t.Fatal(err)
+		}
+		res := c.run(t, "migrate", "up", "--dsn", db.DSN)
+		if res.code != 1 || !strings.Contains(res.stderr, "dirty") || !strings.Contains(res.stderr, "mend migrate force") {
+			t.Fatalf("migrate up on a dirty schema = exit %d %q; want 1 naming the dirty state and mend migrate force", res.code, res.stderr)
+		}
+		if res := c.run(t, "migrate", "force", "--dsn", db.DSN); res.code != 2 {
+			t.Fatalf("migrate force without a version = exit %d; want 2", res.code)
+		}
+		res = c.mustRun(t, "migrate", "force", fmt.Sprint(latest), "--dsn", db.DSN)
+		if !strings.Contains(res.stdout, fmt.Sprintf("version %d of %d, clean", latest, latest)) {
+			t.Fatalf("migrate force said %q", res.stdout)
+		}
+		c.mustRun(t, "migrate", "up", "--dsn", db.DSN)
+	})
+
 	t.Run("record then run once then status shows done", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

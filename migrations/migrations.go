@@ -112,7 +112,7 @@ func (s Set) run(ctx context.Context, dsn, what string, fn func(*migrate.Migrate
 			if err != nil {
 				var dirty migrate.ErrDirty
 				if errors.As(err, &dirty) {
-					return fmt.Errorf("migrations: %s: schema is dirty at version %d: a migration failed half way; fix the schema by hand, then clear the flag with migrations.Set.Force and run again: %w", what, dirty.Version, err)
+					return fmt.Errorf("migrations: %s: schema is dirty at version %d: a migration failed half way; make the schema match a version by hand, record it with `mend migrate force <version>` (migrations.Set.Force), then migrate again: %w", what, dirty.Version, err)
 				}
 				return fmt.Errorf("migrations: %s: %w", what, err)
 			}

@@ -209,7 +209,7 @@ func checkSchema(ctx context.Context, dsn string) check {
 		return check{Name: "schema", Status: checkFail, Detail: "cannot read the schema version: " + err.Error()}
 	case dirty:
 		return check{Name: "schema", Status: checkFail, Detail: fmt.Sprintf("version %d is DIRTY: a migration failed half way", v),
-			Fix: "repair the schema by hand to match the migration, then clear the flag (docs/operations.md, 'Dirty schema')"}
+			Fix: "repair the schema by hand to match a version, then run: mend migrate force <that version> (docs/operations.md, 'Dirty schema')"}
 	case v == 0:
 		return check{Name: "schema", Status: checkFail, Detail: "no mend schema in this database", Fix: "run: mend migrate up"}
 	case v < latest:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -43,23 +44,35 @@ func writeJSON(w io.Writer, v any) error {
 // ---- migrate ----
 
 func runMigrate(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("migrate", "up|down|version ", "Apply (up), revert (down) or show (version) mend's schema.", true)
+	f := a.newFlags("migrate", "up|down|version|force VERSION ", "Apply (up), revert (down) or show (version) mend's schema, or record a version by hand after repairing a dirty schema (force).", true)
 	yes := f.Bool("yes", false, "confirm 'down', which drops every mend table and its data")
-	// Flags may come before or after the action.
-	var action string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		action, args = args[0], args[1:]
+	// The action (and force's version) may come before or after the flags.
+	var pos []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		pos, args = append(pos, args[0]), args[1:]
 	}
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if action == "" && f.NArg() > 0 {
-		action = f.Arg(0)
-		if f.NArg() > 1 {
-			return usagef("unexpected argument %q after %q", f.Arg(1), action)
+	pos = append(pos, f.Args()...)
+	var action string
+	var rest []string
+	if len(pos) > 0 {
+		action, rest = pos[0], pos[1:]
+	}
+	var forceTo int
+	if action == "force" {
+		if len(rest) != 1 {
+			return usagef("'migrate force' needs the version the schema now matches, e.g. mend migrate force 7")
 		}
-	} else if err := f.noArgs(); err != nil {
-		return err
+		n, err := strconv.Atoi(rest[0])
+		if err != nil || n < 0 {
+			return usagef("'migrate force' needs a version number, got %q", rest[0])
+		}
+		forceTo, rest = n, nil
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected argument %q after %q", rest[0], action)
 	}
 	dsn, err := f.needDSN()
 	if err != nil {
@@ -79,11 +92,22 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 		if err := migrations.Down(ctx, dsn); err != nil {
 			return err
 		}
+	case "force":
+		latest, err := migrations.Mend.Latest()
+		if err != nil {
+			return err
+		}
+		if forceTo > int(latest) {
+			return usagef("version %d is beyond this binary's latest (%d)", forceTo, latest)
+		}
+		if err := migrations.Mend.Force(ctx, dsn, forceTo); err != nil {
+			return err
+		}
 	case "version":
 	case "":
-		return usagef("name an action: mend migrate up|down|version")
+		return usagef("name an action: mend migrate up|down|version|force VERSION")
 	default:
-		return usagef("unknown action %q; use up, down or version", action)
+		return usagef("unknown action %q; use up, down, version or force", action)
 	}
 	v, dirty, err := migrations.Version(ctx, dsn)
 	if err != nil {
@@ -98,7 +122,7 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	}
 	state := "clean"
 	if dirty {
-		state = "DIRTY (a migration failed half way; see docs/operations.md)"
+		state = "DIRTY (a migration failed half way; repair it by hand, then mend migrate force <version>; see docs/operations.md)"
 	}
 	fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", v, latest, state)
 	return nil
