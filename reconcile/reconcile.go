@@ -312,10 +312,14 @@ func (r *Reconciler) loop(ctx context.Context, done chan struct{}) {
 			return
 		case <-t.C:
 		}
+		// Passes start at a fixed rate (a pass that overruns is followed at
+		// once), so work that becomes due waits at most one interval for
+		// the next pass to start, however long passes take.
+		start := time.Now()
 		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			r.log.WarnContext(ctx, "pass failed", "err", err)
 		}
-		t.Reset(r.cfg.Interval)
+		t.Reset(max(r.cfg.Interval-time.Since(start), 0))
 	}
 }
 
