@@ -353,12 +353,12 @@ come from disk. If that shows, what would close it is time-ordered record and op
 the indexes) and retention pruning, which keeps the working set bounded.
 
 **Failover and re-send.** Failover takes at most the rest of the holder's term (up to one TTL after its last
-renewal) plus the standby's next pass; measured well inside TTL + interval. The re-send bound is not strict by
-construction: the reconciler waits one interval *after* each pass ends, so a record that becomes due just after a
-pass started is re-sent up to one interval plus that pass's duration plus the time to reach the record in the next
-pass. With one record per queue that adds a few milliseconds (the 250 ms case has missed by about that in some
-runs); with a long backlog it adds the pass time. What would close it: start passes on a fixed-rate ticker (skipping
-a tick while a pass runs), or sleep only until the earliest next_attempt_at when that is sooner than the interval.
+renewal) plus the standby's next pass; measured well inside TTL + interval. Passes start at a fixed rate (a pass
+that overruns is followed at once), so a record that becomes due waits at most one interval for the next pass to
+start, plus the time that pass takes to reach it: a few milliseconds with one record per queue, more with a long
+backlog. Earlier runs, when the reconciler waited one interval after each pass ended, missed the 250 ms bound by
+the pass's own duration (2 ms); starting passes at a fixed rate closed that. What would shorten the wait further:
+sleep only until the earliest next_attempt_at when that is sooner than the interval.
 `
 
 func splitConns(name string) (bench, conns string) {
