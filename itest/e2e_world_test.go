@@ -228,4 +228,3 @@ func (w *world) makeDue(t *testing.T, src mend.SourceID) {
 		t.Fatalf("makeDue: %d rows; the record is not scheduled", n)
 	}
 }
-
