@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -63,9 +64,17 @@ type Options struct {
 	// WakeTopic is the planner topic Wake publishes to. Empty means
 	// WakeTopicDefault ("speculate").
 	WakeTopic string
+	// IOTimeout, when set, bounds each network read and write of the driver
+	// (readTimeout, writeTimeout), so a COMMIT sent into a connection that
+	// hangs returns instead of waiting for TCP to give up (database/sql
+	// cannot cancel a COMMIT in flight). Zero keeps the DSN's setting.
+	IOTimeout time.Duration
 }
 
 func (o Options) validate() error {
+	if o.IOTimeout < 0 {
+		return &mend.ValidationError{Field: "io_timeout", Reason: "must not be negative"}
+	}
 	if o.WakeTopic != "" {
 		if err := mend.ValidateIdentity("wake_topic", o.WakeTopic, true); err != nil {
 			return err
@@ -94,13 +103,13 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	app, err := openPool(ctx, "app_dsn", appDSN)
+	app, err := openPool(ctx, "app_dsn", appDSN, opts.IOTimeout)
 	if err != nil {
 		return nil, err
 	}
 	d := &DB{app: app, queue: app, wakeTopic: cmp.Or(opts.WakeTopic, WakeTopicDefault)}
 	if queueDSN != "" && queueDSN != appDSN {
-		if d.queue, err = openPool(ctx, "queue_dsn", queueDSN); err != nil {
+		if d.queue, err = openPool(ctx, "queue_dsn", queueDSN, opts.IOTimeout); err != nil {
 			return nil, errors.Join(err, app.Close())
 		}
 	}
@@ -113,10 +122,13 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 	return d, nil
 }
 
-func openPool(ctx context.Context, field, dsn string) (*sql.DB, error) {
+func openPool(ctx context.Context, field, dsn string, ioTimeout time.Duration) (*sql.DB, error) {
 	cfg, err := normalizeDSN(field, dsn)
 	if err != nil {
 		return nil, err
+	}
+	if ioTimeout > 0 {
+		cfg.ReadTimeout, cfg.WriteTimeout = ioTimeout, ioTimeout
 	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
@@ -29,11 +31,32 @@ type Options struct {
 	// MaxPayload bounds a record's payload snapshot in bytes. Zero means
 	// MaxPayloadDefault (1 MiB); at most 8 MiB.
 	MaxPayload int
+	// SessionIdleTimeout, when set, is the server-side wait_timeout of
+	// mend's sessions (whole seconds, at least 1). A client that hangs in the
+	// middle of a fenced transaction (a half-open connection, a frozen
+	// process) keeps its shared lock on the queue's lease row, and with it
+	// blocks every takeover, until the server drops the session; this bounds
+	// that wait. Set it near the lease TTL. Zero keeps the server's default
+	// (8 hours on MySQL and MariaDB).
+	SessionIdleTimeout time.Duration
+	// IOTimeout, when set, bounds each network read and write of the
+	// driver (its readTimeout and writeTimeout). Without it a COMMIT sent
+	// into a connection that hangs waits for TCP to give up, which can take
+	// many minutes: database/sql cannot cancel a COMMIT in flight. Set it
+	// above the longest legitimate statement, lock waits included. Zero
+	// keeps the DSN's setting (none by default).
+	IOTimeout time.Duration
 }
 
 func (o Options) validate() error {
 	if o.MaxPayload < 0 || o.MaxPayload > maxPayloadHard {
 		return &mend.ValidationError{Field: "max_payload", Reason: fmt.Sprintf("must be between 1 and %d bytes", maxPayloadHard)}
+	}
+	if o.IOTimeout < 0 {
+		return &mend.ValidationError{Field: "io_timeout", Reason: "must not be negative"}
+	}
+	if o.SessionIdleTimeout != 0 && o.SessionIdleTimeout < time.Second {
+		return &mend.ValidationError{Field: "session_idle_timeout", Reason: fmt.Sprintf("must be at least 1s (the server counts whole seconds), got %s", o.SessionIdleTimeout)}
 	}
 	return nil
 }
@@ -65,11 +88,21 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.IOTimeout > 0 {
+		cfg.ReadTimeout, cfg.WriteTimeout = opts.IOTimeout, opts.IOTimeout
+	}
+	if opts.SessionIdleTimeout > 0 {
+		cfg.Params["wait_timeout"] = strconv.Itoa(int((opts.SessionIdleTimeout + time.Second - 1) / time.Second))
+	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, &mend.ValidationError{Field: "dsn", Reason: err.Error()}
 	}
 	sqlDB := sql.OpenDB(connector)
+	if opts.SessionIdleTimeout > 0 {
+		// Retire idle connections before the server drops them.
+		sqlDB.SetConnMaxIdleTime(opts.SessionIdleTimeout / 2)
+	}
 	if err := sqlDB.PingContext(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("storage: connect to %s: %w", cfg.Addr, translate(err)), sqlDB.Close())
 	}

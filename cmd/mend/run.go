@@ -97,11 +97,15 @@ func (s *service) close() error { return errors.Join(s.host.Close(), s.store.Clo
 func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics) (*service, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store, err := storage.Open(openCtx, withLockWait(c.DSN, c.LeaseTTL), storage.Options{})
+	// A client that hangs mid-transaction must not hold the lease row (and
+	// so every takeover) for the server's default 8 hours, and a COMMIT sent
+	// into a hung connection must come back: see ioTimeout.
+	store, err := storage.Open(openCtx, withLockWait(c.DSN, c.LeaseTTL),
+		storage.Options{SessionIdleTimeout: max(c.LeaseTTL, time.Second), IOTimeout: ioTimeout(c.LeaseTTL)})
 	if err != nil {
 		return nil, fmt.Errorf("open mend's database: %w", err)
 	}
-	hostDB, err := host.Open(openCtx, c.HostDSN, c.QueueDSN, host.Options{WakeTopic: c.WakeTopic})
+	hostDB, err := host.Open(openCtx, c.HostDSN, c.QueueDSN, host.Options{WakeTopic: c.WakeTopic, IOTimeout: ioTimeout(c.LeaseTTL)})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open the host's databases: %w", err), store.Close())
 	}
@@ -129,6 +133,11 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics) (*serv
 	}
 	return s, nil
 }
+
+// ioTimeout bounds each network read and write of mend run's connections:
+// well above a lock wait (a third of the TTL, see withLockWait) and any
+// statement mend runs, so it only ever fires on a connection that hangs.
+func ioTimeout(ttl time.Duration) time.Duration { return max(2*ttl, 30*time.Second) }
 
 // serve runs the reconciler until ctx ends (or one pass, with Once).
 func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) (err error) {
