@@ -2,8 +2,6 @@ package host_test
 
 import (
 	"context"
-	"database/sql"
-	"slices"
 	"strings"
 	"testing"
 
@@ -101,30 +99,10 @@ func TestSchema(t *testing.T) {
 	})
 }
 
-func tableNames(t *testing.T, db *sql.DB) []string {
-	t.Helper()
-	rows, err := db.Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, n)
-	}
-	slices.Sort(names) // byte order, whatever the server's collation
-	return names
-}
-
 func TestMigrationsUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := mysqltest.NewDB(t)
-	conn := db.SQL(t)
 	latest, err := host.Migrations.Latest()
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +122,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 		if err := step.run(ctx, db.DSN); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.name, err)
 		}
-		if got := strings.Join(tableNames(t, conn), ","); got != step.tables {
+		if got := strings.Join(db.Tables(t), ","); got != step.tables {
 			t.Fatalf("after %s: tables %s; want %s", step.name, got, step.tables)
 		}
 		v, dirty, err := host.Migrations.Version(ctx, db.DSN)
@@ -165,7 +143,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, db := range []*mysqltest.DB{app, queue} {
-		if got := len(tableNames(t, db.SQL(t))); got != 5 {
+		if got := len(db.Tables(t)); got != 5 {
 			t.Fatalf("%s has %d tables; want 5", db.Name, got)
 		}
 	}

@@ -2,7 +2,6 @@ package migrations_test
 
 import (
 	"context"
-	"database/sql"
 	"slices"
 	"strings"
 	"sync"
@@ -13,25 +12,6 @@ import (
 )
 
 func TestMain(m *testing.M) { mysqltest.Main(m) }
-
-func tables(t *testing.T, db *sql.DB) []string {
-	t.Helper()
-	rows, err := db.Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY table_name")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, n)
-	}
-	slices.Sort(names) // information_schema orders by its own collation
-	return names
-}
 
 // allTables is every table mend's migrations create, sorted.
 var allTables = []string{"mend_events", "mend_lease_history", "mend_leases", "mend_records", "mend_schema_migrations"}
@@ -84,7 +64,6 @@ func TestUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := mysqltest.NewDB(t)
-	conn := db.SQL(t)
 	latest, err := migrations.Mend.Latest()
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +81,7 @@ func TestUpDownUp(t *testing.T) {
 		if err := step.run(ctx, db.DSN); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.name, err)
 		}
-		if got := tables(t, conn); !slices.Equal(got, step.tables) {
+		if got := db.Tables(t); !slices.Equal(got, step.tables) {
 			t.Fatalf("after %s: tables %v; want %v", step.name, got, step.tables)
 		}
 		v, dirty, err := migrations.Version(ctx, db.DSN)

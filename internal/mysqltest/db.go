@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -260,4 +261,28 @@ func dropDB(t testing.TB, db *DB) {
 	default:
 		t.Errorf("mysqltest: drop database %s: %v", db.Name, err)
 	}
+}
+
+// Tables lists the base tables of the database, sorted by byte order
+// (information_schema sorts by its own collation), for schema tests.
+func (d *DB) Tables(t testing.TB) []string {
+	t.Helper()
+	rows, err := d.SQL(t).Query("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE'")
+	if err != nil {
+		t.Fatalf("mysqltest: list tables of %s: %v", d.Name, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatalf("mysqltest: list tables of %s: %v", d.Name, err)
+		}
+		names = append(names, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("mysqltest: list tables of %s: %v", d.Name, err)
+	}
+	slices.Sort(names)
+	return names
 }
