@@ -131,3 +131,22 @@ func Classify(err error) Class {
 
 // IsRetryable reports whether the same call may simply be made again.
 func IsRetryable(err error) bool { return Classify(err) == ClassRetryable }
+
+// SpellingError says a host read found a row whose identity differs in its
+// bytes from the one asked for: the host's collation matched "Q/batch/1" to
+// a stored "q/batch/1", or 'x' to 'x '. To mend, whose identities are
+// byte-exact, the row asked for does not exist, so it matches ErrNotFound;
+// but unlike a plain miss it needs an operator, so the planner parks the
+// record with this message, which names both spellings.
+type SpellingError struct {
+	Field  string // "batch_id", "queue", "request_id", ...
+	Asked  string // what mend asked for
+	Stored string // what the host's row holds
+}
+
+func (e *SpellingError) Error() string {
+	return fmt.Sprintf("mend: host %s %q matched a row stored as %q (the host's collation is not byte-exact): treated as not found", e.Field, e.Asked, e.Stored)
+}
+
+// Unwrap lets errors.Is(err, ErrNotFound) match.
+func (e *SpellingError) Unwrap() error { return ErrNotFound }

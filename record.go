@@ -157,8 +157,11 @@ type Subject struct {
 // Snapshot is what the intake copies out of a DLQ delivery. DLQ rows are
 // garbage-collected later, so a repair must never need to read them again.
 type Snapshot struct {
-	Payload      []byte
-	FailureCount int
+	Payload []byte
+	// OriginalTopic is the topic the message was dead-lettered from (the DLQ
+	// row's original_topic, e.g. "speculate" for a row on speculate_dlq).
+	OriginalTopic string
+	FailureCount  int
 	LastError    string
 	FailedAt     time.Time // zero if the delivery did not say
 	Subjects     []Subject
