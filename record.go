@@ -162,9 +162,9 @@ type Snapshot struct {
 	// row's original_topic, e.g. "speculate" for a row on speculate_dlq).
 	OriginalTopic string
 	FailureCount  int
-	LastError    string
-	FailedAt     time.Time // zero if the delivery did not say
-	Subjects     []Subject
+	LastError     string
+	FailedAt      time.Time // zero if the delivery did not say
+	Subjects      []Subject
 }
 
 // Target is what a record repairs, decoded from the payload by topic.

@@ -84,7 +84,7 @@ func (w World) MoveToDLQ(ctx context.Context, topic, partition, id string, f Fai
 	var detail any
 	if len(f.Subjects) > 0 || len(f.Detail) > 0 {
 		d := struct {
-			Subjects []Subject     `json:"subjects,omitempty"`
+			Subjects []Subject      `json:"subjects,omitempty"`
 			Detail   map[string]any `json:"detail,omitempty"`
 		}{f.Subjects, f.Detail}
 		b, err := json.Marshal(d)
