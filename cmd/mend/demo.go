@@ -20,7 +20,6 @@ import (
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
-	"github.com/mendq/mend/internal/localdb"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
@@ -39,7 +38,7 @@ const (
 
 func runDemo(ctx context.Context, a *app, args []string) error {
 	f := a.newFlags("demo", "", "Build the stuck-queue scenario on a throwaway database, let mend repair it, and print the timeline.\n"+
-		"Without --dsn it starts a private server from a local mariadbd/mysqld and removes it afterwards;\n"+
+		"Without --dsn it starts a throwaway server (a Docker container, else a local mariadbd/mysqld) and removes it afterwards;\n"+
 		"with --dsn (or MEND_TEST_DSN) it creates and drops its own database on that server. Exit 0 only if the queue was repaired.", false)
 	// The library's own logs would drown the story; -log-level info shows them.
 	f.setDefault("log-level", "error")
@@ -67,25 +66,13 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 		}
 		where = fmt.Sprintf("the server at %s (as %s)", cfg.Addr, cfg.User)
 	} else {
-		bin, err := localdb.FindBinary()
-		if err != nil {
-			return errors.New("no MySQL-compatible server: pass --dsn user:pass@tcp(host:port)/ of a server the demo may create a database on, " +
-				"or install mariadb-server (make demo does that when run as root on Debian/Ubuntu)")
-		}
-		fmt.Fprintf(out, "Starting a private server from %s (it is stopped and removed at the end) ...\n\n", bin)
-		srv, err := localdb.Start(ctx, localdb.Config{Binary: bin, DirPrefix: "mend-demo-"})
+		srv, err := startDemoServer(ctx, a)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			if err := srv.Close(); err != nil {
-				fmt.Fprintf(a.stderr, "mend demo: %v\n", err)
-				return
-			}
-			fmt.Fprintf(out, "Stopped the private server and removed %s.\n", srv.Dir)
-		}()
+		defer stopDemoServer(a, srv)
 		serverDSN = srv.RootDSN("")
-		where = fmt.Sprintf("a private %s server on %s", srv.Flavor, srv.Addr())
+		where = fmt.Sprintf("a throwaway %s", srv)
 	}
 	dbDSN, drop, err := createDemoDatabase(ctx, serverDSN)
 	if err != nil {

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 
-	"github.com/mendq/mend/internal/localdb"
+	"github.com/mendq/mend/internal/testserver"
 )
 
 // Migrator prepares a fresh database, given its DSN; storage tests pass migrations.Up.
@@ -52,17 +51,18 @@ func (d *DB) SQL(t testing.TB) *sql.DB {
 
 // shared is the package's server, started on first use by NewDB and stopped by Main.
 var shared struct {
-	mu   sync.Mutex
-	done bool    // discovery and start ran (successfully or not)
-	srv  *Server // nil if none
-	src  source  // what discovery chose
-	err  error   // start failure, reported to every caller
+	mu     sync.Mutex
+	done   bool              // discovery and start ran (successfully or not)
+	srv    *Server           // nil if none
+	choice testserver.Choice // what discovery chose
+	err    error             // start failure, reported to every caller
 }
 
 // Main runs m and then stops the package's shared server, if one was started, and exits with
-// m's code. Use it as: func TestMain(m *testing.M) { mysqltest.Main(m) }.
-// Without it the shared server is still killed when the test binary exits (on Linux), but its
-// temporary directory is left behind.
+// m's code. Use it as: func TestMain(m *testing.M) { mysqltest.Main(m) }. It prints one line
+// saying which backend the package's tests used, so a test log shows it for every package.
+// Without it the shared server is still stopped when the test binary exits (a local process
+// dies with it; a container is reaped by the next run), but its leftovers stay until then.
 //
 // Each after func runs once the server is stopped, when the tests passed; an
 // error fails the run. Packages that start goroutines pass a leak check:
@@ -71,6 +71,7 @@ func Main(m *testing.M, after ...func() error) {
 	code := m.Run()
 	shared.mu.Lock()
 	if shared.srv != nil {
+		fmt.Printf("mysqltest: backend %s: shared %v, started in %v\n", shared.srv.Backend(), shared.srv, shared.srv.StartedIn().Round(time.Millisecond))
 		if err := shared.srv.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			if code == 0 {
@@ -93,91 +94,60 @@ func Main(m *testing.M, after ...func() error) {
 }
 
 // SharedServer returns the package's shared server, starting it on first use from the first of:
-// EnvDSN, a Docker engine, a local mariadbd/mysqld. With none available it skips t, or fails it
-// when CI=true. Safe for concurrent use; every caller gets the same server.
+// EnvDSN, a Docker engine with an image, a local mariadbd/mysqld (EnvBackend forces one). With
+// none available it skips t, or fails it when CI=true. Safe for concurrent use; every caller
+// gets the same server.
 func SharedServer(t testing.TB) *Server {
 	t.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if !shared.done {
 		shared.done = true
-		shared.src = discover(systemProbes())
-		if shared.src.kind != sourceNone {
+		shared.choice = testserver.Discover(testserver.SystemProbes())
+		if shared.choice.Note != "" {
+			fmt.Fprintln(os.Stderr, "mysqltest: "+shared.choice.Note)
+		}
+		if shared.choice.Backend != testserver.BackendNone {
 			// Not tied to t's context: the server outlives the test that happened to start it.
-			shared.srv, shared.err = startSource(context.Background(), shared.src)
+			var srv *testserver.Server
+			srv, shared.err = testserver.Start(context.Background(), shared.choice)
 			if shared.err == nil {
-				shared.srv.shared = true
-				t.Logf("mysqltest: started shared %v in %v", shared.srv, shared.srv.StartedIn().Round(time.Millisecond))
+				shared.srv = &Server{Server: srv, shared: true}
+				t.Logf("mysqltest: started shared %v in %v", srv, srv.StartedIn().Round(time.Millisecond))
 			}
 		}
 	}
 	switch {
-	case shared.src.kind == sourceNone:
-		unavailable(t, shared.src)
+	case shared.choice.Backend == testserver.BackendNone:
+		unavailable(t, shared.choice)
 	case shared.err != nil:
-		t.Fatalf("mysqltest: shared %s server: %v", shared.src.kind, shared.err)
+		t.Fatalf("mysqltest: shared %s server: %v", shared.choice.Backend, shared.err)
 	}
 	return shared.srv
 }
 
 // unavailable skips t, or fails it under CI, explaining how to provide a server.
-func unavailable(t testing.TB, src source) {
+func unavailable(t testing.TB, c testserver.Choice) {
 	t.Helper()
-	if src.fatal {
-		t.Fatalf("mysqltest: %s (%s=true, so this is a failure rather than a skip)", src.reason, EnvCI)
+	if c.Fatal {
+		t.Fatalf("mysqltest: %s (%s=true, so this is a failure rather than a skip)", c.Reason, EnvCI)
 	}
-	t.Skipf("mysqltest: %s", src.reason)
+	t.Skipf("mysqltest: %s", c.Reason)
 }
 
-// startSource brings up the server discovery chose.
-func startSource(ctx context.Context, src source) (*Server, error) {
-	switch src.kind {
-	case sourceDSN:
-		return serverFromDSN(ctx, src.dsn)
-	case sourceDocker:
-		return startDocker(ctx, src.image)
-	case sourceBinary:
-		return startLocal(ctx, src.binary)
-	default:
-		return nil, fmt.Errorf("mysqltest: %s", src.reason)
-	}
-}
-
-// serverFromDSN wraps an existing server; it checks that it answers.
-func serverFromDSN(ctx context.Context, dsn string) (*Server, error) {
-	begin := time.Now()
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("mysqltest: parse %s: %w", EnvDSN, err)
-	}
-	cfg.DBName = ""
-	applyParams(cfg)
-	if err := localdb.Ping(ctx, cfg, 10*time.Second); err != nil {
-		return nil, fmt.Errorf("mysqltest: server from %s at %s does not answer: %w", EnvDSN, cfg.Addr, err)
-	}
-	return &Server{kind: sourceDSN, cfg: cfg, startedIn: time.Since(begin)}, nil
-}
-
-// startLocal starts a private server from binary (see package localdb, which owns the process).
-func startLocal(ctx context.Context, binary string) (*Server, error) {
-	begin := time.Now()
-	l, err := localdb.Start(ctx, localdb.Config{Binary: binary, DirPrefix: "mend-mysqltest-"})
-	if err != nil {
-		return nil, err
-	}
-	return &Server{kind: sourceBinary, flavor: l.Flavor, cfg: rootConfig(l.Addr()), local: l, startedIn: time.Since(begin)}, nil
-}
-
-// StartPrivate starts a dedicated server from a local mariadbd/mysqld binary (never EnvDSN or
-// Docker) for fault tests, and stops and removes it in t.Cleanup. Without a binary it skips t,
-// or fails it when CI=true.
+// StartPrivate starts a dedicated server the test owns, a container when Docker has an image and
+// a local mariadbd/mysqld process otherwise (never EnvDSN), for fault tests, and stops and removes
+// it in t.Cleanup. With neither it skips t, or fails it when CI=true.
 func StartPrivate(t testing.TB) *Server {
 	t.Helper()
-	src := discoverPrivate(systemProbes())
-	if src.kind == sourceNone {
-		unavailable(t, src)
+	c := testserver.DiscoverPrivate(testserver.SystemProbes())
+	if c.Backend == testserver.BackendNone {
+		unavailable(t, c)
 	}
-	srv, err := startLocal(t.Context(), src.binary)
+	if c.Note != "" {
+		t.Log("mysqltest: " + c.Note)
+	}
+	srv, err := testserver.Start(t.Context(), c)
 	if err != nil {
 		t.Fatalf("mysqltest: private server: %v", err)
 	}
@@ -187,7 +157,7 @@ func StartPrivate(t testing.TB) *Server {
 		}
 	})
 	t.Logf("mysqltest: started private %v in %v", srv, srv.StartedIn().Round(time.Millisecond))
-	return srv
+	return &Server{Server: srv}
 }
 
 // NewDB returns a fresh database on the package's shared server (see SharedServer) with the
@@ -218,7 +188,7 @@ func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"); err != nil {
 		t.Fatalf("mysqltest: create database %s on %s: %v", name, srv.Addr(), err)
 	}
-	db := &DB{Name: name, DSN: formatDSN(srv.cfg, name), Server: srv}
+	db := &DB{Name: name, DSN: srv.Server.RootDSN(name), Server: srv}
 	t.Cleanup(func() { dropDB(t, db) })
 
 	for i, m := range migrate {
@@ -234,9 +204,9 @@ func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 // may leave it killed or paused and Close removes it all.
 func dropDB(t testing.TB, db *DB) {
 	srv := db.Server
-	if srv.local != nil && !srv.local.Running() {
+	if srv.Private() && !srv.Running() {
 		// Killed by a fault test: Close removes everything. Crashed: say so, with the log.
-		if err := srv.local.Crash(); err != nil {
+		if err := srv.Crash(); err != nil {
 			t.Errorf("mysqltest: drop database %s: %v", db.Name, err)
 		}
 		return
@@ -244,7 +214,7 @@ func dropDB(t testing.TB, db *DB) {
 	// t.Context() is already cancelled while cleanups run. A private server left paused would
 	// make the drop wait for the whole timeout, so keep it short there.
 	timeout := 30 * time.Second
-	if srv.local != nil && !srv.shared {
+	if srv.Private() && !srv.shared {
 		timeout = 5 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -256,7 +226,7 @@ func dropDB(t testing.TB, db *DB) {
 	}
 	switch {
 	case err == nil:
-	case srv.local != nil && !srv.shared:
+	case srv.Private() && !srv.shared:
 		t.Logf("mysqltest: drop database %s: %v", db.Name, err)
 	default:
 		t.Errorf("mysqltest: drop database %s: %v", db.Name, err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/mendq/mend/internal/dockerdb"
 )
 
 // TestMain is Main plus a leak check, so the harness itself is shown not to leave goroutines
@@ -214,18 +216,31 @@ func TestPrivate(t *testing.T) {
 		}
 	})
 
-	t.Run("close is idempotent and removes the directory", func(t *testing.T) {
+	t.Run("close is idempotent and removes what the server left", func(t *testing.T) {
 		t.Parallel()
 		srv, _, _ := setup(t)
-		dir := srv.local.Dir
+		dir, container := srv.Dir(), srv.ContainerID()
 		if err := srv.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 		if err := srv.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
-		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("temp dir %s after Close: %v", dir, err)
+		if dir != "" {
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("temp dir %s after Close: %v", dir, err)
+			}
+		}
+		if container != "" {
+			left, err := dockerdb.List(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range left {
+				if l.Name == container {
+					t.Errorf("container %.12s still exists after Close", container)
+				}
+			}
 		}
 		if err := srv.Pause(); err == nil {
 			t.Error("Pause after Close returned nil")

@@ -1,0 +1,186 @@
+package testserver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/mendq/mend/internal/localdb"
+)
+
+// machine is a fake machine for discovery.
+type machine struct {
+	env      map[string]string
+	dockerUp bool
+	images   map[string]bool // held locally
+	pullable map[string]bool
+	binary   string // "" means none
+	local    string // LocalImage's answer
+
+	pinged bool
+	pulled []string
+}
+
+func (m *machine) probes() Probes {
+	return Probes{
+		Getenv: func(k string) string { return m.env[k] },
+		DockerPing: func() error {
+			m.pinged = true
+			if m.dockerUp {
+				return nil
+			}
+			return errors.New("no engine")
+		},
+		HasImage: func(image string) bool { return m.images[image] },
+		Pull: func(image string) error {
+			m.pulled = append(m.pulled, image)
+			if m.pullable[image] {
+				return nil
+			}
+			return errors.New("no registry\nsecond line")
+		},
+		FindBinary: func() (string, error) {
+			if m.binary == "" {
+				return "", localdb.ErrNoBinary
+			}
+			return m.binary, nil
+		},
+		LocalImage: func() string { return m.local },
+	}
+}
+
+const built = "mend-test/mariadb:debian-12"
+
+func TestDiscover(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		m          machine
+		want       Choice
+		wantPinged bool
+		noteHas    string
+	}{
+		{
+			name: "dsn wins and docker is not pinged",
+			m:    machine{env: map[string]string{EnvDSN: "root@tcp(127.0.0.1:3306)/"}, dockerUp: true, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Backend: BackendDSN, DSN: "root@tcp(127.0.0.1:3306)/"},
+		},
+		{
+			name: "mysql:8.4 when the registry answers", wantPinged: true,
+			m:    machine{dockerUp: true, pullable: map[string]bool{DefaultImage: true}, local: built, images: map[string]bool{}},
+			want: Choice{Backend: BackendDocker, Image: DefaultImage},
+		},
+		{
+			name: "mysql:8.4 already held beats the built image", wantPinged: true,
+			m:    machine{dockerUp: true, images: map[string]bool{DefaultImage: true, built: true}, local: built},
+			want: Choice{Backend: BackendDocker, Image: DefaultImage},
+		},
+		{
+			name: "the locally built image without a registry", wantPinged: true,
+			m:    machine{dockerUp: true, images: map[string]bool{built: true}, local: built, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Backend: BackendDocker, Image: built},
+		},
+		{
+			name: "image override", wantPinged: true,
+			m:    machine{env: map[string]string{EnvImage: "mariadb:10.11"}, dockerUp: true, images: map[string]bool{"mariadb:10.11": true, built: true}, local: built},
+			want: Choice{Backend: BackendDocker, Image: "mariadb:10.11"},
+		},
+		{
+			name: "docker without any image falls back to a binary and says so", wantPinged: true,
+			m:       machine{dockerUp: true, local: built, binary: "/usr/sbin/mariadbd"},
+			want:    Choice{Backend: BackendLocal, Binary: "/usr/sbin/mariadbd"},
+			noteHas: "was not built",
+		},
+		{
+			name: "forced docker without an image fails under CI", wantPinged: true,
+			m:    machine{env: map[string]string{EnvBackend: "docker", EnvCI: "true"}, dockerUp: true, local: built, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Fatal: true},
+		},
+		{
+			name: "forced docker without an engine skips outside CI", wantPinged: true,
+			m:    machine{env: map[string]string{EnvBackend: "docker"}, binary: "/usr/sbin/mariadbd"},
+			want: Choice{},
+		},
+		{
+			name: "forced local ignores docker and the dsn",
+			m:    machine{env: map[string]string{EnvBackend: "local", EnvDSN: "x@tcp(127.0.0.1:1)/"}, dockerUp: true, images: map[string]bool{built: true}, local: built, binary: "/x/mysqld"},
+			want: Choice{Backend: BackendLocal, Binary: "/x/mysqld"},
+		},
+		{
+			name: "forced dsn without one fails under CI",
+			m:    machine{env: map[string]string{EnvBackend: "dsn", EnvCI: "1"}},
+			want: Choice{Fatal: true},
+		},
+		{
+			name: "an unknown backend is an error",
+			m:    machine{env: map[string]string{EnvBackend: "podman"}},
+			want: Choice{Fatal: true},
+		},
+		{
+			name: "local binary when docker does not answer", wantPinged: true,
+			m:    machine{binary: "/usr/sbin/mariadbd"},
+			want: Choice{Backend: BackendLocal, Binary: "/usr/sbin/mariadbd"},
+		},
+		{
+			name: "nothing outside CI skips", wantPinged: true,
+			m:    machine{},
+			want: Choice{},
+		},
+		{
+			name: "nothing under CI=true fails", wantPinged: true,
+			m:    machine{env: map[string]string{EnvCI: "true"}},
+			want: Choice{Fatal: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := tt.m
+			got := Discover(m.probes())
+			if got.Backend != tt.want.Backend || got.DSN != tt.want.DSN || got.Image != tt.want.Image ||
+				got.Binary != tt.want.Binary || got.Fatal != tt.want.Fatal {
+				t.Errorf("Discover() = %+v, want %+v", got, tt.want)
+			}
+			if got.Backend == BackendNone && got.Reason == "" {
+				t.Error("no server and no reason given")
+			}
+			if m.pinged != tt.wantPinged {
+				t.Errorf("docker pinged = %v, want %v", m.pinged, tt.wantPinged)
+			}
+			if tt.noteHas != "" && !strings.Contains(got.Note, tt.noteHas) {
+				t.Errorf("note %q does not say %q", got.Note, tt.noteHas)
+			}
+			if strings.Contains(got.Note+got.Reason, "\n") {
+				t.Errorf("note or reason is not one line: %q %q", got.Note, got.Reason)
+			}
+		})
+	}
+}
+
+func TestDiscoverPrivateNeverUsesTheDSN(t *testing.T) {
+	t.Parallel()
+	m := machine{env: map[string]string{EnvDSN: "root@tcp(127.0.0.1:3306)/"}, binary: "/usr/sbin/mariadbd"}
+	if got := DiscoverPrivate(m.probes()); got.Backend != BackendLocal {
+		t.Fatalf("DiscoverPrivate() = %+v; want the local binary", got)
+	}
+	m = machine{env: map[string]string{EnvDSN: "root@tcp(127.0.0.1:3306)/"}, dockerUp: true, images: map[string]bool{built: true}, local: built}
+	if got := DiscoverPrivate(m.probes()); got.Backend != BackendDocker || got.Image != built {
+		t.Fatalf("DiscoverPrivate() = %+v; want the built image", got)
+	}
+}
+
+func TestFaultsNeedAnOwnedServer(t *testing.T) {
+	t.Parallel()
+	srv := &Server{backend: BackendDSN}
+	for name, f := range map[string]func() error{
+		"Kill": srv.Kill, "Pause": srv.Pause, "Resume": srv.Resume,
+		"Restart": func() error { return srv.Restart(t.Context()) },
+	} {
+		if err := f(); !errors.Is(err, ErrNotOwned) {
+			t.Errorf("%s() = %v, want ErrNotOwned", name, err)
+		}
+	}
+	if err := srv.Close(); err != nil {
+		t.Errorf("Close of a DSN server: %v", err)
+	}
+}

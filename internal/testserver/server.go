@@ -1,0 +1,237 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/internal/dockerdb"
+	"github.com/mendq/mend/internal/localdb"
+)
+
+// ErrNotOwned is returned by the fault methods on a server the caller does
+// not own (an EnvDSN server).
+var ErrNotOwned = errors.New("testserver: fault injection needs a server the harness owns (a container or a local process)")
+
+// Server is a MySQL-compatible server: an existing one (EnvDSN), a container,
+// or a local process. On the last two the fault methods work: Kill (SIGKILL,
+// or docker kill), Pause and Resume (SIGSTOP/SIGCONT, or docker
+// pause/unpause), Restart on the same data and address.
+type Server struct {
+	backend   Backend
+	image     string
+	flavor    string        // "mariadb", "mysql" or "" when unknown
+	cfg       *mysql.Config // root credentials, no database name
+	startedIn time.Duration
+
+	local  *localdb.Server
+	docker *dockerdb.Server
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start brings up the server c names. ctx bounds only the start.
+func Start(ctx context.Context, c Choice) (*Server, error) {
+	begin := time.Now()
+	switch c.Backend {
+	case BackendDSN:
+		cfg, err := mysql.ParseDSN(c.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("testserver: parse %s: %w", EnvDSN, err)
+		}
+		cfg.DBName = ""
+		ApplyParams(cfg)
+		if err := localdb.Ping(ctx, cfg, 10*time.Second); err != nil {
+			return nil, fmt.Errorf("testserver: server from %s at %s does not answer: %w", EnvDSN, cfg.Addr, err)
+		}
+		return &Server{backend: BackendDSN, cfg: cfg, startedIn: time.Since(begin)}, nil
+	case BackendDocker:
+		if err := dockerdb.Reap(ctx); err != nil {
+			return nil, err
+		}
+		d, err := dockerdb.Start(ctx, c.Image)
+		if err != nil {
+			return nil, err
+		}
+		return &Server{backend: BackendDocker, image: c.Image, flavor: d.Flavor, cfg: d.Config(), docker: d, startedIn: time.Since(begin)}, nil
+	case BackendLocal:
+		l, err := localdb.Start(ctx, localdb.Config{Binary: c.Binary, DirPrefix: "mend-testserver-"})
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := mysql.ParseDSN(l.RootDSN(""))
+		if err != nil {
+			return nil, errors.Join(err, l.Close())
+		}
+		return &Server{backend: BackendLocal, flavor: l.Flavor, cfg: cfg, local: l, startedIn: time.Since(begin)}, nil
+	default:
+		return nil, fmt.Errorf("testserver: %s", c.Reason)
+	}
+}
+
+// ApplyParams forces the parameters of every DSN the harness hands out.
+func ApplyParams(cfg *mysql.Config) {
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+}
+
+// Backend says where the server came from.
+func (s *Server) Backend() Backend { return s.backend }
+
+// Addr returns the server's TCP address (127.0.0.1:PORT for owned servers).
+func (s *Server) Addr() string { return s.cfg.Addr }
+
+// Config returns a copy of the root driver config, no database selected.
+func (s *Server) Config() *mysql.Config { return s.cfg.Clone() }
+
+// RootDSN returns a DSN for the administrative user with dbName selected
+// (may be empty), with parseTime=true, loc=UTC and interpolateParams=true.
+func (s *Server) RootDSN(dbName string) string { return FormatDSN(s.cfg, dbName) }
+
+// FormatDSN renders cfg with dbName selected and the harness parameters. The
+// driver omits loc=UTC as its default; it is written out so the DSN says what it means.
+func FormatDSN(cfg *mysql.Config, dbName string) string {
+	c := cfg.Clone()
+	c.DBName = dbName
+	ApplyParams(c)
+	dsn := c.FormatDSN()
+	if !strings.Contains(dsn, "loc=") {
+		if strings.Contains(dsn, "?") {
+			dsn += "&loc=UTC"
+		} else {
+			dsn += "?loc=UTC"
+		}
+	}
+	return dsn
+}
+
+// Owned reports whether the harness owns the server (container or process), so the fault methods work.
+func (s *Server) Owned() bool { return s.local != nil || s.docker != nil }
+
+// StartedIn returns how long the start took (for a container: engine start plus initialisation).
+func (s *Server) StartedIn() time.Duration { return s.startedIn }
+
+// Flavor returns "mariadb" or "mysql" when known, else "".
+func (s *Server) Flavor() string { return s.flavor }
+
+// Dir returns a local server's temporary directory, "" for other backends.
+func (s *Server) Dir() string {
+	if s.local != nil {
+		return s.local.Dir
+	}
+	return ""
+}
+
+// ContainerID returns a container server's ID, "" for other backends.
+func (s *Server) ContainerID() string {
+	if s.docker != nil {
+		return s.docker.ID()
+	}
+	return ""
+}
+
+// String describes the server for logs: backend, flavor, image, address.
+func (s *Server) String() string {
+	f := s.flavor
+	if f == "" {
+		f = "server"
+	}
+	if s.image != "" {
+		return fmt.Sprintf("%s %s (%s) at %s", s.backend, f, s.image, s.cfg.Addr)
+	}
+	return fmt.Sprintf("%s %s at %s", s.backend, f, s.cfg.Addr)
+}
+
+// Kill stops the server with SIGKILL (docker kill for a container) and waits
+// until it is gone. Its data is kept, so Restart brings it back with every
+// acknowledged commit. Returns an error on a server not owned or not running.
+func (s *Server) Kill() error {
+	switch {
+	case s.local != nil:
+		return s.local.Kill()
+	case s.docker != nil:
+		return s.docker.Kill()
+	}
+	return ErrNotOwned
+}
+
+// Pause freezes the server (SIGSTOP, or docker pause): connections stay open
+// but nothing is answered. Returns an error on a server not owned or not running.
+func (s *Server) Pause() error {
+	switch {
+	case s.local != nil:
+		return s.local.Pause()
+	case s.docker != nil:
+		return s.docker.Pause()
+	}
+	return ErrNotOwned
+}
+
+// Resume continues a paused server. Returns an error on a server not owned or not running.
+func (s *Server) Resume() error {
+	switch {
+	case s.local != nil:
+		return s.local.Resume()
+	case s.docker != nil:
+		return s.docker.Resume()
+	}
+	return ErrNotOwned
+}
+
+// Restart starts the server again on the same data and address and waits
+// until it answers; a running server is first stopped gracefully.
+func (s *Server) Restart(ctx context.Context) error {
+	switch {
+	case s.local != nil:
+		return s.local.Restart(ctx)
+	case s.docker != nil:
+		return s.docker.Restart(ctx)
+	}
+	return ErrNotOwned
+}
+
+// Running reports whether an owned server is up (it may be paused); an
+// EnvDSN server is always taken to be running.
+func (s *Server) Running() bool {
+	switch {
+	case s.local != nil:
+		return s.local.Running()
+	case s.docker != nil:
+		return s.docker.Running()
+	}
+	return true
+}
+
+// Crash describes an exit of an owned server that nobody asked for, with its
+// log's tail, or returns nil.
+func (s *Server) Crash() error {
+	switch {
+	case s.local != nil:
+		return s.local.Crash()
+	case s.docker != nil:
+		return s.docker.Crash()
+	}
+	return nil
+}
+
+// Close stops an owned server and removes everything it left (temporary
+// directory, or container and volume); an EnvDSN server is left alone. It is
+// idempotent: later calls return the first call's result.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		switch {
+		case s.local != nil:
+			s.closeErr = s.local.Close()
+		case s.docker != nil:
+			s.closeErr = s.docker.Close()
+		}
+	})
+	return s.closeErr
+}
