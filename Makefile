@@ -41,7 +41,9 @@ demo: ## Run the stuck-queue demo on a throwaway server and print its timeline (
 
 test: ## Run unit, integration and end-to-end tests with -race against a real MySQL/MariaDB (TESTFLAGS=... adds flags)
 	bash scripts/ensure-mysql.sh
-	@status=0; $(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS) || status=$$?; \
+	@report="$$(mktemp)"; status=0; \
+	MEND_TEST_REPORT="$$report" $(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS) || status=$$?; \
+	echo "== servers the test packages used =="; sort "$$report"; rm -f "$$report"; \
 	bash scripts/docker-leftovers.sh || status=1; exit $$status
 
 lint: ## Check formatting (gofmt), go vet and staticcheck

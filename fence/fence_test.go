@@ -28,7 +28,6 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := mysqltest.NewDB(t, migrations.Up)
-	sharedServer.CompareAndSwap(nil, db.Server)
 	return &bundle{db: db, store: openStore(t, db.DSN)}
 }
 

@@ -1,9 +1,6 @@
 package fence_test
 
 import (
-	"fmt"
-	"os"
-	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -11,25 +8,8 @@ import (
 	"github.com/mendq/mend/internal/mysqltest"
 )
 
-// sharedServer is the harness's shared server, remembered so TestMain can
-// stop it before looking for leaked goroutines.
-var sharedServer atomic.Pointer[mysqltest.Server]
-
-// TestMain is mysqltest.Main plus a leak check: it stops the shared server
-// first (Close is idempotent), so only goroutines of ours can remain.
+// TestMain is mysqltest.Main plus a leak check, which runs after the shared
+// server is stopped, so only goroutines of ours can remain.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if srv := sharedServer.Load(); srv != nil {
-		if err := srv.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	mysqltest.Main(m, func() error { return goleak.Find() })
 }

@@ -7,11 +7,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
 
 	"github.com/mendq/mend/internal/testserver"
 )
@@ -71,7 +71,7 @@ func Main(m *testing.M, after ...func() error) {
 	code := m.Run()
 	shared.mu.Lock()
 	if shared.srv != nil {
-		fmt.Printf("mysqltest: backend %s: shared %v, started in %v\n", shared.srv.Backend(), shared.srv, shared.srv.StartedIn().Round(time.Millisecond))
+		report(fmt.Sprintf("backend %s: shared %v, started in %v", shared.srv.Backend(), shared.srv, shared.srv.StartedIn().Round(time.Millisecond)))
 		if err := shared.srv.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			if code == 0 {
@@ -91,6 +91,45 @@ func Main(m *testing.M, after ...func() error) {
 		}
 	}
 	os.Exit(code)
+}
+
+// EnvReport names a file each test binary appends one line to: which backend
+// its package's shared server used. `make test` sets it and prints the file,
+// because go test shows nothing of a passing package but its "ok" line.
+const EnvReport = "MEND_TEST_REPORT"
+
+// report writes line to stdout (seen with -v or on failure) and appends it,
+// prefixed with the package's directory, to the EnvReport file if one is set.
+func report(line string) {
+	fmt.Println("mysqltest: " + line)
+	path := os.Getenv(EnvReport)
+	if path == "" {
+		return
+	}
+	pkg, _ := os.Getwd() // go test runs each test binary in its package's directory
+	if root, err := moduleRoot(pkg); err == nil {
+		if rel, err := filepath.Rel(root, pkg); err == nil {
+			pkg = "./" + filepath.ToSlash(rel)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%-24s %s\n", pkg, line)
+}
+
+// moduleRoot returns the nearest directory at or above dir holding go.mod.
+func moduleRoot(dir string) (string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", os.ErrNotExist
+		}
+	}
 }
 
 // SharedServer returns the package's shared server, starting it on first use from the first of:

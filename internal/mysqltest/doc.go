@@ -1,24 +1,28 @@
 // Package mysqltest gives tests a real MySQL-compatible server: a fresh database per test with
-// migrations applied, private servers whose process a test can kill, freeze and restart, and an
-// in-process toxiproxy on loopback for network faults. It is imported only by _test.go files.
+// migrations applied, private servers a test can kill, freeze and restart, and an in-process
+// toxiproxy on loopback for network faults. It is imported only by _test.go files.
 //
 // # Overview
 //
 // The package's shared server is started on first use (NewDB, SharedServer), once per test
-// binary, from the first of:
+// binary, by package testserver's discovery, from the first of:
 //
 //  1. MEND_TEST_DSN: an existing server; the harness creates and drops its own databases there;
-//  2. a Docker engine that answers a ping: a container of mysql:8.4 (MEND_TEST_IMAGE overrides);
-//  3. a local mariadbd or mysqld binary: a private process in a temporary directory, started
-//     and owned by package localdb (shared with `mend demo`);
+//  2. a Docker engine with an image: a container through dockertest (package dockerdb), of
+//     mysql:8.4 where a registry answers, else of the MariaDB image scripts/build-test-image.sh
+//     builds from Debian packages (MEND_TEST_IMAGE overrides);
+//  3. a local mariadbd or mysqld binary: a private process in a temporary directory (package
+//     localdb);
 //  4. nothing: the test is skipped, or failed when CI=true, with a message naming the options.
 //
-// StartPrivate always uses option 3, because fault tests need to own the process. Call Main
-// from TestMain so the shared server is stopped and its directory removed when the tests end.
+// MEND_TEST_BACKEND=dsn|docker|local allows only one of them. StartPrivate never uses option 1:
+// fault tests must own the server, as a container (option 2) or a process (option 3). Call Main
+// from TestMain so the shared server is stopped and removed when the tests end; Main also
+// reports which backend the package used (see EnvReport).
 //
 // # State model
 //
-// A private server's process moves between these states; Close is allowed from any of them.
+// A private server moves between these states; Close is allowed from any of them.
 //
 //	          Kill              Restart
 //	running --------> killed ------------> running
@@ -27,14 +31,18 @@
 //	   v  |
 //	 paused
 //
-// Its data directory survives Kill and Restart (every acknowledged commit survives; writes cut
-// off at COMMIT are ambiguous), and is removed by Close.
+// Kill is SIGKILL to the process or `docker kill`; Pause and Resume are SIGSTOP/SIGCONT or
+// `docker pause`/`unpause` (the cgroup freezer: the same effect for a client, connections stay
+// open and nothing answers). Data survives Kill and Restart (a directory, or a volume: every
+// acknowledged commit survives; writes cut off at COMMIT are ambiguous), and Close removes it.
 //
 // # Failure handling
 //
-// Startup waits for a ping with a deadline and reports the tail of the server's error log if
-// the server exits or never answers. A server that exits without the harness asking (a crash)
-// is reported by Close and by the drop of each database on it, again with the log tail. Each
-// private server has its own temporary directory for data, socket, logs and tmpdir, so
-// concurrent test binaries never share files.
+// Startup waits for a ping with a deadline and reports the tail of the server's log if it exits
+// or never answers. A server that exits without the harness asking (a crash) is reported by
+// Close and by the drop of each database on it, again with the log tail. Each private process
+// has its own temporary directory for data, socket, logs and tmpdir, so concurrent test binaries
+// never share files; each container has its own volume and a label naming the process that made
+// it, so leftovers of a killed test binary are reaped by the next start and caught by the check
+// `make test` runs at the end.
 package mysqltest

@@ -55,11 +55,11 @@ type Choice struct {
 // Probes are discovery's view of the machine, injected so discovery is testable without one.
 type Probes struct {
 	Getenv     func(string) string
-	DockerPing func() error                  // nil error: an engine answered
-	HasImage   func(image string) bool       // the engine holds image locally
-	Pull       func(image string) error      // fetch image from its registry
-	FindBinary func() (string, error)        // path of mariadbd or mysqld
-	LocalImage func() string                 // the tag scripts/build-test-image.sh builds, "" if none applies
+	DockerPing func() error             // nil error: an engine answered
+	HasImage   func(image string) bool  // the engine holds image locally
+	Pull       func(image string) error // fetch image from its registry
+	FindBinary func() (string, error)   // path of mariadbd or mysqld
+	LocalImage func() string            // the tag scripts/build-test-image.sh builds, "" if none applies
 }
 
 var systemOnce struct {
