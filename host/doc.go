@@ -76,7 +76,8 @@
 // store reads metadata into map[string]string, and a number there would
 // make the whole partition unreadable. It names all twelve columns as the
 // real publish does, with created_at and published_at in epoch ms from the
-// client clock and the DLQ fields at 0, 0, '', '', NULL.
+// client clock and the DLQ fields at their normal values (0, 0, empty
+// strings, NULL).
 //
 // # Failure handling
 //
