@@ -207,7 +207,7 @@ const sqlHydrate = `-- name: BatchHydrate
 SELECT queue, id, state FROM batch WHERE queue = ? AND id IN (`
 
 const sqlBatchProbe = `-- name: BatchProbe
-SELECT id FROM batch WHERE queue = ? AND id = ?`
+SELECT queue, id FROM batch WHERE queue = ? AND id = ?`
 
 // LiveBatches returns up to limit IDs of the queue's live batches (created,
 // speculating, merging, cancelling), smallest first in byte order, as the
@@ -341,8 +341,8 @@ func (d *DB) hydrate(ctx context.Context, queue string, ids []string) (map[strin
 // is one primary-key read per such row, so its cost follows the number of
 // broken rows met, not the size of the queue.
 func (d *DB) reportMissing(ctx context.Context, queue, batchID string, states []string) error {
-	var stored string
-	err := d.app.QueryRowContext(ctx, sqlBatchProbe, queue, batchID).Scan(&stored)
+	var storedQueue, stored string
+	err := d.app.QueryRowContext(ctx, sqlBatchProbe, queue, batchID).Scan(&storedQueue, &stored)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		for _, s := range states {
@@ -356,7 +356,7 @@ func (d *DB) reportMissing(ctx context.Context, queue, batchID string, states []
 		return translate(err)
 	}
 	d.log.WarnContext(ctx, "membership row names a batch spelled differently; skipped",
-		"queue", queue, "batch_id", batchID, "stored_batch_id", stored, "states", states)
+		"queue", queue, "batch_id", batchID, "stored_queue", storedQueue, "stored_batch_id", stored, "states", states)
 	return nil
 }
 
