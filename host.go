@@ -41,19 +41,28 @@ func (s BatchState) Terminal() bool {
 
 // Batch is a host batch as mend sees it.
 type Batch struct {
-	Queue    string
-	ID       string
-	State    BatchState
-	Version  int64    // every state change is a compare-and-set on it
-	Requests []string // member request IDs
+	Queue string
+	ID    string
+	State BatchState
+	// Version is the batch's compare-and-set version: every state change
+	// names the version it moves from. It is int64 here, but a host may
+	// store less: uber/submitqueue's batch.version is an INT, so its
+	// adapter refuses versions above 2^31-1.
+	Version  int64
+	Requests []string // member request IDs, in the host's stored order
 }
 
 // WakeUp is a message to the queue's planner topic whose only job is to make
-// the planner run.
+// the planner run. On uber/submitqueue it is a speculate message with
+// payload {"id": BatchID, "queue": Queue} on partition Queue, and flat
+// string metadata naming the record and the epoch.
 type WakeUp struct {
-	Queue     string
-	MessageID string // deterministic per (record, attempt); at most 255 characters
-	BatchID   string // the batch the wake-up is about: the queue's smallest live batch
+	Queue string
+	// MessageID is the host's dedupe key: deterministic per (record,
+	// record version), never reused over a record's life, at most 255
+	// characters and independent of the batch ID's length.
+	MessageID string
+	BatchID   string // the batch the wake-up names: the queue's smallest live batch
 	Epoch     int64  // the planner epoch that sent it
 	RecordID  RecordID
 }

@@ -6,54 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
 	"github.com/mendq/mend"
 )
 
-// RequestState is a host request's state.
-type RequestState string
-
-// The request states of the host. Terminal: landed, error, cancelled. From
-// batched on, the request's batch owns its fate.
-const (
-	RequestStarted    RequestState = "started"
-	RequestValidated  RequestState = "validated"
-	RequestBatched    RequestState = "batched"
-	RequestProcessing RequestState = "processing"
-	RequestLanded     RequestState = "landed"
-	RequestError      RequestState = "error"
-	RequestCancelled  RequestState = "cancelled"
-	RequestCancelling RequestState = "cancelling"
-)
-
-// Terminal reports whether the request's fate is decided.
-func (s RequestState) Terminal() bool {
-	return s == RequestLanded || s == RequestError || s == RequestCancelled
-}
-
-func (s RequestState) valid() bool {
-	switch s {
-	case RequestStarted, RequestValidated, RequestBatched, RequestProcessing,
-		RequestLanded, RequestError, RequestCancelled, RequestCancelling:
-		return true
-	}
-	return false
-}
-
-// requestOutcome maps a terminal batch state to its member requests' state.
-func requestOutcome(s mend.BatchState) (RequestState, bool) {
-	switch s {
-	case mend.BatchSucceeded:
-		return RequestLanded, true
-	case mend.BatchFailed:
-		return RequestError, true
-	case mend.BatchCancelled:
-		return RequestCancelled, true
-	}
-	return "", false
-}
+// maxVersion is the largest version the host can store: batch.version and
+// request.version are INT columns.
+const maxVersion = math.MaxInt32
 
 func validBatchState(s mend.BatchState) bool {
 	return s.Live() || s.Terminal() || s == mend.BatchCreating
@@ -66,72 +28,107 @@ func validateBatchKey(queue, batchID string) error {
 	return mend.ValidateIdentity("batch_id", batchID, true)
 }
 
-func decodeRequests(raw []byte) ([]string, error) {
-	var ids []string
-	if err := json.Unmarshal(raw, &ids); err != nil {
-		return nil, fmt.Errorf("host: sq_batches.requests is not a JSON array of strings: %w", err)
+// sameBytes checks that a row the server's collation matched is the row
+// asked for, byte for byte. The application tables compare case- and
+// accent-insensitively with PAD SPACE, so "Q/batch/1" finds "q/batch/1" and
+// "x" finds "x "; to mend, whose identities are byte-exact, that row is not
+// the one asked for.
+func sameBytes(field, asked, stored string) error {
+	if asked != stored {
+		return &mend.SpellingError{Field: field, Asked: asked, Stored: stored}
 	}
-	return ids, nil
-}
-
-// queryRower is what *sql.DB and *sql.Tx share for single-row reads.
-type queryRower interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	return nil
 }
 
 const sqlBatchGet = `-- name: BatchGet
-SELECT state, version, requests FROM sq_batches WHERE queue = ? AND id = ?`
+SELECT queue, id, contains, state, version FROM batch WHERE queue = ? AND id = ?`
 
-const sqlBatchGetForUpdate = sqlBatchGet + ` FOR UPDATE`
-
-const sqlBatchGetShared = sqlBatchGet + ` LOCK IN SHARE MODE`
-
-func readBatch(ctx context.Context, q queryRower, query, queue, batchID string) (mend.Batch, error) {
-	b := mend.Batch{Queue: queue, ID: batchID}
-	var raw []byte
-	err := q.QueryRowContext(ctx, query, queue, batchID).Scan(&b.State, &b.Version, &raw)
+// readBatch reads a batch by its primary key and checks that the row found
+// is spelled exactly as asked.
+func (d *DB) readBatch(ctx context.Context, queue, batchID string) (mend.Batch, error) {
+	var (
+		b        mend.Batch
+		contains []byte
+	)
+	err := d.app.QueryRowContext(ctx, sqlBatchGet, queue, batchID).Scan(&b.Queue, &b.ID, &contains, &b.State, &b.Version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return mend.Batch{}, fmt.Errorf("%w: batch %q in queue %q", mend.ErrNotFound, batchID, queue)
 	}
 	if err != nil {
+		return mend.Batch{}, translate(err)
+	}
+	if err := sameBytes("batch_id", batchID, b.ID); err != nil {
 		return mend.Batch{}, err
 	}
-	if b.Requests, err = decodeRequests(raw); err != nil {
+	if err := sameBytes("queue", queue, b.Queue); err != nil {
 		return mend.Batch{}, err
+	}
+	if b.Version < 1 || b.Version > maxVersion {
+		return mend.Batch{}, fmt.Errorf("host: batch %q has version %d, outside the host's 1..%d", batchID, b.Version, maxVersion)
+	}
+	if err := json.Unmarshal(contains, &b.Requests); err != nil {
+		return mend.Batch{}, fmt.Errorf("host: batch %q: contains is not a JSON array of request IDs: %w", batchID, err)
 	}
 	return b, nil
 }
 
-// BatchGet returns the batch's current state, version and member request IDs.
-// Returns mend.ErrNotFound if the queue has no such batch and a
-// *mend.ValidationError for an unstorable queue or batch ID.
+// BatchGet returns the batch's current state, version and member request
+// IDs (batch.contains, in stored order).
+//
+// Returns mend.ErrNotFound if the queue has no such batch; a
+// *mend.SpellingError (which matches mend.ErrNotFound) if the host's
+// collation matched a row spelled differently (other case, trailing
+// spaces); a *mend.ValidationError for an unstorable queue or batch ID.
 func (d *DB) BatchGet(ctx context.Context, queue, batchID string) (mend.Batch, error) {
 	if err := validateBatchKey(queue, batchID); err != nil {
 		return mend.Batch{}, err
 	}
-	b, err := readBatch(ctx, d.app, sqlBatchGet, queue, batchID)
+	b, err := d.readBatch(ctx, queue, batchID)
 	if err != nil {
-		return mend.Batch{}, fmt.Errorf("host: get batch: %w", translate(err))
+		return mend.Batch{}, fmt.Errorf("host: get batch: %w", err)
 	}
 	return b, nil
 }
 
+// sqlBatchCAS is step 1 of the real Transition with an absolute version.
+// It also names the state the caller saw at that version: a version is
+// only ever bumped together with the state, so the pair pins the row
+// exactly, and a batch read as terminal never gets here.
 const sqlBatchCAS = `-- name: BatchTransition
-UPDATE sq_batches SET state = ?, version = version + 1, updated_at = NOW(6)
-WHERE queue = ? AND id = ? AND version = ?`
+UPDATE batch SET state = ?, version = ? WHERE queue = ? AND id = ? AND version = ? AND state = ?`
 
+// sqlMembershipEnsure is step 2 of the real Transition and the whole of
+// its EnsureRecord. INSERT IGNORE is what the real system runs here, and
+// it is kept on purpose: membership rows are advisory, a duplicate is the
+// normal case, and every value was validated to fit before it is sent
+// (mend's rule against INSERT IGNORE is for its own tables, where it would
+// hide truncation of identities it owns).
+const sqlMembershipEnsure = `-- name: MembershipEnsure
+INSERT IGNORE INTO queue_batch_state (queue, state, batch_id) VALUES (?, ?, ?)`
+
+// sqlMembershipDelete is step 3 of the real Transition. Deleting nothing is
+// fine: the row may never have been written.
 const sqlMembershipDelete = `-- name: MembershipDelete
-DELETE FROM sq_batch_membership WHERE queue = ? AND state = ? AND batch_id = ?`
-
-const sqlMembershipInsert = `-- name: MembershipInsert
-INSERT INTO sq_batch_membership (queue, state, batch_id) VALUES (?, ?, ?)`
+DELETE FROM queue_batch_state WHERE queue = ? AND state = ? AND batch_id = ?`
 
 // BatchTransition moves the batch to state to as a compare-and-set from
-// fromVersion, moving its row of the membership index in the same
-// transaction, and returns the batch as it now is (version fromVersion+1).
-// Returns mend.ErrConflict if the version moved, mend.ErrNotFound if there is
-// no such batch, mend.ErrInvalid if the batch is terminal (a terminal batch
-// never changes state again) and a *mend.ValidationError for bad input.
+// fromVersion, the way the submit queue itself does, in three autocommit
+// statements: the CAS on batch (version = fromVersion+1, absolute), then
+// the membership row of the new state (a duplicate is fine), then, if the
+// state changed, the deletion of the old state's membership row (a missing
+// one is fine). It returns the batch as it now is.
+//
+// A crash between the steps leaves the membership rows stale or missing,
+// exactly as the host's own transitions can; batch.state stays the
+// authority, LiveBatches filters on it, and BatchFinish re-creates the
+// terminal state's row.
+//
+// Returns mend.ErrConflict if the version moved (re-read and decide again);
+// mend.ErrNotFound if there is no such batch (never ErrConflict); a
+// *mend.SpellingError if the row found is spelled differently;
+// mend.ErrInvalid if the batch is terminal (a terminal batch never changes
+// state again); a *mend.ValidationError for bad input, including a
+// fromVersion whose successor the host's INT column cannot hold.
 func (d *DB) BatchTransition(ctx context.Context, queue, batchID string, fromVersion int64, to mend.BatchState) (mend.Batch, error) {
 	if err := validateBatchKey(queue, batchID); err != nil {
 		return mend.Batch{}, err
@@ -139,143 +136,98 @@ func (d *DB) BatchTransition(ctx context.Context, queue, batchID string, fromVer
 	if !validBatchState(to) {
 		return mend.Batch{}, &mend.ValidationError{Field: "state", Reason: fmt.Sprintf("%q is not a batch state", to)}
 	}
-	if fromVersion < 1 {
-		return mend.Batch{}, &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("is %d; batch versions start at 1", fromVersion)}
+	if fromVersion < 1 || fromVersion >= maxVersion {
+		return mend.Batch{}, &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("is %d; must be between 1 and %d so that the next version fits the host's INT column", fromVersion, maxVersion-1)}
 	}
-	var out mend.Batch
-	err := d.withTx(ctx, d.app, "BatchTransition", func(ctx context.Context, tx *sql.Tx) error {
-		// Lock the row first: the old state names the membership row to
-		// move, and the lock keeps it from moving until COMMIT.
-		b, err := readBatch(ctx, tx, sqlBatchGetForUpdate, queue, batchID)
-		if err != nil {
-			return err
-		}
-		if b.Version != fromVersion {
-			return fmt.Errorf("%w: batch %q is at version %d, not %d", mend.ErrConflict, batchID, b.Version, fromVersion)
-		}
-		if b.State.Terminal() {
-			return fmt.Errorf("%w: batch %q is %s, a terminal state", mend.ErrInvalid, batchID, b.State)
-		}
-		res, err := tx.ExecContext(ctx, sqlBatchCAS, to, queue, batchID, fromVersion)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			// Unreachable while the row lock holds; kept so a broken lock
-			// can never turn into a blind write.
-			return errors.Join(fmt.Errorf("%w: batch %q moved under its row lock", mend.ErrConflict, batchID), err)
-		}
-		if err := moveMembership(ctx, tx, queue, batchID, b.State, to); err != nil {
-			return err
-		}
-		b.State, b.Version = to, fromVersion+1
-		out = b
-		return nil
-	})
-	if err != nil {
-		return mend.Batch{}, fmt.Errorf("host: transition batch to %s: %w", to, err)
-	}
-	return out, nil
-}
+	wrap := func(err error) error { return fmt.Errorf("host: transition batch %q to %s: %w", batchID, to, err) }
 
-func moveMembership(ctx context.Context, tx *sql.Tx, queue, batchID string, from, to mend.BatchState) error {
-	res, err := tx.ExecContext(ctx, sqlMembershipDelete, queue, from, batchID)
+	// The old state names the membership row to delete, and a terminal
+	// batch must be refused; the real protocol's caller has read the batch
+	// for the same reasons.
+	b, err := d.readBatch(ctx, queue, batchID)
 	if err != nil {
-		return err
+		return mend.Batch{}, wrap(err)
 	}
+	if err := checkFrom(b, fromVersion); err != nil {
+		return mend.Batch{}, wrap(err)
+	}
+	from := b.State
+	res, err := d.exec(ctx, d.app, "BatchTransition", sqlBatchCAS, to, fromVersion+1, queue, batchID, fromVersion, from)
+	if err != nil {
+		return mend.Batch{}, wrap(err)
+	}
+	// Counting changed rows is enough: the version always changes.
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return errors.Join(fmt.Errorf("host: membership index has no row (%q, %s, %q): the index and sq_batches disagree", queue, from, batchID), err)
+		// Tell a vanished row from a moved one by reading again: a missing
+		// row is never a conflict.
+		now, rerr := d.readBatch(ctx, queue, batchID)
+		if rerr != nil {
+			return mend.Batch{}, wrap(errors.Join(rerr, err))
+		}
+		if cerr := checkFrom(now, fromVersion); cerr != nil {
+			return mend.Batch{}, wrap(cerr)
+		}
+		return mend.Batch{}, wrap(errors.Join(fmt.Errorf("%w: batch changed under the compare-and-set (%d rows changed)", mend.ErrConflict, n), err))
 	}
-	_, err = tx.ExecContext(ctx, sqlMembershipInsert, queue, to, batchID)
-	return err
+	if _, err := d.exec(ctx, d.app, "MembershipEnsure", sqlMembershipEnsure, queue, to, batchID); err != nil {
+		return mend.Batch{}, wrap(fmt.Errorf("batch moved, membership row of %s not written: %w", to, err))
+	}
+	if from != to {
+		if _, err := d.exec(ctx, d.app, "MembershipDelete", sqlMembershipDelete, queue, from, batchID); err != nil {
+			return mend.Batch{}, wrap(fmt.Errorf("batch moved, membership row of %s not deleted: %w", from, err))
+		}
+	}
+	b.State, b.Version = to, fromVersion+1
+	return b, nil
 }
 
-const sqlRequestsOfBatch = `-- name: RequestsOfBatch
-SELECT id, state, version FROM sq_requests WHERE queue = ? AND batch_id = ? ORDER BY id FOR UPDATE`
-
-const sqlRequestCAS = `-- name: RequestFinish
-UPDATE sq_requests SET state = ?, version = version + 1, updated_at = NOW(6)
-WHERE queue = ? AND id = ? AND version = ?`
-
-// BatchFinish drives every non-terminal member request of a terminal batch to
-// the matching terminal state (succeeded: landed; failed: error; cancelled:
-// cancelled), each as a version compare-and-set, in one transaction. Requests
-// already terminal, and requests listed by the batch that now belong to
-// another batch, are left alone, so calling it again changes nothing.
-// Returns mend.ErrNotFound if there is no such batch, mend.ErrInvalid if the
-// batch is not terminal and a *mend.ValidationError for bad input.
-func (d *DB) BatchFinish(ctx context.Context, queue, batchID string) error {
-	if err := validateBatchKey(queue, batchID); err != nil {
-		return err
-	}
-	err := d.withTx(ctx, d.app, "BatchFinish", func(ctx context.Context, tx *sql.Tx) error {
-		// A shared lock: the batch cannot change while its outcome fans out.
-		b, err := readBatch(ctx, tx, sqlBatchGetShared, queue, batchID)
-		if err != nil {
-			return err
-		}
-		target, ok := requestOutcome(b.State)
-		if !ok {
-			return fmt.Errorf("%w: batch %q is %s, not terminal", mend.ErrInvalid, batchID, b.State)
-		}
-		type req struct {
-			id      string
-			state   RequestState
-			version int64
-		}
-		var todo []req
-		rows, err := tx.QueryContext(ctx, sqlRequestsOfBatch, queue, batchID)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var r req
-			if err := rows.Scan(&r.id, &r.state, &r.version); err != nil {
-				return errors.Join(err, rows.Close())
-			}
-			if !r.state.Terminal() && slices.Contains(b.Requests, r.id) {
-				todo = append(todo, r)
-			}
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
-		}
-		for _, r := range todo {
-			res, err := tx.ExecContext(ctx, sqlRequestCAS, target, queue, r.id, r.version)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n != 1 {
-				return errors.Join(fmt.Errorf("%w: request %q moved from version %d", mend.ErrConflict, r.id, r.version), err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("host: finish batch: %w", err)
+// checkFrom says why a batch read at b cannot move from fromVersion.
+func checkFrom(b mend.Batch, fromVersion int64) error {
+	switch {
+	case b.Version != fromVersion:
+		return fmt.Errorf("%w: batch is at version %d, not %d", mend.ErrConflict, b.Version, fromVersion)
+	case b.State.Terminal():
+		return fmt.Errorf("%w: batch is %s, a terminal state", mend.ErrInvalid, b.State)
 	}
 	return nil
 }
 
-// liveStates are the live batch states in the order the LiveBatches query
-// binds them.
-var liveStates = mend.LiveBatchStates
-
-// sqlLiveBatches takes the smallest IDs of each live state through the
-// membership index (one range scan per state, each stopping after limit
-// rows) and merges them. One UNION part per state in liveStates.
-var sqlLiveBatches = "-- name: LiveBatches\n" + strings.Repeat(
-	"(SELECT batch_id FROM sq_batch_membership WHERE queue = ? AND state = ? ORDER BY batch_id LIMIT ?)\nUNION ALL\n",
-	len(liveStates)-1) +
-	"(SELECT batch_id FROM sq_batch_membership WHERE queue = ? AND state = ? ORDER BY batch_id LIMIT ?)\n" +
-	"ORDER BY batch_id LIMIT ?"
-
 // LiveBatchesMax bounds LiveBatches' limit.
 const LiveBatchesMax = 10000
 
+// hydrateChunk is how many batches one hydration statement reads.
+const hydrateChunk = 64
+
+const sqlLiveMembership = `-- name: LiveMembership
+SELECT queue, state, batch_id FROM queue_batch_state WHERE queue = ? AND state IN (?, ?, ?, ?)`
+
+// sqlHydrate reads batches by primary key; the caller appends one
+// placeholder per ID and the closing parenthesis.
+const sqlHydrate = `-- name: BatchHydrate
+SELECT queue, id, state FROM batch WHERE queue = ? AND id IN (`
+
+const sqlBatchProbe = `-- name: BatchProbe
+SELECT queue, id FROM batch WHERE queue = ? AND id = ?`
+
 // LiveBatches returns up to limit IDs of the queue's live batches (created,
-// speculating, merging, cancelling), smallest ID first by byte order, read
-// from the membership index. An empty result means no batch is live.
+// speculating, merging, cancelling), smallest first in byte order, as the
+// real ListByStates finds them: the membership rows of the live states,
+// deduplicated, each batch hydrated by primary key and kept only if its own
+// batch.state is live and its stored queue and ID are byte-equal to the
+// membership row's. Stale rows are paged past, so limit live batches are
+// returned whenever that many exist. A live batch without a membership row
+// is invisible here, as it is to the host's own planner.
+//
+// A membership row naming no batch (dangling) is reported to
+// Options.OnDangling and the log and skipped; unlike the real ListByStates
+// it does not fail the call. The order is decided in Go, never by the
+// server's collation, which is neither byte order nor stable across MySQL
+// and MariaDB.
+//
+// Cost: one read of the queue's live-state membership rows (the same rows
+// the host's planner reads on every run), then primary-key reads in chunks
+// of hydrateChunk IDs, in byte order, until limit live batches are found.
+//
 // Returns a *mend.ValidationError for a bad queue or a limit outside
 // 1..LiveBatchesMax.
 func (d *DB) LiveBatches(ctx context.Context, queue string, limit int) ([]string, error) {
@@ -285,26 +237,156 @@ func (d *DB) LiveBatches(ctx context.Context, queue string, limit int) ([]string
 	if limit < 1 || limit > LiveBatchesMax {
 		return nil, &mend.ValidationError{Field: "limit", Reason: fmt.Sprintf("is %d; must be between 1 and %d", limit, LiveBatchesMax)}
 	}
-	args := make([]any, 0, 3*len(liveStates)+1)
-	for _, s := range liveStates {
-		args = append(args, queue, s, limit)
-	}
-	args = append(args, limit)
-	rows, err := d.app.QueryContext(ctx, sqlLiveBatches, args...)
+	states, err := d.liveMembership(ctx, queue)
 	if err != nil {
-		return nil, fmt.Errorf("host: live batches: %w", translate(err))
+		return nil, fmt.Errorf("host: live batches: %w", err)
 	}
-	defer rows.Close()
-	ids := []string{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("host: live batches: %w", translate(err))
-		}
+	ids := make([]string, 0, len(states))
+	for id := range states {
 		ids = append(ids, id)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("host: live batches: %w", translate(err))
+	slices.Sort(ids) // Go compares strings by bytes
+	live := []string{}
+	for chunk := range slices.Chunk(ids, hydrateChunk) {
+		found, err := d.hydrate(ctx, queue, chunk)
+		if err != nil {
+			return nil, fmt.Errorf("host: live batches: %w", err)
+		}
+		for _, id := range chunk {
+			state, ok := found[id]
+			if !ok {
+				if err := d.reportMissing(ctx, queue, id, states[id]); err != nil {
+					return nil, fmt.Errorf("host: live batches: %w", err)
+				}
+				continue
+			}
+			if !state.Live() {
+				continue // a stale membership row: the batch moved on
+			}
+			if live = append(live, id); len(live) == limit {
+				return live, nil
+			}
+		}
 	}
-	return ids, nil
+	return live, nil
+}
+
+// liveMembership lists the queue's membership rows of the live states,
+// keyed by the exact bytes of batch_id, with the states each is listed
+// under. Rows whose queue is spelled differently belong, to mend, to
+// another queue and are left out.
+func (d *DB) liveMembership(ctx context.Context, queue string) (map[string][]string, error) {
+	args := []any{queue}
+	for _, s := range mend.LiveBatchStates {
+		args = append(args, string(s))
+	}
+	rows, err := d.app.QueryContext(ctx, sqlLiveMembership, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var q, state, id string
+		if err := rows.Scan(&q, &state, &id); err != nil {
+			return nil, translate(err)
+		}
+		if q != queue {
+			continue
+		}
+		out[id] = append(out[id], state)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	return out, nil
+}
+
+// hydrate reads the batches named by ids and returns the state of each one
+// whose stored queue and ID are byte-equal to what was asked. A row the
+// collation matched under another spelling is left out.
+func (d *DB) hydrate(ctx context.Context, queue string, ids []string) (map[string]mend.BatchState, error) {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, queue)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	query := sqlHydrate + strings.Repeat("?, ", len(ids)-1) + "?)"
+	rows, err := d.app.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := make(map[string]mend.BatchState, len(ids))
+	for rows.Next() {
+		var q, id string
+		var state mend.BatchState
+		if err := rows.Scan(&q, &id, &state); err != nil {
+			return nil, translate(err)
+		}
+		if q == queue {
+			out[id] = state
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	return out, nil
+}
+
+// reportMissing looks at a membership row whose batch hydration did not
+// find under the exact same bytes. Either no batch answers to it at all (a
+// dangling row, reported to OnDangling) or the collation matches a batch
+// spelled differently (a spelling variant, logged). Both are skipped. It
+// is one primary-key read per such row, so its cost follows the number of
+// broken rows met, not the size of the queue.
+func (d *DB) reportMissing(ctx context.Context, queue, batchID string, states []string) error {
+	var storedQueue, stored string
+	err := d.app.QueryRowContext(ctx, sqlBatchProbe, queue, batchID).Scan(&storedQueue, &stored)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		for _, s := range states {
+			d.log.WarnContext(ctx, "membership row names no batch; skipped", "queue", queue, "batch_id", batchID, "state", s)
+			if d.onDangling != nil {
+				d.onDangling(queue, batchID, s)
+			}
+		}
+		return nil
+	case err != nil:
+		return translate(err)
+	}
+	d.log.WarnContext(ctx, "membership row names a batch spelled differently; skipped",
+		"queue", queue, "batch_id", batchID, "stored_queue", storedQueue, "stored_batch_id", stored, "states", states)
+	return nil
+}
+
+const sqlBuildGet = `-- name: BuildBatch
+SELECT queue, id, batch_id FROM build WHERE queue = ? AND id = ?`
+
+// BuildBatch returns the ID of the batch a runner build belongs to, from
+// the host's build table: how a buildsignal dead letter, which names only
+// the build, is traced to its batch.
+//
+// Returns mend.ErrNotFound if the queue has no such build; a
+// *mend.SpellingError if the row found is spelled differently; a
+// *mend.ValidationError for an unstorable queue or build ID.
+func (d *DB) BuildBatch(ctx context.Context, queue, buildID string) (string, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return "", err
+	}
+	if err := mend.ValidateIdentity("build_id", buildID, true); err != nil {
+		return "", err
+	}
+	var q, id, batchID string
+	err := d.app.QueryRowContext(ctx, sqlBuildGet, queue, buildID).Scan(&q, &id, &batchID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", fmt.Errorf("host: build batch: %w: build %q in queue %q", mend.ErrNotFound, buildID, queue)
+	case err != nil:
+		return "", fmt.Errorf("host: build batch: %w", translate(err))
+	}
+	if err := errors.Join(sameBytes("build_id", buildID, id), sameBytes("queue", queue, q)); err != nil {
+		return "", fmt.Errorf("host: build batch: %w", err)
+	}
+	return batchID, nil
 }

@@ -1,107 +1,115 @@
-// Package host is the reference MySQL adapter for the ports mend calls on a
-// submit queue: planner.Batches (read, transition, finish and list batches)
-// and planner.Waker (publish a wake-up). It runs over a documented host schema
-// shaped like the submit queue's. The end-to-end tests and the demo use it; a
-// host whose tables differ implements the two ports itself, and this package
-// shows what each method must guarantee.
+// Package host is mend's adapter for uber/submitqueue, and it speaks only
+// that system's real schema: the application database's tables batch,
+// queue_batch_state, request, request_batch and build, and the queue
+// database's queue_messages, exactly as the submit queue itself writes
+// them. It implements the planner's ports, planner.Batches (read,
+// transition, finish and list batches) and planner.Waker (publish a
+// wake-up), plus BuildBatch for the DLQ intake. A host with other tables
+// implements the ports itself.
 //
 // # Overview
 //
-// A DB holds two pools: the application database (batches, the membership
-// index, requests) and the queue database (the message table). They may be
-// one database or two; as in the submit queue, a batch write and a wake-up
-// publish are never one transaction. Open takes both DSNs.
+// A DB holds two pools: the application database and the queue database.
+// They may be one database or two; as in the submit queue, a batch write and
+// a publish are never one transaction. Open takes both DSNs and creates
+// nothing: mend never creates, migrates or installs triggers on a host's
+// tables (tests build real-shaped tables with internal/sqtest).
 //
-// The schema is its own migration series, Migrations, with the bookkeeping
-// table mend_host_schema_migrations, so mend's migrations never touch a real
-// host's database and the two version histories never mix. Apply it to each
-// database the adapter uses (Migrate does both).
+// The tables, as the adapter relies on them:
 //
-// Besides the ports, DB has helpers for tests, the demo and the end-to-end
-// scenarios: SeedBatch, SetRequestState, Request, Requests, Publish (any
-// message, DLQ rows with failure columns included), Messages,
-// CheckMembership and the fault FailNextPublish.
+//	batch              (queue, id) PK; contains JSON (member request IDs, in
+//	                   order); state; version INT (starts at 1, bumped only
+//	                   by transitions)
+//	queue_batch_state  (queue, state, batch_id) PK: advisory membership
+//	                   rows, 0..n per batch; batch.state is the authority
+//	request            (queue, id) PK; state; version INT. No batch_id
+//	build              (queue, id) PK; batch_id: a runner build's batch
+//	queue_messages     `offset` PK; (topic, partition_key, id) UNIQUE, the
+//	                   dedupe key; payload BLOB (<= 65,535 bytes); metadata
+//	                   JSON NULL, a flat string map; epoch-ms times
 //
-// # Schema
+// Every write is a single autocommit statement, as in the real protocols;
+// no write holds a lock across statements.
 //
-// Every identity column (queue, batch and request IDs, topic, partition key,
-// message ID) is VARBINARY(1020): compared byte for byte, never through a
-// case-insensitive or PAD SPACE collation. States are VARBINARY(16) too. All
-// tables are InnoDB with BTREE keys only (no key relies on MariaDB's USING
-// HASH, which MySQL 8 refuses), and the SQL is portable between MySQL 8.0+
-// and MariaDB 10.6+: no RETURNING, FOR SHARE, upsert alias or VALUES() in
-// ON DUPLICATE KEY UPDATE.
+// # State model
 //
-//	sq_batches           (queue, id) PK; state, version (starts at 1, +1 per
-//	                     transition), requests (JSON array of member request
-//	                     IDs), created_at, updated_at
-//	sq_batch_membership  (queue, state, batch_id) PK: the membership index.
-//	                     Exactly one row per batch, naming its current state;
-//	                     moved in the same transaction as every transition
-//	sq_requests          (queue, id) PK; batch_id (key (queue, batch_id)),
-//	                     state, version, created_at, updated_at
-//	sq_messages          `offset` auto-increment PK; topic, partition_key, id;
-//	                     payload BLOB; metadata JSON; failure_count,
-//	                     last_error, failed_at (set on DLQ rows); created_at.
-//	                     UNIQUE (topic, partition_key, id) is the dedupe key
-//	                     (3 x 1020 = 3060 bytes, under InnoDB's 3072 with
-//	                     ROW_FORMAT=DYNAMIC); key (topic, partition_key,
-//	                     `offset`) reads a partition in order
+// Batch states (stored as the strings of mend.BatchState):
 //
-// Batch states are mend.BatchState: creating, created, speculating, merging,
-// succeeded, failed, cancelling, cancelled; live: created, speculating,
-// merging, cancelling; terminal: succeeded, failed, cancelled. Request states
-// are RequestState: started, validated, batched, processing, cancelling and
-// the terminal landed, error, cancelled. BatchFinish maps a terminal batch to
-// its requests:
+//	creating ─▶ created ─▶ speculating ─▶ merging ─▶ succeeded
+//	                 │            │           │
+//	                 └────────────┴───────────┴────▶ failed
+//	cancelling ─▶ cancelled
 //
-//	batch succeeded  ->  requests landed
-//	batch failed     ->  requests error
-//	batch cancelled  ->  requests cancelled
+// Live: created, speculating, merging, cancelling. Terminal: succeeded,
+// failed, cancelled. creating is inert and has no membership row.
 //
-// A wake-up (Wake) is a row on topic "speculate" (Options.WakeTopic) with the
-// queue as partition key, the wake-up's message ID as id, the payload every
-// speculate message has, {"batch_id": "..."}, and the metadata
-// {"epoch": N, "record_id": "...", "batch_id": "..."}.
+// BatchTransition is the real three-step transition: (1) the CAS
+// UPDATE batch SET state=<new>, version=<old+1> WHERE queue, id and
+// version=<old> match, with an absolute version that must fit the INT
+// column; (2) INSERT IGNORE of the new state's membership row; (3) when the
+// state changed, DELETE of the old state's row. A missing or duplicate
+// membership row is normal and tolerated at every step. A crash between
+// the steps leaves a stale row (filtered out by LiveBatches) or a missing
+// one (re-created by BatchFinish's EnsureRecord for terminal batches).
 //
-// LiveBatches reads the membership index only: one range scan per live state,
-// each stopping after limit rows, merged by batch_id. Its cost follows the
-// number of live batches asked for, not the size of the queue's history.
+// BatchFinish fans a terminal batch out to its members as the real
+// TerminateRequest does: over batch.contains in stored order, batch
+// succeeded, failed, cancelled moving requests to landed, error,
+// cancelled by a CAS on request.version, then publishing a RequestLog to
+// topic "log" (ID "<request>/<status>", partition key the request ID, no
+// message metadata, payload {"request_id", "queue", "timestamp_ms",
+// "type": "status", "status", "event": "", "request_version",
+// "last_error", "metadata"}) whose metadata carries the dead letter's
+// context (dlq.original_topic, dlq.failure_count, dlq.failed_at,
+// dlq.subject.<type>). A request already in the target state gets its log
+// published again; one in another terminal state is left alone. The
+// gateway's winner rule (versioned terminal statuses win, the higher
+// request_version first) makes the republish harmless.
+//
+// LiveBatches is the real ListByStates made robust: membership rows of the
+// live states, deduplicated, hydrated by primary key in chunks, kept when
+// the batch's own state is live, sorted by bytes in Go.
+//
+// Wake publishes to "speculate" (Options.WakeTopic), partition key the
+// queue, the real BatchID payload {"id": "<batch>", "queue": "<queue>"}
+// and string-only metadata {"mend.record_id", "mend.epoch"}: the real
+// store reads metadata into map[string]string, and a number there would
+// make the whole partition unreadable. It names all twelve columns as the
+// real publish does, with created_at and published_at in epoch ms from the
+// client clock and the DLQ fields at their normal values (0, 0, empty
+// strings, NULL).
 //
 // # Failure handling
 //
-// Every input is validated first (identities with mend.ValidateIdentity, at
-// most 255 characters and 1020 bytes of UTF-8); a *mend.ValidationError
-// returns before anything reaches MySQL. Each mutating method is one READ
-// COMMITTED transaction: a deadlock (1213) reruns it whole, bounded, with
-// jitter; a lock wait timeout (1205) rolls it back whole; both surface as
-// mend.ErrBusy. A duplicate key (1062) is mend.ErrConflict. A value the server
-// refuses (1406, 1366) is mend.ErrInvalid. A SIGNAL (1644, SQLSTATE 45000),
-// such as a host trigger refusing a write, stays a plain error: it is neither
-// a version conflict nor a sign that retrying at once helps. A lost
-// connection before COMMIT is mend.ErrUnavailable; a COMMIT that got no
-// answer is mend.ErrAmbiguous (re-read the batch to learn the outcome).
+// Every input is validated first (identities with mend.ValidateIdentity:
+// at most 255 characters and 1020 bytes of UTF-8; versions within the INT
+// column; payloads within the BLOB); a *mend.ValidationError returns
+// before anything reaches the server.
 //
-// BatchTransition locks the batch row, then checks: no row is
-// mend.ErrNotFound, a different version is mend.ErrConflict, a terminal state
-// is mend.ErrInvalid (nothing leaves a terminal state). The UPDATE repeats the
-// version check, and the membership row of the old state must exist, so a
-// drifted index fails the transition instead of being papered over. Racing
-// transitions from one version have exactly one winner.
+// Identities are byte-exact although the host's are not: the application
+// tables use the server's default collation (case- and accent-insensitive,
+// PAD SPACE) and the queue tables utf8mb4_bin (PAD SPACE). After every
+// read the stored queue and ID are compared with what was asked, byte for
+// byte. A row matched under another spelling ("Q/batch/1" for
+// "q/batch/1", "x " for "x") is a *mend.SpellingError naming both
+// spellings; it matches mend.ErrNotFound, and the planner parks the record
+// for an operator. Such a row is never written: a differently spelled
+// request is skipped by the fan-out, a differently spelled membership row
+// by LiveBatches.
 //
-// BatchFinish is idempotent: it moves only non-terminal requests the batch
-// lists and still owns, each by a version compare-and-set, under a shared
-// lock on the batch row. A request already terminal (even with another
-// outcome) is left as it is.
+// A CAS that changes no row is read again to tell the cases apart: no row
+// is mend.ErrNotFound (never a conflict), a moved version mend.ErrConflict,
+// a terminal batch mend.ErrInvalid. A request whose version moves under the
+// fan-out is read and tried again a bounded number of times. A membership
+// row naming no batch is reported to Options.OnDangling and the log and
+// skipped, where the real ListByStates would fail the whole call.
 //
-// Wake and Publish are one INSERT ... ON DUPLICATE KEY UPDATE id = id: a
-// duplicate (topic, partition_key, id) is a silent no-op, while a too-long
-// value or a trigger's SIGNAL still fails (INSERT IGNORE would demote those
-// to warnings). Any error from Wake means the wake-up may not be published.
-//
-// FailNextPublish injects the "lost wake-up" fault: a BEFORE INSERT trigger
-// on sq_messages consumes one armed row of the MEMORY table sq_faults and
-// SIGNALs, so exactly the next matching publish fails and later ones pass.
-// The control table cannot be InnoDB: the SIGNAL rolls back the statement's
-// transactional changes, the trigger's delete included.
+// Driver errors are translated by number (internal/mysqlx): a deadlock
+// reruns the statement (bounded; the server rolled it back whole) and then
+// is mend.ErrBusy, as is a lock wait timeout; a value the server refuses is
+// mend.ErrInvalid; a connection that failed with a write in flight is
+// mend.ErrAmbiguous, since an autocommit statement may have been applied
+// (read the row again); a missing table names itself. A duplicate publish
+// is a silent success that leaves the first row as it was; any error from
+// Wake means the wake-up may not have been published.
 package host

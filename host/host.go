@@ -4,50 +4,16 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
+	"log/slog"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/internal/mysqlx"
-	"github.com/mendq/mend/migrations"
 )
-
-//go:embed migrations/*.sql
-var migrationFiles embed.FS
-
-// Migrations is the reference host schema: its own series with its own
-// bookkeeping table, so applying or reverting it never touches mend's schema
-// versions, and mend's own migrations never touch a host's database. Apply it
-// to the application database and, when they differ, to the queue database
-// too (see Migrate).
-var Migrations = migrations.Set{FS: mustSub(migrationFiles, "migrations"), Table: "mend_host_schema_migrations"}
-
-func mustSub(f fs.FS, dir string) fs.FS {
-	sub, err := fs.Sub(f, dir)
-	if err != nil {
-		panic(err) // dir is a constant valid path
-	}
-	return sub
-}
-
-// Migrate applies Migrations to the application database and, if queueDSN is
-// non-empty and different, to the queue database as well.
-func Migrate(ctx context.Context, appDSN, queueDSN string) error {
-	if err := Migrations.Up(ctx, appDSN); err != nil {
-		return fmt.Errorf("host: migrate application database: %w", err)
-	}
-	if queueDSN != "" && queueDSN != appDSN {
-		if err := Migrations.Up(ctx, queueDSN); err != nil {
-			return fmt.Errorf("host: migrate queue database: %w", err)
-		}
-	}
-	return nil
-}
 
 // Defaults for Options.
 const (
@@ -57,18 +23,34 @@ const (
 
 // Options tunes a DB. The zero value is ready to use.
 type Options struct {
-	// DeadlockRetries bounds how often a transaction that hit a deadlock
-	// (error 1213) is run again. Zero means DeadlockRetriesDefault; negative
-	// means never.
+	// DeadlockRetries bounds how often a statement that hit a deadlock
+	// (error 1213, which rolls the statement back whole) is run again. Zero
+	// means DeadlockRetriesDefault; negative means never.
 	DeadlockRetries int
-	// WakeTopic is the planner topic Wake publishes to. Empty means
-	// WakeTopicDefault ("speculate").
+	// WakeTopic is the topic Wake publishes to. Empty means
+	// WakeTopicDefault ("speculate"), the topic the real submit queue's
+	// planner consumes.
 	WakeTopic string
 	// IOTimeout, when set, bounds each network read and write of the driver
-	// (readTimeout, writeTimeout), so a COMMIT sent into a connection that
-	// hangs returns instead of waiting for TCP to give up (database/sql
-	// cannot cancel a COMMIT in flight). Zero keeps the DSN's setting.
+	// (readTimeout, writeTimeout), so a statement sent into a connection
+	// that hangs returns instead of waiting for TCP to give up. Zero keeps
+	// the DSN's setting.
 	IOTimeout time.Duration
+	// OnDangling, when set, is called for every membership row
+	// (queue_batch_state) that LiveBatches finds naming a batch that does not
+	// exist. The real ListByStates fails the whole call on such a row; mend
+	// reports it here and goes on, so one broken row cannot hide the rest of
+	// the queue.
+	OnDangling func(queue, batchID, state string)
+	// Logger receives reports of rows the adapter skipped (dangling or
+	// differently spelled membership rows, differently spelled requests).
+	// Nil discards them.
+	Logger *slog.Logger
+	// NowFunc is the clock for the epoch-millisecond times the adapter
+	// writes (queue_messages.created_at and published_at, a RequestLog's
+	// timestamp_ms), as the real message store uses its client clock. Nil
+	// means time.Now.
+	NowFunc func() time.Time
 }
 
 func (o Options) validate() error {
@@ -83,22 +65,25 @@ func (o Options) validate() error {
 	return nil
 }
 
-// DB is the reference adapter over the host schema. It implements
-// planner.Batches on the application database and planner.Waker on the queue
-// database. It is safe for concurrent use.
+// DB is the adapter over uber/submitqueue's two databases. It implements
+// planner.Batches on the application database and planner.Waker on the
+// queue database. It is safe for concurrent use.
 type DB struct {
-	app       *sql.DB // sq_batches, sq_batch_membership, sq_requests
-	queue     *sql.DB // sq_messages; the same pool as app when the DSNs are equal
-	retries   int
-	wakeTopic string
+	app        *sql.DB // batch, queue_batch_state, request, build
+	queue      *sql.DB // queue_messages; the same pool as app when the DSNs are equal
+	retries    int
+	wakeTopic  string
+	onDangling func(queue, batchID, state string)
+	log        *slog.Logger
+	now        func() time.Time
 }
 
-// Open connects to the application database (appDSN) and the queue database
-// (queueDSN; empty or equal to appDSN means the same database, one pool) and
-// checks that both answer. DSNs are go-sql-driver DSNs naming a database; Open
-// sets parseTime, UTC, client-side interpolation and a strict sql_mode on
-// them, and refuses clientFoundRows=true. The schema must already be applied
-// (see Migrations).
+// Open connects to the submit queue's application database (appDSN) and its
+// queue database (queueDSN; empty or equal to appDSN means the same
+// database, one pool) and checks that both answer. DSNs are go-sql-driver
+// DSNs naming a database; Open sets parseTime, UTC, client-side
+// interpolation and a strict sql_mode on them, and refuses
+// clientFoundRows=true. Open creates nothing: the host's tables must exist.
 func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -107,7 +92,20 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 	if err != nil {
 		return nil, err
 	}
-	d := &DB{app: app, queue: app, wakeTopic: cmp.Or(opts.WakeTopic, WakeTopicDefault)}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &DB{
+		app: app, queue: app,
+		wakeTopic:  cmp.Or(opts.WakeTopic, WakeTopicDefault),
+		onDangling: opts.OnDangling,
+		log:        log.With("component", "host"),
+		now:        opts.NowFunc,
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
 	if queueDSN != "" && queueDSN != appDSN {
 		if d.queue, err = openPool(ctx, "queue_dsn", queueDSN, opts.IOTimeout); err != nil {
 			return nil, errors.Join(err, app.Close())
@@ -123,7 +121,8 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 }
 
 func openPool(ctx context.Context, field, dsn string, ioTimeout time.Duration) (*sql.DB, error) {
-	cfg, err := normalizeDSN(field, dsn)
+	// mysqlx never puts the DSN itself in an error: it may hold a password.
+	cfg, err := mysqlx.NormalizeDSN(field, dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +140,6 @@ func openPool(ctx context.Context, field, dsn string, ioTimeout time.Duration) (
 	return pool, nil
 }
 
-// normalizeDSN parses dsn and sets what the adapter relies on (see
-// mysqlx.NormalizeDSN). It never puts the DSN itself in an error, since it
-// may hold a password.
-func normalizeDSN(field, dsn string) (*mysql.Config, error) { return mysqlx.NormalizeDSN(field, dsn) }
-
 // Close closes the connection pools.
 func (d *DB) Close() error {
 	if d.queue != d.app {
@@ -154,38 +148,55 @@ func (d *DB) Close() error {
 	return d.app.Close()
 }
 
-// MySQL error numbers the adapter reacts to beyond mysqlx.Translate.
-const (
-	errDupEntry    = mysqlx.ErrDupEntry
-	errNoSuchTable = mysqlx.ErrNoSuchTable
-	errSignal      = mysqlx.ErrSignal
-)
-
-func errNumber(err error) uint16 { return mysqlx.ErrNumber(err) }
-
 // translate maps a driver error to mend's sentinels by error number.
 func translate(err error) error {
-	switch errNumber(err) {
-	case errDupEntry:
+	switch mysqlx.ErrNumber(err) {
+	case mysqlx.ErrDupEntry:
 		return fmt.Errorf("%w: row already exists: %w", mend.ErrConflict, err)
-	case errSignal:
+	case mysqlx.ErrSignal:
 		// A trigger or procedure of the host refused the write on purpose.
 		// Nothing was written; it is neither a conflict nor retryable by
 		// itself, so it stays a plain error.
 		return fmt.Errorf("host: write rejected by the server (SIGNAL): %w", err)
-	case errNoSuchTable:
-		return fmt.Errorf("host: schema missing (apply host.Migrations): %w", err)
+	case mysqlx.ErrNoSuchTable:
+		return fmt.Errorf("host: a submit queue table is missing (mend never creates host tables; check that the DSN names the submit queue's database): %w", err)
 	}
 	return mysqlx.Translate(err)
 }
 
-// withTx runs fn in one READ COMMITTED transaction on pool and commits it,
-// through mysqlx.Run: a deadlock reruns the whole transaction (bounded,
-// jittered), any error before COMMIT rolls the whole transaction back, and a
-// COMMIT that failed without a server answer may have landed and is
-// reported as mend.ErrAmbiguous.
-func (d *DB) withTx(ctx context.Context, pool *sql.DB, op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	r := mysqlx.Runner{DeadlockRetries: d.retries, Translate: translate}
-	begin := func(ctx context.Context) (*sql.Tx, error) { return pool.BeginTx(ctx, mysqlx.ReadCommitted) }
-	return mysqlx.Run(ctx, r, begin, op, "", fn)
+// translateWrite is translate for an autocommit write. A connection that
+// failed after the statement was sent may have committed it, so what
+// mysqlx calls unavailable ("nothing was written") is ambiguous here; the
+// caller learns the outcome by reading the row again.
+func translateWrite(op string, err error) error {
+	t := translate(err)
+	if errors.Is(t, mend.ErrUnavailable) {
+		return fmt.Errorf("%w: %s may or may not have been applied (read the row again to learn): %w", mend.ErrAmbiguous, op, err)
+	}
+	return t
 }
+
+// exec runs one autocommit statement, again after a deadlock (which rolls
+// the statement back whole, so rerunning it is safe), a bounded number of
+// times. Errors come back translated.
+func (d *DB) exec(ctx context.Context, pool *sql.DB, op, query string, args ...any) (sql.Result, error) {
+	for attempt := 0; ; attempt++ {
+		res, err := pool.ExecContext(ctx, query, args...)
+		if err == nil {
+			return res, nil
+		}
+		if mysqlx.ErrNumber(err) != mysqlx.ErrDeadlock || attempt >= d.retries {
+			return nil, translateWrite(op, err)
+		}
+		t := time.NewTimer(time.Duration(5<<attempt) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(translate(err), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// nowMS is the adapter's clock in epoch milliseconds.
+func (d *DB) nowMS() int64 { return d.now().UnixMilli() }

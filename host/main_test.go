@@ -2,13 +2,14 @@ package host_test
 
 import (
 	"context"
-	"database/sql"
-	"slices"
+	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
-	"github.com/mendq/mend"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/planner"
 )
 
@@ -20,23 +21,44 @@ var (
 	_ planner.Waker   = (*host.DB)(nil)
 )
 
+// The clock of every bundle: a fixed instant, so log and message times can
+// be checked exactly.
+var testNow = time.UnixMilli(1_760_000_000_123).UTC()
+
+type dangling struct{ queue, batchID, state string }
+
+// bundle is one test's submit queue (its real-shaped tables in a fresh
+// database, the application and queue databases being the same one) and
+// the adapter over it.
 type bundle struct {
-	db  *mysqltest.DB
-	h   *host.DB
-	sql *sql.DB
+	db *mysqltest.DB
+	h  *host.DB
+	w  sqtest.World
+
+	mu       sync.Mutex
+	dangling []dangling
 }
 
-// setup gives each test its own migrated database, with the application and
-// queue databases being the same one.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	db := mysqltest.NewDB(t, host.Migrations.Up)
-	return &bundle{db: db, h: open(t, db.DSN, db.DSN), sql: db.SQL(t)}
+	db := mysqltest.NewDB(t, sqtest.Apply)
+	s := db.SQL(t)
+	b := &bundle{db: db, w: sqtest.World{App: s, Queue: s, NowMS: func() int64 { return testNow.UnixMilli() }}}
+	b.h = open(t, db.DSN, db.DSN, host.Options{
+		NowFunc: func() time.Time { return testNow },
+		Logger:  slog.New(slog.DiscardHandler),
+		OnDangling: func(queue, batchID, state string) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.dangling = append(b.dangling, dangling{queue, batchID, state})
+		},
+	})
+	return b
 }
 
-func open(t *testing.T, appDSN, queueDSN string) *host.DB {
+func open(t *testing.T, appDSN, queueDSN string, opts host.Options) *host.DB {
 	t.Helper()
-	h, err := host.Open(context.Background(), appDSN, queueDSN, host.Options{})
+	h, err := host.Open(context.Background(), appDSN, queueDSN, opts)
 	if err != nil {
 		t.Fatalf("host.Open: %v", err)
 	}
@@ -44,39 +66,31 @@ func open(t *testing.T, appDSN, queueDSN string) *host.DB {
 	return h
 }
 
-func (b *bundle) seed(t *testing.T, queue, id string, state mend.BatchState, requests ...string) {
+func (b *bundle) seed(t *testing.T, queue, id, state string, requests ...string) {
 	t.Helper()
-	if err := b.h.SeedBatch(context.Background(), queue, id, state, requests...); err != nil {
-		t.Fatalf("SeedBatch(%q, %q, %s): %v", queue, id, state, err)
+	if err := b.w.SeedBatch(context.Background(), queue, id, state, requests...); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// membershipMatches compares the membership index with sq_batches row by
-// row in plain SQL, independently of CheckMembership.
-func (b *bundle) membershipMatches(t *testing.T) {
+func (b *bundle) exec(t *testing.T, query string, args ...any) {
 	t.Helper()
-	read := func(query string) []string {
-		rows, err := b.sql.Query(query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var q, s, id string
-			if err := rows.Scan(&q, &s, &id); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, q+"\x00"+s+"\x00"+id)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return out
+	if _, err := b.w.App.Exec(query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
-	got := read("SELECT queue, state, batch_id FROM sq_batch_membership ORDER BY queue, state, batch_id")
-	want := read("SELECT queue, state, id FROM sq_batches ORDER BY queue, state, id")
-	if !slices.Equal(got, want) {
-		t.Fatalf("membership index = %q; want it equal to the batch states %q", got, want)
+}
+
+func (b *bundle) membership(t *testing.T, queue string) []string {
+	t.Helper()
+	m, err := b.w.Membership(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return m
+}
+
+func (b *bundle) danglingRows() []dangling {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]dangling(nil), b.dangling...)
 }

@@ -250,9 +250,15 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 	for range 3 { // a batch version conflict re-reads and decides again
 		var batch *mend.Batch
 		b, err := p.cfg.Batches.BatchGet(ctx, queue, rec.Target.BatchID)
+		var spelling *mend.SpellingError
 		switch {
 		case err == nil:
 			batch = &b
+		case errors.As(err, &spelling):
+			// Checked before ErrNotFound, which it also matches: a batch
+			// the host finds only under another spelling is not "nothing
+			// to repair" but a question for an operator.
+			return rec, false, p.parkSpelling(ctx, lease, rec, "read batch", spelling, st)
 		case errors.Is(err, mend.ErrNotFound):
 		default:
 			return p.attemptFailed(ctx, lease, rec, "read batch", err, st)
@@ -268,14 +274,26 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 			if err := alive(ctx, lease); err != nil {
 				return rec, false, err
 			}
-			if _, err := p.cfg.Batches.BatchTransition(ctx, queue, batch.ID, batch.Version, d.To); errors.Is(err, mend.ErrConflict) {
+			_, err := p.cfg.Batches.BatchTransition(ctx, queue, batch.ID, batch.Version, d.To)
+			var spelling *mend.SpellingError
+			switch {
+			case errors.Is(err, mend.ErrConflict):
 				continue
-			} else if err != nil {
+			case errors.As(err, &spelling):
+				return rec, false, p.parkSpelling(ctx, lease, rec, "transition batch", spelling, st)
+			case err != nil:
 				return p.attemptFailed(ctx, lease, rec, "transition batch", err, st)
 			}
 			fallthrough
 		case ActFinish:
-			if err := p.cfg.Batches.BatchFinish(ctx, queue, batch.ID); err != nil {
+			// The snapshot is the cause the host's users see on each
+			// member request (its last error and failure context).
+			err := p.cfg.Batches.BatchFinish(ctx, queue, batch.ID, rec.Snapshot)
+			var spelling *mend.SpellingError
+			switch {
+			case errors.As(err, &spelling):
+				return rec, false, p.parkSpelling(ctx, lease, rec, "finish fan-out", spelling, st)
+			case err != nil:
 				return p.attemptFailed(ctx, lease, rec, "finish fan-out", err, st)
 			}
 			fallthrough
@@ -328,6 +346,16 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 	return rec, false, err
 }
 
+// parkSpelling parks a record because the host matched a row spelled
+// differently from the one asked for. Retrying cannot help and settling as
+// not found could drop a real repair, so an operator decides; the reason
+// names both spellings.
+func (p *Planner) parkSpelling(ctx context.Context, lease Lease, rec mend.Record, what string, e *mend.SpellingError, st *Stats) error {
+	reason := fmt.Sprintf("%s: host %s %q matched a row stored as %q (the host's collation is not byte-exact); mend acts only on exact identities, so an operator must decide",
+		what, e.Field, e.Asked, e.Stored)
+	return p.park(ctx, lease, rec, reason, eventData{BatchID: rec.Target.BatchID, Error: e.Error()}, st)
+}
+
 func (p *Planner) park(ctx context.Context, lease Lease, rec mend.Record, reason string, data eventData, st *Stats) error {
 	data.Reason = reason
 	if _, err := p.write(ctx, lease, rec, mend.EventParked, mend.StateParked, rec.Attempts, reason, 0, data); err != nil {
@@ -341,12 +369,17 @@ func (p *Planner) park(ctx context.Context, lease Lease, rec mend.Record, reason
 	return nil
 }
 
-// WakeMessageID is the wake-up message ID for a record's attempt (1-based).
-// It is deterministic, so a redelivered send coalesces in the message
-// queue's dedupe, and differs per attempt, so a deliberate re-send is never
-// swallowed. It does not contain the batch ID and is at most 64 characters.
-func WakeMessageID(id mend.RecordID, attempt int) string {
-	return "mend/wake/" + id.String() + "/" + strconv.Itoa(attempt)
+// WakeMessageID is the wake-up message ID for a record at a version:
+// "mend/wake/<record id>/v<version>". It is deterministic, so a send
+// repeated at the same version (a crash or lost term before the outcome was
+// recorded) coalesces in the message queue's dedupe; and since every wake
+// attempt, failed or not, and every operator retry appends an event, the
+// version never repeats over the record's life, so a deliberate re-send is
+// never swallowed by the dedupe of an earlier one, even after an ambiguous
+// publish. It does not contain the batch ID and is at most 63 characters,
+// well under the host's 255.
+func WakeMessageID(id mend.RecordID, version int64) string {
+	return "mend/wake/" + id.String() + "/v" + strconv.FormatInt(version, 10)
 }
 
 // wake publishes the queue's wake-up and finishes the record.
@@ -366,7 +399,7 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 	}
 	term := lease.Term()
 	attempt := rec.Attempts + 1
-	w := mend.WakeUp{Queue: queue, MessageID: WakeMessageID(rec.ID, attempt), BatchID: live[0], Epoch: term.Epoch, RecordID: rec.ID}
+	w := mend.WakeUp{Queue: queue, MessageID: WakeMessageID(rec.ID, rec.Version), BatchID: live[0], Epoch: term.Epoch, RecordID: rec.ID}
 	data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: attempt}
 	pubErr := p.cfg.Waker.Wake(ctx, w)
 	if p.cfg.Hooks.OnWake != nil {

@@ -3,6 +3,7 @@ package planner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -34,14 +35,18 @@ var (
 type fakeHost struct {
 	mu      sync.Mutex
 	batches map[string]mend.Batch
-	woken   []mend.WakeUp
+	woken   []mend.WakeUp   // wake-ups that created a message
+	sent    map[string]bool // message IDs the fake queue holds (its dedupe)
+	causes  []mend.Snapshot // the cause of every BatchFinish call
 
-	BatchGetFunc func(queue, id string) (mend.Batch, error)
-	WakeFunc     func(w mend.WakeUp) error
+	BatchGetFunc        func(queue, id string) (mend.Batch, error)
+	BatchTransitionFunc func(queue, id string, from int64, to mend.BatchState) (mend.Batch, error)
+	BatchFinishFunc     func(queue, id string, cause mend.Snapshot) error
+	WakeFunc            func(w mend.WakeUp) error
 }
 
 func newFakeHost(batches ...mend.Batch) *fakeHost {
-	h := &fakeHost{batches: map[string]mend.Batch{}}
+	h := &fakeHost{batches: map[string]mend.Batch{}, sent: map[string]bool{}}
 	for _, b := range batches {
 		h.batches[b.ID] = b
 	}
@@ -62,6 +67,9 @@ func (h *fakeHost) BatchGet(_ context.Context, queue, id string) (mend.Batch, er
 }
 
 func (h *fakeHost) BatchTransition(_ context.Context, queue, id string, from int64, to mend.BatchState) (mend.Batch, error) {
+	if h.BatchTransitionFunc != nil {
+		return h.BatchTransitionFunc(queue, id, from, to)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b, ok := h.batches[id]
@@ -76,7 +84,15 @@ func (h *fakeHost) BatchTransition(_ context.Context, queue, id string, from int
 	return b, nil
 }
 
-func (h *fakeHost) BatchFinish(context.Context, string, string) error { return nil }
+func (h *fakeHost) BatchFinish(_ context.Context, queue, id string, cause mend.Snapshot) error {
+	h.mu.Lock()
+	h.causes = append(h.causes, cause)
+	h.mu.Unlock()
+	if h.BatchFinishFunc != nil {
+		return h.BatchFinishFunc(queue, id, cause)
+	}
+	return nil
+}
 
 func (h *fakeHost) LiveBatches(_ context.Context, _ string, limit int) ([]string, error) {
 	h.mu.Lock()
@@ -99,6 +115,12 @@ func (h *fakeHost) Wake(_ context.Context, w mend.WakeUp) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// Like the host's message store: an ID it still holds is a silent
+	// no-op that publishes nothing.
+	if h.sent[w.MessageID] {
+		return nil
+	}
+	h.sent[w.MessageID] = true
 	h.woken = append(h.woken, w)
 	return nil
 }
@@ -125,10 +147,16 @@ func setup(t *testing.T) *bundle {
 
 func (b *bundle) record(t *testing.T, queue, msg, batch string) mend.Record {
 	t.Helper()
+	return b.recordWith(t, queue, msg, batch, mend.Snapshot{})
+}
+
+func (b *bundle) recordWith(t *testing.T, queue, msg, batch string, snap mend.Snapshot) mend.Record {
+	t.Helper()
 	rec, _, err := b.store.RecordCreate(context.Background(), mend.CreateParams{
-		Source: mend.SourceID{Queue: queue, Topic: "speculate_dlq", MessageID: msg},
-		Target: mend.Target{BatchID: batch, Desired: mend.OutcomeFailed},
-		OpID:   mend.NewOpID(), Actor: "test",
+		Source:   mend.SourceID{Queue: queue, Topic: "speculate_dlq", MessageID: msg},
+		Snapshot: snap,
+		Target:   mend.Target{BatchID: batch, Desired: mend.OutcomeFailed},
+		OpID:     mend.NewOpID(), Actor: "test",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +249,9 @@ func TestWakeRetriesUseNewMessageIDs(t *testing.T) {
 	if _, err := newPlanner(t, b, h, nil).Run(ctx, le); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{planner.WakeMessageID(rec.ID, 1), planner.WakeMessageID(rec.ID, 2)}
+	// Created at version 1, settled at 2: the first publish goes out at
+	// version 2, its failure is recorded at 3, the re-send at 3.
+	want := []string{"mend/wake/" + rec.ID.String() + "/v2", "mend/wake/" + rec.ID.String() + "/v3"}
 	if !slices.Equal(tried, want) {
 		t.Fatalf("publishes = %q; want %q", tried, want)
 	}
@@ -294,5 +324,144 @@ func TestConfigValidation(t *testing.T) {
 		if _, err := planner.New(cfg); !errors.Is(err, mend.ErrInvalid) {
 			t.Errorf("%s: New = %v; want ErrInvalid", name, err)
 		}
+	}
+}
+
+func TestWakeMessageID(t *testing.T) {
+	t.Parallel()
+	id, err := mend.ParseRecordID("00112233445566778899aabbccddeeff")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		version int64
+		want    string
+	}{
+		{1, "mend/wake/00112233445566778899aabbccddeeff/v1"},
+		{42, "mend/wake/00112233445566778899aabbccddeeff/v42"},
+		{9223372036854775807, "mend/wake/00112233445566778899aabbccddeeff/v9223372036854775807"},
+	} {
+		got := planner.WakeMessageID(id, tt.version)
+		if got != tt.want {
+			t.Errorf("WakeMessageID(v%d) = %q; want %q", tt.version, got, tt.want)
+		}
+		if len(got) > 255 {
+			t.Errorf("WakeMessageID(v%d) is %d characters; the host holds 255", tt.version, len(got))
+		}
+	}
+}
+
+// An operator retry resets the attempt counter; the wake-up after it must
+// still get an ID the queue has not seen, or an earlier publish that landed
+// without an answer (ambiguous) would swallow it and the queue stays stuck.
+func TestOperatorRetryAfterAmbiguousWakeIsNotSwallowed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1}, mend.Batch{ID: "2", State: mend.BatchCreated, Version: 1})
+	var calls []string
+	h.WakeFunc = func(w mend.WakeUp) error {
+		calls = append(calls, w.MessageID)
+		if len(calls) == 1 {
+			// The message lands, but the answer is lost.
+			h.mu.Lock()
+			h.sent[w.MessageID] = true
+			h.mu.Unlock()
+			return mend.ErrAmbiguous
+		}
+		return nil
+	}
+	rec := b.record(t, "q", "m", "1")
+	p := newPlanner(t, b, h, func(c *planner.Config) { c.MaxAttempts = 1 })
+	le := b.lease(t, "q")
+	if _, err := p.Run(ctx, le); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
+	if got.State != mend.StateParked {
+		t.Fatalf("record = %s after an ambiguous wake with MaxAttempts 1; want parked", got.State)
+	}
+	if _, err := b.store.RecordRetry(ctx, storage.RetryParams{ID: rec.ID, Actor: "operator", OpID: mend.NewOpID()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Run(ctx, le); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = b.store.RecordGetByID(ctx, "q", rec.ID)
+	if got.State != mend.StateDone {
+		t.Fatalf("record = %s after the retry; want done", got.State)
+	}
+	if len(calls) != 2 || calls[0] == calls[1] {
+		t.Fatalf("publishes = %q; want two with different IDs", calls)
+	}
+	if len(h.woken) != 1 || h.woken[0].MessageID != calls[1] || h.woken[0].BatchID != "2" {
+		t.Fatalf("messages created by the planner's own publishes = %+v; want the retry's wake-up for batch 2", h.woken)
+	}
+}
+
+// A host row found only under another spelling is not "batch not found":
+// the record is parked with both spellings, and the host is not touched.
+func TestSpellingVariantIsParked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	spelled := &mend.SpellingError{Field: "batch_id", Asked: "q/batch/1", Stored: "Q/Batch/1"}
+	for name, mutate := range map[string]func(h *fakeHost){
+		"on read": func(h *fakeHost) {
+			h.BatchGetFunc = func(string, string) (mend.Batch, error) {
+				return mend.Batch{}, fmt.Errorf("host: get batch: %w", spelled)
+			}
+		},
+		"on transition": func(h *fakeHost) {
+			h.BatchTransitionFunc = func(string, string, int64, mend.BatchState) (mend.Batch, error) {
+				return mend.Batch{}, fmt.Errorf("host: transition: %w", spelled)
+			}
+		},
+		"on finish": func(h *fakeHost) {
+			h.BatchFinishFunc = func(string, string, mend.Snapshot) error { return fmt.Errorf("host: finish: %w", spelled) }
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			h := newFakeHost(mend.Batch{ID: "q/batch/1", State: mend.BatchSpeculating, Version: 1}, mend.Batch{ID: "q/batch/2", State: mend.BatchCreated, Version: 1})
+			mutate(h)
+			rec := b.record(t, "q", "m", "q/batch/1")
+			st, err := newPlanner(t, b, h, nil).Run(ctx, b.lease(t, "q"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
+			if got.State != mend.StateParked || !strings.Contains(got.LastError, `"q/batch/1"`) || !strings.Contains(got.LastError, `"Q/Batch/1"`) {
+				t.Fatalf("record = %s %q; want parked naming both spellings", got.State, got.LastError)
+			}
+			if st.Parked != 1 || st.Settled != 0 || len(h.woken) != 0 {
+				t.Fatalf("stats %+v, woken %d; want parked, not settled, no wake-up", st, len(h.woken))
+			}
+		})
+	}
+}
+
+func TestFinishCarriesTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1})
+	snap := mend.Snapshot{
+		Payload: []byte(`{"id":"1","queue":"q"}`), OriginalTopic: "speculate", FailureCount: 7, LastError: "build broke",
+		FailedAt: time.UnixMilli(1700000000123).UTC(), Subjects: []mend.Subject{{Kind: "batch", ID: "1"}},
+	}
+	rec := b.recordWith(t, "q", "m", "1", snap)
+	if _, err := newPlanner(t, b, h, nil).Run(ctx, b.lease(t, "q")); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.causes) != 1 {
+		t.Fatalf("BatchFinish called %d times; want once", len(h.causes))
+	}
+	// The cause is the snapshot as the store keeps it (whether the store
+	// keeps OriginalTopic is the store's business, not the planner's).
+	c, want := h.causes[0], rec.Snapshot
+	if c.OriginalTopic != want.OriginalTopic || c.FailureCount != 7 || c.LastError != "build broke" || !c.FailedAt.Equal(snap.FailedAt) ||
+		len(c.Subjects) != 1 || c.Subjects[0] != (mend.Subject{Kind: "batch", ID: "1"}) {
+		t.Fatalf("cause = %+v; want the record's snapshot %+v", c, want)
 	}
 }

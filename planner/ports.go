@@ -6,28 +6,41 @@ import (
 	"github.com/mendq/mend"
 )
 
-// Batches is the host's batch store as the planner needs it. The reference
-// MySQL adapter (package host) implements it; a host with other tables
-// implements it itself.
+// Batches is the host's batch store as the planner needs it. Package host
+// implements it over uber/submitqueue's real tables; a host with other
+// tables implements it itself.
+//
+// Identities are byte-exact. A host whose collation matches a row spelled
+// differently from the one asked for (other case, trailing spaces) must
+// answer with a *mend.SpellingError, which matches mend.ErrNotFound; the
+// planner parks such a record for an operator instead of settling it as
+// not found.
 type Batches interface {
-	// BatchGet returns the batch's current state and version.
-	// Returns mend.ErrNotFound if the queue has no such batch.
+	// BatchGet returns the batch's current state, version and members.
+	// Returns mend.ErrNotFound if the queue has no such batch and a
+	// *mend.SpellingError if only a differently spelled one exists.
 	BatchGet(ctx context.Context, queue, batchID string) (mend.Batch, error)
 
 	// BatchTransition moves the batch to state `to` as a compare-and-set from
-	// the version the caller observed, keeping the host's membership index
-	// consistent, and returns the batch as it now is.
+	// the version the caller observed and returns the batch as it now is.
 	// Returns mend.ErrConflict if the version moved (re-read and decide
-	// again) and mend.ErrNotFound if there is no such batch.
+	// again), mend.ErrNotFound if there is no such batch (never
+	// ErrConflict), a *mend.SpellingError if only a differently spelled one
+	// exists, and mend.ErrInvalid if the batch is terminal or the version
+	// cannot be stored.
 	BatchTransition(ctx context.Context, queue, batchID string, fromVersion int64, to mend.BatchState) (mend.Batch, error)
 
 	// BatchFinish drives every member request of a batch in a terminal state
 	// to the matching terminal request state (succeeded: landed; failed:
-	// error; cancelled: cancelled). It is idempotent: requests already
-	// terminal are left alone, so calling it again is safe.
-	// Returns mend.ErrNotFound if there is no such batch and mend.ErrInvalid
-	// if the batch is not terminal.
-	BatchFinish(ctx context.Context, queue, batchID string) error
+	// error; cancelled: cancelled) and tells the host's users why, with
+	// cause, the dead letter's snapshot (its last error and failure
+	// context). It is idempotent: requests already terminal are left
+	// alone, so calling it again is safe.
+	// Returns mend.ErrNotFound if there is no such batch, a
+	// *mend.SpellingError if the batch or a member is spelled differently
+	// (the other members are still finished), mend.ErrInvalid if the batch
+	// is not terminal and mend.ErrConflict if a member kept moving.
+	BatchFinish(ctx context.Context, queue, batchID string, cause mend.Snapshot) error
 
 	// LiveBatches returns up to limit IDs of the queue's live batches
 	// (created, speculating, merging, cancelling), smallest ID first by byte

@@ -1,1 +1,0 @@
-DROP TABLE sq_requests
