@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -320,6 +321,10 @@ func TestZombie(t *testing.T) {
 	// A wakes up: its trust window is long gone, so Done closes at once.
 	resume()
 	waitClosed(t, la.Done(), 5*time.Second, "A's Done after resuming")
+	// OnLost runs just after Done closes, on the keepalive's goroutine: poll for it.
+	for deadline := time.Now().Add(5 * time.Second); lostA.Load() == 0 && time.Now().Before(deadline); {
+		runtime.Gosched()
+	}
 	if !errors.Is(la.Err(), mend.ErrLeaseLost) || lostA.Load() != 1 {
 		t.Fatalf("A's Err = %v, OnLost ran %d times; want ErrLeaseLost once", la.Err(), lostA.Load())
 	}
