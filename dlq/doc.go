@@ -2,24 +2,32 @@
 //
 // # Overview
 //
-// A DLQ consumer hands each delivery to Intake.Record. The intake copies
-// what a repair needs out of the delivery (DLQ rows are garbage-collected
-// later), decodes the target batch from the payload by topic (Decode; the
-// _dlq suffix is accepted), and creates the reconciliation record if it is
-// absent. Once Record returns, the obligation is durable in MySQL and the DLQ
-// message can be acknowledged. If a Repairer is configured, Record then tries
-// to finish the repair inline under the queue's lease, without waiting for it.
+// A DLQ consumer hands each delivery to Intake.Record, built from the host's
+// dead-letter row with Row.Delivery (mend import reads the same rows from the
+// queue database and uses the same conversion, so both record a row under the
+// same identity). The intake copies what a repair needs out of the delivery
+// (DLQ rows are garbage-collected later), decodes the payload as its original
+// topic's format (Decode: strict, byte-exact JSON), files the record under
+// the queue the row names (RecordQueue), resolves a buildsignal's build to
+// its batch (Builds), and creates the reconciliation record if it is absent.
+// Once Record returns, the obligation is durable in MySQL and the DLQ message
+// can be acknowledged. If a Repairer is configured, Record then tries to
+// finish the repair inline under the queue's lease, without waiting for it.
 //
 // # State model
 //
-//	delivery ──decode ok──▶ record pending (due now)
-//	         ──unknown topic / bad payload──▶ record parked, with the reason
-//	         ──same identity again──▶ the existing record, unchanged
+//	delivery ──batch topic, decoded──────────────▶ record pending (due now)
+//	         ──buildsignal, build found──────────▶ record pending
+//	         ──unknown topic / bad payload / no queue /
+//	           unknown build / request topic────▶ record parked, with the reason
+//	         ──same identity again───────────────▶ the existing record, unchanged
 //
 // # Failure handling
 //
-// An identity that cannot be stored exactly or a payload over the cap is a
-// *mend.ValidationError before anything reaches MySQL: do not acknowledge.
+// An identity that cannot be stored exactly or a payload over the cap (the
+// host's 65,535-byte BLOB) is a *mend.ValidationError before anything
+// reaches MySQL: do not acknowledge. A build lookup that fails (as opposed
+// to finding no build) fails Record too, so the delivery is redelivered.
 // An ambiguous create is resolved by creating again (it is idempotent). A
 // failed inline repair never fails Record: the record is durable and the
 // periodic reconciler finishes it.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"log"
-	"time"
+	"strconv"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
@@ -15,13 +15,16 @@ import (
 	"github.com/mendq/mend/storage"
 )
 
-// DLQMessage stands for the host message queue's delivery type.
+// DLQMessage stands for the host message queue's delivery on a _dlq topic:
+// the message and the metadata its store attaches at poll time, all strings
+// (fact sheet §5).
 type DLQMessage struct {
-	Topic, Partition, ID string
-	Payload              []byte
-	FailureCount         int
-	LastError            string
-	FailedAt             time.Time
+	ID       string
+	Payload  []byte
+	Metadata map[string]string // topic, partition_key, offset, dlq.failed_at, dlq.failure_count, dlq.last_error, dlq.original_topic
+	// FailureDetail is the row's failure_detail JSON (the subjects and
+	// detail the delivery's Failure() is rebuilt from), nil when NULL.
+	FailureDetail []byte
 }
 
 // Example_dlqConsumer wires mend into a dead-letter consumer: record the
@@ -49,16 +52,24 @@ func Example_dlqConsumer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	intake, err := dlq.New(store, dlq.Config{Repairer: rec})
+	// Builds resolves buildsignal dead letters; the host adapter provides
+	// it (dlq.Builds). Without one they are recorded parked.
+	var builds dlq.Builds
+	intake, err := dlq.New(store, dlq.Config{Repairer: rec, Builds: builds})
 	if err != nil {
 		log.Fatal(err)
 	}
 
-	handle := func(ctx context.Context, queue string, m DLQMessage) (ack bool) {
-		_, err := intake.Record(ctx, dlq.Delivery{
-			Source:  mend.SourceID{Queue: queue, Topic: m.Topic, Partition: m.Partition, MessageID: m.ID},
-			Payload: m.Payload, FailureCount: m.FailureCount, LastError: m.LastError, FailedAt: m.FailedAt,
-		})
+	handle := func(ctx context.Context, m DLQMessage) (ack bool) {
+		md := m.Metadata
+		failedAt, _ := strconv.ParseUint(md["dlq.failed_at"], 10, 64)
+		count, _ := strconv.ParseUint(md["dlq.failure_count"], 10, 32)
+		row := dlq.Row{
+			Topic: md["topic"], PartitionKey: md["partition_key"], ID: m.ID, Payload: m.Payload,
+			FailedAtMS: failedAt, FailureCount: uint32(count), LastError: md["dlq.last_error"],
+			OriginalTopic: md["dlq.original_topic"], FailureDetail: m.FailureDetail,
+		}
+		_, err := intake.Record(ctx, row.Delivery())
 		// Acknowledge only once the obligation is durable in MySQL.
 		return err == nil
 	}

@@ -25,7 +25,7 @@ func TestSchema(t *testing.T) {
 		want := map[string]string{
 			"mend_records.record_id": "binary", "mend_records.queue": "varbinary", "mend_records.source_key": "binary",
 			"mend_records.topic": "varbinary", "mend_records.partition_key": "varbinary", "mend_records.message_id": "varbinary",
-			"mend_records.batch_id": "varbinary",
+			"mend_records.batch_id": "varbinary", "mend_records.original_topic": "varbinary",
 			"mend_events.record_id": "binary", "mend_events.queue": "varbinary", "mend_events.op_id": "varbinary",
 		}
 		for col, typ := range want {

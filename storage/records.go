@@ -16,7 +16,7 @@ import (
 
 // recordColumns is the select list every record read uses, in the order
 // recordRow's tags name them.
-const recordColumns = `record_id, queue, source_key, topic, partition_key, message_id, payload,
+const recordColumns = `record_id, queue, source_key, topic, partition_key, message_id, original_topic, payload,
 	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
 	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since,
 	TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) AS state_age_us`
@@ -29,6 +29,7 @@ type recordRow struct {
 	Topic           []byte       `db:"topic"`
 	Partition       []byte       `db:"partition_key"`
 	MessageID       []byte       `db:"message_id"`
+	OriginalTopic   []byte       `db:"original_topic"`
 	Payload         []byte       `db:"payload"`
 	FailureCount    int          `db:"failure_count"`
 	FailureError    []byte       `db:"failure_error"`
@@ -56,9 +57,10 @@ func (r *recordRow) record() (mend.Record, error) {
 	copy(rec.ID[:], r.RecordID)
 	rec.Source = mend.SourceID{Queue: string(r.Queue), Topic: string(r.Topic), Partition: string(r.Partition), MessageID: string(r.MessageID)}
 	rec.Snapshot = mend.Snapshot{
-		Payload:      r.Payload,
-		FailureCount: r.FailureCount,
-		LastError:    string(r.FailureError),
+		Payload:       r.Payload,
+		OriginalTopic: string(r.OriginalTopic),
+		FailureCount:  r.FailureCount,
+		LastError:     string(r.FailureError),
 	}
 	if r.FailedAt.Valid {
 		rec.Snapshot.FailedAt = r.FailedAt.Time
@@ -104,6 +106,9 @@ func validateCreate(p *CreateParams, maxPayload int) error {
 	if err := mend.ValidateIdentity("batch_id", p.Target.BatchID, false); err != nil {
 		return err
 	}
+	if err := mend.ValidateIdentity("original_topic", p.Snapshot.OriginalTopic, false); err != nil {
+		return err
+	}
 	switch p.Target.Desired {
 	case mend.OutcomeNone, mend.OutcomeFailed, mend.OutcomeSucceeded:
 	default:
@@ -145,10 +150,10 @@ type createdData struct {
 // The no-op ODKU makes a duplicate report zero rows affected, which tells the
 // loser apart; INSERT IGNORE would also hide truncation and other errors.
 const sqlRecordCreate = `-- name: RecordCreate
-INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, payload,
+INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, original_topic, payload,
 	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
 	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, IF(?, NOW(6), NULL), ?, 0, NOW(6), NOW(6), NOW(6))
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, IF(?, NOW(6), NULL), ?, 0, NOW(6), NOW(6), NOW(6))
 ON DUPLICATE KEY UPDATE record_id = record_id`
 
 const sqlEventInsert = `-- name: EventInsert
@@ -195,7 +200,7 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	err = d.withTx(ctx, "RecordCreate", p.OpID, func(ctx context.Context, tx *sqlx.Tx) error {
 		id := mend.NewRecordID()
 		res, err := tx.ExecContext(ctx, sqlRecordCreate,
-			id[:], p.Source.Queue, key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, payload,
+			id[:], p.Source.Queue, key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, p.Snapshot.OriginalTopic, payload,
 			p.Snapshot.FailureCount, p.Snapshot.LastError, failedAt, string(subjectsJSON), p.Target.BatchID, string(p.Target.Desired),
 			string(p.State), p.State.Due(), p.Reason)
 		if err != nil {

@@ -199,6 +199,7 @@ func TestRejectedBeforeSQL(t *testing.T) {
 		}, "payload"},
 		{"missing op id", func(p *storage.CreateParams) { p.OpID = "" }, "op_id"},
 		{"bad desired outcome", func(p *storage.CreateParams) { p.Target.Desired = "maybe" }, "desired_outcome"},
+		{"original topic not utf-8", func(p *storage.CreateParams) { p.Snapshot.OriginalTopic = "spec\xffulate" }, "original_topic"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,5 +234,56 @@ func TestOpenRejectsClientFoundRows(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), ":p@") {
 		t.Fatalf("error %q leaks the password", err)
+	}
+}
+
+// TestOriginalTopicRoundTrip: the snapshot's original topic is stored byte
+// for byte and comes back from every way a record is read.
+func TestOriginalTopicRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	s := src("q", "m1")
+	p := createParams(s, `{"id":"q/batch/1","queue":"q"}`)
+	p.Snapshot.OriginalTopic = "merge-signal " // a trailing space must survive
+	created, _, err := b.store.RecordCreate(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "merge-signal "
+	reads := map[string]func() (mend.Record, error){
+		"RecordCreate": func() (mend.Record, error) { return created, nil },
+		"RecordGet":    func() (mend.Record, error) { return b.store.RecordGet(ctx, s) },
+		"RecordGetByID": func() (mend.Record, error) {
+			return b.store.RecordGetByID(ctx, "q", created.ID)
+		},
+		"RecordFind": func() (mend.Record, error) { return b.store.RecordFind(ctx, created.ID) },
+		"RecordsList": func() (mend.Record, error) {
+			recs, err := b.store.RecordsList(ctx, "q", 10)
+			if err != nil || len(recs) != 1 {
+				return mend.Record{}, errors.Join(err, errors.New("want one record"))
+			}
+			return recs[0], nil
+		},
+		"RecordsDue": func() (mend.Record, error) {
+			recs, err := b.store.RecordsDue(ctx, "q", 10)
+			if err != nil || len(recs) != 1 {
+				return mend.Record{}, errors.Join(err, errors.New("want one record"))
+			}
+			return recs[0], nil
+		},
+	}
+	for name, read := range reads {
+		got, err := read()
+		if err != nil || got.Snapshot.OriginalTopic != want {
+			t.Errorf("%s: original topic %q, %v; want %q", name, got.Snapshot.OriginalTopic, err, want)
+		}
+	}
+
+	// A record made without one (or before migration 8) reads back empty.
+	old := createParams(src("q", "m2"), "p")
+	rec, _, err := b.store.RecordCreate(ctx, old)
+	if err != nil || rec.Snapshot.OriginalTopic != "" {
+		t.Fatalf("record without an original topic = %q, %v; want empty", rec.Snapshot.OriginalTopic, err)
 	}
 }

@@ -49,6 +49,7 @@ func commands() []command {
 		{"status", "", "per queue: records by state, oldest due age, lease holder", runStatus},
 		{"inspect", "", "a record and its full event history (or a queue's records)", runInspect},
 		{"record", "", "record a dead letter by hand (replaying old dead letters)", runRecord},
+		{"import", "", "record every dead letter already in the host's queue database (adopting mend), idempotently", runImport},
 		{"retry", "", "put a parked record back to pending", runRetry},
 		{"doctor", "", "check the server and schema for settings that break mend", runDoctor},
 		{"demo", "", "run the stuck-queue scenario on a throwaway server and print its timeline", runDemo},

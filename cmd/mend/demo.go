@@ -171,7 +171,10 @@ func (d *demo) run(ctx context.Context, dsn, where string) (err error) {
 	d.say("")
 
 	d.say("What breaks")
-	payload := []byte(`{"batch_id":"` + demoBatch1 + `"}`)
+	payload, err := json.Marshal(map[string]string{"id": demoBatch1, "queue": demoQueue}) // the host's BatchID
+	if err != nil {
+		return err
+	}
 	failedAt := time.Now().UTC()
 	const lastErr = "speculate: build farm unreachable (5 attempts)"
 	if _, err := d.host.Publish(ctx, host.Message{Topic: demoDLQTopic, Partition: demoQueue, ID: demoMessageID,

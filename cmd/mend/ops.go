@@ -421,7 +421,7 @@ func clipLine(s string, n int) string {
 
 func runRecord(ctx context.Context, a *app, args []string) error {
 	f := a.newFlags("record", "", "Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message again returns the existing record.", true)
-	queue := f.String("queue", "", "the queue (required)")
+	queue := f.String("queue", "", "the queue (required; cross-checked: the record is filed under the queue the payload names)")
 	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
 	partition := f.String("partition", "", "the partition key (usually the queue)")
 	messageID := f.String("message-id", "", "the message ID (required)")

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/storage"
+)
+
+// importPageDefault is how many queue_messages rows mend import reads per
+// query: enough to amortise the round trip, small enough that a table of
+// millions is never held in memory.
+const importPageDefault = 500
+
+// importConfig is everything `mend import` needs, after flags and environment.
+type importConfig struct {
+	DSN, QueueDSN, HostDSN string
+	Topic                  string // a DLQ topic with its suffix, or empty
+	Queue                  string // the record queue to keep, or empty
+	Since                  time.Duration
+	PageSize               int
+	Actor                  string
+}
+
+// importCounts is what an import did.
+type importCounts struct {
+	read     int // dead-letter rows read (after --topic and --since)
+	skipped  int // rows of another queue than --queue
+	recorded int // new records, due for repair
+	already  int // rows recorded before (by this command or a linked-in consumer)
+	parked   int // new records parked: undecodable, or not mend's to repair
+	refused  int // rows the intake refused (see the warnings)
+}
+
+func (c importCounts) summary() string {
+	s := fmt.Sprintf("recorded %d / already recorded %d / parked undecodable %d (of %d dead letters read", c.recorded, c.already, c.parked, c.read)
+	if c.skipped > 0 {
+		s += fmt.Sprintf(", %d of other queues skipped", c.skipped)
+	}
+	if c.refused > 0 {
+		s += fmt.Sprintf(", %d refused", c.refused)
+	}
+	return s + ")"
+}
+
+func runImport(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("import", "", "Record every dead letter already in the host's queue database (rows of *_dlq topics in queue_messages),\n"+
+		"in offset order, through the same intake as a linked-in DLQ consumer: adopting mend on a live system.\n"+
+		"Idempotent: a row already recorded is left as it is, so running it again records nothing new.\n"+
+		"Progress goes to stderr, the summary to stdout.", false)
+	var c importConfig
+	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of the host's queue database (queue_messages) (required)")
+	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of the host's application database, to find a buildsignal's batch in table build;\nwithout it buildsignal dead letters are recorded parked")
+	f.StringVar(&c.Topic, "topic", "", "only this dead-letter topic, e.g. speculate_dlq (the _dlq suffix may be left out)")
+	f.StringVar(&c.Queue, "queue", "", "only dead letters of this queue: the queue a record is filed under (the payload's queue,\nelse the partition key where it is the queue)")
+	f.DurationVar(&c.Since, "since", 0, "only dead letters whose failed_at is within this long of now, e.g. 72h (0: all)")
+	f.IntVar(&c.PageSize, "page-size", importPageDefault, "rows read per query")
+	f.StringVar(&c.Actor, "actor", "import", "who records them, kept in the event log")
+	f.setDefault("log-level", "warn") // one intake line per row would drown the progress lines
+	var err error
+	if c.DSN, err = f.parseWithDSN(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	counts, err := runImportWith(ctx, a, f, c)
+	fmt.Fprintf(a.stdout, "mend import: %s\n", counts.summary())
+	if err != nil {
+		return err
+	}
+	if counts.refused > 0 {
+		return fmt.Errorf("%d dead letter(s) were refused by the intake (see the lines above); they stay in the DLQ", counts.refused)
+	}
+	return nil
+}
+
+// check validates the flags and normalises --topic.
+func (c *importConfig) check() error {
+	if c.QueueDSN == "" {
+		return usagef("--queue-dsn is required (or %s): the host's queue database holding queue_messages", envName("queue-dsn"))
+	}
+	if _, err := checkDSN("--queue-dsn", c.QueueDSN); err != nil {
+		return err
+	}
+	if c.HostDSN != "" {
+		if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
+			return err
+		}
+	}
+	if c.Topic != "" && !strings.HasSuffix(c.Topic, dlq.DLQSuffix) {
+		c.Topic += dlq.DLQSuffix
+	}
+	if err := mend.ValidateIdentity("topic", c.Topic, false); err != nil {
+		return usagef("--topic: %v", err)
+	}
+	if err := mend.ValidateIdentity("queue", c.Queue, false); err != nil {
+		return usagef("--queue: %v", err)
+	}
+	if c.Since < 0 {
+		return usagef("--since must not be negative, got %s", c.Since)
+	}
+	if c.PageSize < 1 || c.PageSize > host.DeadLetterPageLimit {
+		return usagef("--page-size must be between 1 and %d, got %d", host.DeadLetterPageLimit, c.PageSize)
+	}
+	if c.Actor == "" || len(c.Actor) > 255 {
+		return usagef("--actor must be 1 to 255 bytes")
+	}
+	return nil
+}
+
+// runImportWith opens the databases and records every matching dead letter,
+// returning the counts so far even when it fails part way (a rerun picks up
+// where it stopped, since recording is idempotent).
+func runImportWith(ctx context.Context, a *app, f *flags, c importConfig) (counts importCounts, err error) {
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, err := storage.Open(openCtx, c.DSN, storage.Options{})
+	if err != nil {
+		return counts, fmt.Errorf("open mend's database: %w", err)
+	}
+	defer func() { err = errors.Join(err, store.Close()) }()
+	letters, err := host.OpenDeadLetters(openCtx, c.QueueDSN)
+	if err != nil {
+		return counts, fmt.Errorf("open the host's queue database: %w", err)
+	}
+	defer func() { err = errors.Join(err, letters.Close()) }()
+	cfg := dlq.Config{Actor: c.Actor, Logger: f.logger()}
+	if c.HostDSN != "" {
+		var builds *host.BuildTable
+		if builds, err = host.OpenBuildTable(openCtx, c.HostDSN); err != nil {
+			return counts, fmt.Errorf("open the host's application database: %w", err)
+		}
+		defer func() { err = errors.Join(err, builds.Close()) }()
+		cfg.Builds = builds
+	} else {
+		fmt.Fprintln(a.stderr, "mend import: no --host-dsn: buildsignal dead letters will be recorded parked (their build's batch cannot be looked up)")
+	}
+	in, err := dlq.New(store, cfg)
+	if err != nil {
+		return counts, err
+	}
+
+	filter := host.DeadLetterFilter{Topic: c.Topic}
+	if c.Since > 0 {
+		filter.FailedSinceMS = uint64(max(time.Now().Add(-c.Since).UnixMilli(), 0))
+	}
+	var after uint64
+	for {
+		page, err := letters.Page(ctx, filter, after, c.PageSize)
+		if err != nil {
+			return counts, err
+		}
+		for _, row := range page.Rows {
+			if err := importRow(ctx, a, in, c, row, &counts); err != nil {
+				return counts, err
+			}
+		}
+		after = page.Next
+		if len(page.Rows) > 0 {
+			fmt.Fprintf(a.stderr, "mend import: up to offset %d: %s\n", after, counts.summary())
+		}
+		if page.Done {
+			return counts, nil
+		}
+	}
+}
+
+// importRow records one dead letter and counts what happened. A row the
+// intake refuses (it cannot be stored exactly) is reported and skipped; any
+// other failure stops the import.
+func importRow(ctx context.Context, a *app, in *dlq.Intake, c importConfig, row dlq.Row, counts *importCounts) error {
+	counts.read++
+	d := row.Delivery()
+	if c.Queue != "" && dlq.RecordQueue(d) != c.Queue {
+		counts.skipped++
+		return nil
+	}
+	res, err := in.Record(ctx, d)
+	switch {
+	case errors.Is(err, mend.ErrInvalid):
+		counts.refused++
+		fmt.Fprintf(a.stderr, "mend import: refused offset %d (topic %q, partition %q, id %q): %s\n", row.Offset, row.Topic, row.PartitionKey, row.ID, oneLine(err.Error()))
+		return nil
+	case err != nil:
+		return fmt.Errorf("record offset %d (topic %q, id %q): %w", row.Offset, row.Topic, row.ID, err)
+	case !res.Created:
+		counts.already++
+	case res.Record.State == mend.StateParked:
+		counts.parked++
+	default:
+		counts.recorded++
+	}
+	return nil
+}

@@ -1,0 +1,1 @@
+ALTER TABLE mend_records ADD COLUMN original_topic VARBINARY(1020) NOT NULL DEFAULT ''
