@@ -1,19 +1,15 @@
 package host
 
 // This file reads what mend import needs from a live submit queue: the
-// dead-letter rows already sitting in the queue database, and the build
-// table that maps a buildsignal's build to its batch. It stands on its own
-// (it shares no helper with the batch and wake-up adapter) so the two can
-// change independently.
+// dead-letter rows already sitting in the queue database. (The build lookup
+// a buildsignal dead letter needs is DB.BuildBatch.)
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
@@ -32,7 +28,7 @@ type DeadLetters struct{ db *sql.DB }
 // OpenDeadLetters connects to the host's queue database (a go-sql-driver
 // DSN naming it) and checks that it answers.
 func OpenDeadLetters(ctx context.Context, queueDSN string) (*DeadLetters, error) {
-	db, err := openDeadLetterPool(ctx, "queue_dsn", queueDSN)
+	db, err := openPool(ctx, "queue_dsn", queueDSN, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -129,73 +125,4 @@ func (d *DeadLetters) Page(ctx context.Context, f DeadLetterFilter, after uint64
 	}
 	page.Done = n < limit
 	return page, nil
-}
-
-// BuildTable reads the host application database's build table, which maps
-// a runner build ID to its batch. It implements dlq.Builds.
-type BuildTable struct{ db *sql.DB }
-
-// OpenBuildTable connects to the host's application database (a
-// go-sql-driver DSN naming it) and checks that it answers.
-func OpenBuildTable(ctx context.Context, appDSN string) (*BuildTable, error) {
-	db, err := openDeadLetterPool(ctx, "host_dsn", appDSN)
-	if err != nil {
-		return nil, err
-	}
-	return &BuildTable{db: db}, nil
-}
-
-// Close closes the connection pool.
-func (b *BuildTable) Close() error { return b.db.Close() }
-
-const sqlBuildTableBatch = `-- name: BuildTableBatch
-SELECT queue, id, batch_id FROM build WHERE queue = ? AND id = ?`
-
-// BuildBatch returns the ID of the batch that build buildID of queue
-// belongs to. The build table is on the server's case-insensitive default
-// collation, so the row found is compared with what was asked byte for
-// byte.
-//
-// Returns a *mend.ValidationError for an identity mend cannot store, before
-// any SQL; an error matching mend.ErrNotFound if the queue has no such
-// build, a *mend.SpellingError (which matches it too) if the row found is
-// spelled differently.
-func (b *BuildTable) BuildBatch(ctx context.Context, queue, buildID string) (string, error) {
-	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
-		return "", err
-	}
-	if err := mend.ValidateIdentity("build_id", buildID, true); err != nil {
-		return "", err
-	}
-	var gotQueue, gotID, batch string
-	err := b.db.QueryRowContext(ctx, sqlBuildTableBatch, queue, buildID).Scan(&gotQueue, &gotID, &batch)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", fmt.Errorf("host: %w: no build %q in queue %q", mend.ErrNotFound, buildID, queue)
-	case err != nil:
-		return "", fmt.Errorf("host: read build %q: %w", buildID, mysqlx.Translate(err))
-	case gotQueue != queue:
-		return "", &mend.SpellingError{Field: "queue", Asked: queue, Stored: gotQueue}
-	case gotID != buildID:
-		return "", &mend.SpellingError{Field: "build_id", Asked: buildID, Stored: gotID}
-	}
-	return batch, nil
-}
-
-// openDeadLetterPool opens a pool on one of the host's databases with the
-// session settings every mend connection gets (mysqlx.NormalizeDSN).
-func openDeadLetterPool(ctx context.Context, field, dsn string) (*sql.DB, error) {
-	cfg, err := mysqlx.NormalizeDSN(field, dsn)
-	if err != nil {
-		return nil, err
-	}
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, &mend.ValidationError{Field: field, Reason: err.Error()}
-	}
-	db := sql.OpenDB(connector)
-	if err := db.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("host: connect to %s: %w", cfg.Addr, mysqlx.Translate(err)), db.Close())
-	}
-	return db, nil
 }

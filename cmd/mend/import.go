@@ -133,9 +133,9 @@ func runImportWith(ctx context.Context, a *app, f *flags, c importConfig) (count
 	defer func() { err = errors.Join(err, letters.Close()) }()
 	cfg := dlq.Config{Actor: c.Actor, Logger: f.logger()}
 	if c.HostDSN != "" {
-		var builds *host.BuildTable
-		if builds, err = host.OpenBuildTable(openCtx, c.HostDSN); err != nil {
-			return counts, fmt.Errorf("open the host's application database: %w", err)
+		var builds *host.DB
+		if builds, err = host.Open(openCtx, c.HostDSN, c.QueueDSN, host.Options{}); err != nil {
+			return counts, fmt.Errorf("open the host's databases: %w", err)
 		}
 		defer func() { err = errors.Join(err, builds.Close()) }()
 		cfg.Builds = builds
