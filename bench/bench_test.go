@@ -12,6 +12,7 @@ import (
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/storage"
@@ -54,6 +55,19 @@ func openHost(b *testing.B, dsn string) *host.DB {
 	return h
 }
 
+// world is the submit queue's side of db (both of its databases in one),
+// for seeding the real tables and reading what mend published.
+func world(b *testing.B, db *mysqltest.DB) sqtest.World {
+	b.Helper()
+	conn := db.SQL(b)
+	return sqtest.World{App: conn, Queue: conn}
+}
+
+// batchID and requestID give the host's real ID shapes, <queue>/batch/<n>
+// and <queue>/<n>.
+func batchID(queue, n string) string   { return queue + "/batch/" + n }
+func requestID(queue, n string) string { return queue + "/" + n }
+
 func src(queue, msg string) mend.SourceID {
 	return mend.SourceID{Queue: queue, Topic: "speculate_dlq", Partition: queue, MessageID: msg}
 }
@@ -77,6 +91,8 @@ func BenchmarkIntake(b *testing.B) {
 				intakes[w] = in
 			}
 			clone := cloneDB(b, db)
+			// The payload is the first round's model format, the one this
+			// branch's intake decodes; the real BatchID decoder replaces it.
 			payload := []byte(`{"batch_id":"b-1"}`)
 			errs := make([]error, conns)
 			b.ResetTimer()
@@ -166,16 +182,19 @@ func (l planLease) Term() mend.Term       { return l.term }
 func (l planLease) Done() <-chan struct{} { return nil }
 
 // BenchmarkPlannerRepair: one record repaired end to end by planner.Run
-// under a fenced lease: read due records, read the batch (created), fail it
-// with a CAS, fan out to its two requests, settle, list live batches, publish
-// the wake-up, finish. Each worker repairs its own queue.
+// under a fenced lease, on the submit queue's real tables: read due records,
+// read the batch (speculating), fail it with the three-step transition (CAS,
+// new membership row, old one deleted), fan out to its two requests (re-create
+// the membership row, then per request a read, a CAS and a RequestLog publish to
+// topic log), settle, list live batches (membership rows, then the batches
+// hydrated), publish the wake-up, finish. Each worker repairs its own queue.
 func BenchmarkPlannerRepair(b *testing.B) {
 	for _, conns := range connCounts {
 		b.Run("conns="+strconv.Itoa(conns), func(b *testing.B) {
 			ctx := context.Background()
-			db := mysqltest.NewDB(b, migrations.Up, host.Migrations.Up)
+			db := mysqltest.NewDB(b, migrations.Up, sqtest.Apply)
 			setupStore := openStore(b, db.DSN)
-			setupHost := openHost(b, db.DSN)
+			w0 := world(b, db)
 			tp := newTap(conns, 2)
 			planners := make([]*planner.Planner, conns)
 			leases := make([]planLease, conns)
@@ -183,13 +202,14 @@ func BenchmarkPlannerRepair(b *testing.B) {
 			measure(conns, func(w int) {
 				queue := "q" + strconv.Itoa(w)
 				// A live batch to wake, so every repair publishes.
-				if err := setupHost.SeedBatch(ctx, queue, "z-live", mend.BatchCreated, queue+"-live"); err != nil {
+				if err := w0.SeedBatch(ctx, queue, batchID(queue, "z-live"), string(mend.BatchCreated), requestID(queue, "live")); err != nil {
 					seed[w] = err
 					return
 				}
 				for i := range share(b.N, conns, w) {
-					batch := fmt.Sprintf("b%06d", i)
-					if err := setupHost.SeedBatch(ctx, queue, batch, mend.BatchSpeculating, batch+"-r1", batch+"-r2"); err != nil {
+					n := fmt.Sprintf("b%06d", i)
+					batch := batchID(queue, n)
+					if err := w0.SeedBatch(ctx, queue, batch, string(mend.BatchSpeculating), requestID(queue, n+"-r1"), requestID(queue, n+"-r2")); err != nil {
 						seed[w] = err
 						return
 					}

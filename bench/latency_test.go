@@ -13,6 +13,7 @@ import (
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
@@ -42,12 +43,13 @@ type latencyEnv struct {
 	db    *mysqltest.DB
 	store *storage.DB
 	host  *host.DB
+	world sqtest.World
 }
 
 func newLatencyEnv(b *testing.B) *latencyEnv {
 	b.Helper()
 	ctx := context.Background()
-	db := mysqltest.NewDB(b, migrations.Up, host.Migrations.Up)
+	db := mysqltest.NewDB(b, migrations.Up, sqtest.Apply)
 	store, err := storage.Open(ctx, db.DSN, storage.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -58,34 +60,37 @@ func newLatencyEnv(b *testing.B) *latencyEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = h.Close() })
-	return &latencyEnv{db: db, store: store, host: h}
+	return &latencyEnv{db: db, store: store, host: h, world: world(b, db)}
 }
 
 // seedOne gives queue a live batch and one due record on a speculating batch.
 func (e *latencyEnv) seedOne(b *testing.B, queue string) {
 	b.Helper()
 	ctx := context.Background()
-	if err := e.host.SeedBatch(ctx, queue, "z-live", mend.BatchCreated, queue+"-live"); err != nil {
+	if err := e.world.SeedBatch(ctx, queue, batchID(queue, "z-live"), string(mend.BatchCreated), requestID(queue, "live")); err != nil {
 		b.Fatal(err)
 	}
-	if err := e.host.SeedBatch(ctx, queue, "b1", mend.BatchSpeculating, queue+"-r1"); err != nil {
+	if err := e.world.SeedBatch(ctx, queue, batchID(queue, "b1"), string(mend.BatchSpeculating), requestID(queue, "r1")); err != nil {
 		b.Fatal(err)
 	}
 	if _, _, err := e.store.RecordCreate(ctx, mend.CreateParams{Source: src(queue, "m1"), OpID: mend.NewOpID(), Actor: "bench",
-		Target: mend.Target{BatchID: "b1", Desired: mend.OutcomeFailed}}); err != nil {
+		Target: mend.Target{BatchID: batchID(queue, "b1"), Desired: mend.OutcomeFailed}}); err != nil {
 		b.Fatal(err)
 	}
 }
 
 // reconciler starts a reconciler polling every interval; hooks go to its
-// planner.
-func (e *latencyEnv) reconciler(b *testing.B, holder string, ttl, interval time.Duration, backoff time.Duration, hooks planner.Hooks) *reconcile.Reconciler {
+// planner. Its wake-ups go through waker (nil: the host adapter itself).
+func (e *latencyEnv) reconciler(b *testing.B, holder string, ttl, interval time.Duration, backoff time.Duration, hooks planner.Hooks, waker planner.Waker) *reconcile.Reconciler {
 	b.Helper()
 	f, err := fence.New(e.store, fence.Config{Holder: holder, TTL: ttl})
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := planner.New(planner.Config{Store: e.store, Batches: e.host, Waker: e.host, Actor: "planner/" + holder,
+	if waker == nil {
+		waker = e.host
+	}
+	p, err := planner.New(planner.Config{Store: e.store, Batches: e.host, Waker: waker, Actor: "planner/" + holder,
 		BackoffBase: backoff, BackoffMax: backoff, Hooks: hooks})
 	if err != nil {
 		b.Fatal(err)
@@ -140,7 +145,7 @@ func (e *latencyEnv) failover(b *testing.B, ttl time.Duration, queue string) tim
 	written := make(chan time.Time, 1)
 	recB := e.reconciler(b, "B-"+queue, ttl, failoverInterval, time.Second, planner.Hooks{
 		OnSettled: func(string, mend.BatchState, bool) { once.Do(func() { written <- time.Now() }) },
-	})
+	}, nil)
 	if err := recB.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -185,10 +190,11 @@ func (e *latencyEnv) resend(b *testing.B, interval time.Duration, queue string) 
 	b.Helper()
 	ctx := context.Background()
 	e.seedOne(b, queue)
-	if err := e.host.FailNextPublish(ctx, host.WakeTopicDefault, queue); err != nil {
-		b.Fatal(err)
-	}
-	r := e.reconciler(b, "R-"+queue, 10*time.Second, interval, 300*time.Millisecond, planner.Hooks{})
+	// The first publish is refused before it reaches the host (mend never
+	// puts a trigger on the host's tables to make one fail).
+	waker := &sqtest.FaultyWaker{Next: e.host}
+	waker.RefuseNext(1)
+	r := e.reconciler(b, "R-"+queue, 10*time.Second, interval, 300*time.Millisecond, planner.Hooks{}, waker)
 	if err := r.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -215,12 +221,15 @@ func (e *latencyEnv) resend(b *testing.B, interval time.Duration, queue string) 
 		<-tick.C
 	}
 	for {
-		msgs, err := e.host.Messages(ctx, host.WakeTopicDefault, queue)
+		msgs, err := e.world.Messages(ctx, host.WakeTopicDefault, queue)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if len(msgs) == 1 {
-			return msgs[0].CreatedAt.Sub(due)
+			// created_at is the real column: epoch milliseconds from the
+			// publisher's clock (this machine's, as the server's is), so
+			// the sample is exact to a millisecond.
+			return time.UnixMilli(int64(msgs[0].CreatedAt)).Sub(due)
 		}
 		if len(msgs) > 1 {
 			b.Fatalf("%d wake-ups published; want one", len(msgs))

@@ -15,6 +15,7 @@ import (
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
@@ -116,19 +117,20 @@ func addFinished(b *testing.B, db *sql.DB, have, want int) {
 
 // seedDue creates passDue due records in the queues prefix0..3, each on its
 // own speculating batch, plus a live batch per queue to wake.
-func seedDue(b *testing.B, store *storage.DB, h *host.DB, prefix string, round int) {
+func seedDue(b *testing.B, store *storage.DB, w0 sqtest.World, prefix string, round int) {
 	b.Helper()
 	ctx := context.Background()
 	errs := make([]error, passQueues)
 	measure(passQueues, func(w int) {
 		queue := prefix + strconv.Itoa(w)
-		if err := h.SeedBatch(ctx, queue, "z-live", mend.BatchCreated); err != nil {
+		if err := w0.SeedBatch(ctx, queue, batchID(queue, "z-live"), string(mend.BatchCreated)); err != nil {
 			errs[w] = err
 			return
 		}
 		for i := range share(passDue, passQueues, w) {
-			batch := fmt.Sprintf("r%d-b%05d", round, i)
-			if err := h.SeedBatch(ctx, queue, batch, mend.BatchSpeculating, batch+"-r1"); err != nil {
+			n := fmt.Sprintf("r%d-b%05d", round, i)
+			batch := batchID(queue, n)
+			if err := w0.SeedBatch(ctx, queue, batch, string(mend.BatchSpeculating), requestID(queue, n+"-r1")); err != nil {
 				errs[w] = err
 				return
 			}
@@ -150,7 +152,7 @@ func clearPass(b *testing.B, db *sql.DB) {
 	for _, q := range []string{
 		"DELETE FROM mend_events WHERE record_id IN (SELECT record_id FROM mend_records WHERE message_id NOT LIKE 'done-%')",
 		"DELETE FROM mend_records WHERE message_id NOT LIKE 'done-%'",
-		"DELETE FROM sq_batch_membership", "DELETE FROM sq_requests", "DELETE FROM sq_batches", "DELETE FROM sq_messages",
+		"DELETE FROM queue_batch_state", "DELETE FROM request_batch", "DELETE FROM request", "DELETE FROM batch", "DELETE FROM queue_messages",
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			b.Fatalf("clear pass: %v", err)
@@ -163,8 +165,9 @@ func clearPass(b *testing.B, db *sql.DB) {
 // queues. Flat is the goal: due work is found through the due index.
 func BenchmarkReconcilePass(b *testing.B) {
 	ctx := context.Background()
-	db := mysqltest.NewDB(b, migrations.Up, host.Migrations.Up)
+	db := mysqltest.NewDB(b, migrations.Up, sqtest.Apply)
 	raw := db.SQL(b)
+	w0 := world(b, db)
 	printServer(b, db)
 	// The harness's private server has a 128 MiB buffer pool; 10^6 finished
 	// records with their indexes take several times that. The flatness
@@ -200,7 +203,7 @@ func BenchmarkReconcilePass(b *testing.B) {
 		b.StopTimer()
 		clearPass(b, raw)
 		round++
-		seedDue(b, store, h, prefix, round)
+		seedDue(b, store, w0, prefix, round)
 		b.StartTimer()
 		start := time.Now()
 		ps, err := rec.RunOnce(ctx)

@@ -51,7 +51,7 @@ func commands() []command {
 		{"record", "", "record a dead letter by hand (replaying old dead letters)", runRecord},
 		{"import", "", "record every dead letter already in the host's queue database (adopting mend), idempotently", runImport},
 		{"retry", "", "put a parked record back to pending", runRetry},
-		{"doctor", "", "check the server and schema for settings that break mend", runDoctor},
+		{"doctor", "", "check the server, schema and settings, and the host's tables and grants, for what breaks mend", runDoctor},
 		{"demo", "", "run the stuck-queue scenario on a throwaway server and print its timeline", runDemo},
 	}
 }

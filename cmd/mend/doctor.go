@@ -60,13 +60,19 @@ func defaultLockWait(ttl time.Duration) int {
 }
 
 func runDoctor(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("doctor", "", "Check the server, the schema and the settings mend depends on. Exits 1 if anything is wrong.", true)
+	f := a.newFlags("doctor", "", "Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
+		"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", true)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
+	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build")
+	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
 	if err := f.parseNoArgs(args); err != nil {
 		return err
 	}
 	if f.dsn == "" {
 		return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
+	}
+	if *queueDSN == "" {
+		*queueDSN = *hostDSN
 	}
 	if *ttl <= 0 {
 		return usagef("--lease-ttl must be positive")
@@ -74,6 +80,7 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	checks, target := diagnose(ctx, f.dsn, *ttl)
+	checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
 	failed := 0
 	for _, c := range checks {
 		if c.Status == checkFail {

@@ -38,6 +38,7 @@ type metrics struct {
 	queueRuns    *prometheus.CounterVec
 	plannerRun   prometheus.Histogram
 	reconcilePas prometheus.Histogram
+	dangling     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -64,12 +65,19 @@ func newMetrics() *metrics {
 			Help: "How long one planner run over one queue took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		reconcilePas: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_reconcile_pass_duration_seconds",
 			Help: "How long one reconciler pass over all due queues took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		dangling: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_host_dangling_membership_rows_total",
+			Help: "Host membership rows (queue_batch_state) seen naming a batch that does not exist, by queue. The host's own planner fails on such a row; mend skips it, but an operator should delete it."},
+			[]string{"queue"}),
 	}
 	m.reg.MustRegister(m.settles, m.wakeups, m.parked, m.fenced, m.leaseAcq, m.leaseLost, m.renewFailed,
-		m.queueRuns, m.plannerRun, m.reconcilePas,
+		m.queueRuns, m.plannerRun, m.reconcilePas, m.dangling,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// onDangling is host.Options.OnDangling: it counts each dangling row the
+// adapter skipped (the adapter logs it too).
+func (m *metrics) onDangling(queue, _, _ string) { m.dangling.WithLabelValues(queue).Inc() }
 
 func (m *metrics) plannerHooks() planner.Hooks {
 	return planner.Hooks{

@@ -50,8 +50,8 @@ func (c runConfig) validate() error {
 func runRun(ctx context.Context, a *app, args []string) error {
 	f := a.newFlags("run", "", "Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", false)
 	var c runConfig
-	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of the host's application database (batches, requests); default: --dsn")
-	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of the host's queue database (messages); default: --host-dsn")
+	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build); default: --dsn")
+	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
 	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if a queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
@@ -105,7 +105,14 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics) (*serv
 	if err != nil {
 		return nil, fmt.Errorf("open mend's database: %w", err)
 	}
-	hostDB, err := host.Open(openCtx, c.HostDSN, c.QueueDSN, host.Options{WakeTopic: c.WakeTopic, IOTimeout: ioTimeout(c.LeaseTTL)})
+	// The adapter reports the host rows it skips (dangling or differently
+	// spelled membership rows, differently spelled requests) to the log, and
+	// dangling ones to a metric too: the host's own planner fails on them.
+	hopts := host.Options{WakeTopic: c.WakeTopic, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log}
+	if m != nil {
+		hopts.OnDangling = m.onDangling
+	}
+	hostDB, err := host.Open(openCtx, c.HostDSN, c.QueueDSN, hopts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("open the host's databases: %w", err), store.Close())
 	}

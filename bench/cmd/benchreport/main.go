@@ -239,8 +239,9 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 
 	// Reconcile pass curve.
 	w("## Reconcile pass against finished records\n\n")
-	w("One `reconcile.RunOnce` repairing 1,000 due records (4 queues, each record's batch failed with a CAS, fanned out,\n")
-	w("settled, the queue woken) while N finished records (state done, with an event each) sit in the same queues. They are\n")
+	w("One `reconcile.RunOnce` repairing 1,000 due records (4 queues on the submit queue's real tables, each record's batch\n")
+	w("failed with the three-step transition, fanned out with a RequestLog per request, settled, the queue woken) while N\n")
+	w("finished records (state done, with an event each) sit in the same queues. They are\n")
 	w("bulk-inserted with multi-row `INSERT ... SELECT` from a numbers table. Target: within %.0f%% of the pass with none.\n\n", (flatTarget-1)*100)
 	for _, n := range r.notes {
 		if strings.HasPrefix(n, "bulk insert") || strings.HasPrefix(n, "innodb_buffer_pool_size") {
@@ -287,9 +288,9 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 	w("**Failover:** a planner holding a queue's lease is killed (its connections cut, no release), while a second\n")
 	w("reconciler polls every interval; measured from the kill to the first event written under the next epoch. Target:\n")
 	w("within lease TTL + one interval.\n\n")
-	w("**Re-send:** the wake-up publish fails once (host.FailNextPublish); measured from the moment the failed attempt\n")
-	w("made the record due again to the re-sent wake-up in the message table, by the database clock. Target: within one\n")
-	w("reconcile interval.\n\n")
+	w("**Re-send:** the wake-up publish fails once (sqtest.FaultyWaker refuses it before it reaches the host); measured\n")
+	w("from the moment the failed attempt made the record due again (database clock) to the re-sent wake-up's `created_at`\n")
+	w("in `queue_messages` (epoch ms from the publisher's clock, on the same machine). Target: within one reconcile interval.\n\n")
 	w("| measurement | setting | trials | median | max | bound | target |\n|---|---|---:|---:|---:|---:|---|\n")
 	fmt.Fprintf(&sum, "\n%-44s %10s %10s %10s\n", "latency", "median ms", "max ms", "bound ms")
 	for _, res := range r.list {
