@@ -91,9 +91,8 @@ func BenchmarkIntake(b *testing.B) {
 				intakes[w] = in
 			}
 			clone := cloneDB(b, db)
-			// The payload is the first round's model format, the one this
-			// branch's intake decodes; the real BatchID decoder replaces it.
-			payload := []byte(`{"batch_id":"b-1"}`)
+			// A real BatchID payload, as the speculate topic carries it.
+			payload := []byte(`{"id":"q/batch/1","queue":"q"}`)
 			errs := make([]error, conns)
 			b.ResetTimer()
 			tp.on.Store(true)

@@ -59,7 +59,7 @@ const sqlBulkFinished = `INSERT INTO mend_records (record_id, queue, source_key,
 	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
 	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
 SELECT UNHEX(MD5(CONCAT('done-', n.i))), CONCAT('q', n.i MOD 4), UNHEX(SHA2(CONCAT('done-', n.i), 256)),
-	'speculate_dlq', CONCAT('q', n.i MOD 4), CONCAT('done-', n.i), CONCAT('{"batch_id":"old-', n.i, '"}'),
+	'speculate_dlq', CONCAT('q', n.i MOD 4), CONCAT('done-', n.i), CONCAT('{"id":"old-', n.i, '","queue":"q', n.i MOD 4, '"}'),
 	3, 'boom', NULL, '[]', CONCAT('old-', n.i), 'failed',
 	'done', 4, 1, NULL, '', 1, NOW(6), NOW(6), NOW(6)
 FROM ` + numbers + ` n

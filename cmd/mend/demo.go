@@ -215,10 +215,7 @@ func (d *demo) run(ctx context.Context, dsn, where string) (err error) {
 	d.say("")
 
 	d.say("What mend records and does")
-	delivery, err := deliveryFromRow(demoQueue, row)
-	if err != nil {
-		return err
-	}
+	delivery := deliveryFromRow(row)
 	rec, created, err := d.record(ctx, delivery)
 	if err != nil {
 		return err
@@ -312,50 +309,22 @@ func (d *demo) deadLetter(ctx context.Context) (sqtest.Message, error) {
 }
 
 // deliveryFromRow is what a DLQ consumer of the submit queue hands the
-// intake for a row of queue_messages on a *_dlq topic: the row's identity,
-// payload and failure columns, and the subjects of its failure_detail.
-func deliveryFromRow(queue string, row sqtest.Message) (dlq.Delivery, error) {
-	d := dlq.Delivery{
-		Source:       mend.SourceID{Queue: queue, Topic: row.Topic, Partition: row.PartitionKey, MessageID: row.ID},
-		Payload:      row.Payload,
-		FailureCount: int(row.FailureCount),
-		LastError:    row.LastError,
-		FailedAt:     time.UnixMilli(int64(row.FailedAt)).UTC(),
-	}
-	if row.FailureDetail != nil {
-		var detail struct {
-			Subjects []sqtest.Subject `json:"subjects"`
-		}
-		if err := json.Unmarshal(row.FailureDetail, &detail); err != nil {
-			return dlq.Delivery{}, fmt.Errorf("demo: failure_detail of DLQ row %q: %w", row.ID, err)
-		}
-		for _, s := range detail.Subjects {
-			d.Subjects = append(d.Subjects, mend.Subject{Kind: s.Type, ID: s.ID})
-		}
-	}
-	return d, nil
+// intake: the row of queue_messages on a *_dlq topic, its identity, payload
+// and failure columns, converted by the one conversion mend import uses too.
+func deliveryFromRow(row sqtest.Message) dlq.Delivery {
+	return dlq.Row{Offset: row.Offset, Topic: row.Topic, PartitionKey: row.PartitionKey, ID: row.ID,
+		Payload: row.Payload, Metadata: row.Metadata, FailedAtMS: row.FailedAt, FailureCount: row.FailureCount,
+		LastError: row.LastError, OriginalTopic: row.OriginalTopic, FailureDetail: row.FailureDetail}.Delivery()
 }
 
-// record does what the intake does with the delivery: create the record if
-// absent, keyed by the DLQ row's identity, with the dead letter's snapshot
-// and the batch its payload names. The demo does it here, not through
-// dlq.Intake, because this branch's intake still decodes the first round's
-// model payload ({"batch_id"}) and would park the real BatchID
-// ({"id","queue"}) as undecodable; the real decoders are being written on
-// another branch, and this becomes in.Record(ctx, delivery) once they land.
+// record hands the delivery to the intake, as a linked-in DLQ consumer does.
 func (d *demo) record(ctx context.Context, dl dlq.Delivery) (mend.Record, bool, error) {
-	b, err := sqtest.DecodeBatchID(dl.Payload)
+	in, err := dlq.New(d.store, dlq.Config{Builds: d.host, Logger: d.log})
 	if err != nil {
 		return mend.Record{}, false, err
 	}
-	return d.store.RecordCreate(ctx, mend.CreateParams{
-		Source: dl.Source,
-		Snapshot: mend.Snapshot{Payload: dl.Payload, OriginalTopic: dlq.BaseTopic(dl.Source.Topic),
-			FailureCount: dl.FailureCount, LastError: dl.LastError, FailedAt: dl.FailedAt, Subjects: dl.Subjects},
-		Target: mend.Target{BatchID: b.ID, Desired: mend.OutcomeFailed},
-		OpID:   mend.NewOpID(),
-		Actor:  dlq.ActorDefault,
-	})
+	res, err := in.Record(ctx, dl)
+	return res.Record, res.Created, err
 }
 
 func (d *demo) onAcquired(t mend.Term) {

@@ -14,7 +14,6 @@ import (
 	"github.com/mendq/mend/migrations"
 )
 
-func TestMain(m *testing.M) { mysqltest.Main(m) }
 
 // importBundle is mend's database and a submit queue's (application and
 // queue tables in one database), holding dead letters written the way the
