@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strings"
 
-
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/internal/mysqlx"

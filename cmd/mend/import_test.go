@@ -14,7 +14,6 @@ import (
 	"github.com/mendq/mend/migrations"
 )
 
-
 // importBundle is mend's database and a submit queue's (application and
 // queue tables in one database), holding dead letters written the way the
 // real message store writes them.
