@@ -25,8 +25,8 @@ import (
 )
 
 // This file cuts the current planner off the database (toxiproxy) and,
-// separately, freezes the server (SIGSTOP) past the lease TTL, while a
-// second planner is ready. The lease passes to the second; the first —
+// separately, freezes the server (SIGSTOP, or docker pause) past the lease
+// TTL, while a second planner is ready. The lease passes to the second; the first —
 // a planner that never noticed it lost its lease — has every late write
 // refused with ErrFenced; and the event log shows disjoint, increasing
 // epochs per queue.
@@ -395,7 +395,7 @@ func TestPartitionPlannerCut(t *testing.T) {
 	e.finish(t, fmt.Sprintf("A's connections cut for %s (TTL %s)", took.Round(time.Millisecond), partTTL))
 }
 
-// TestPauseServerPastTTL: the server is frozen (SIGSTOP) while planner A
+// TestPauseServerPastTTL: the server is frozen (SIGSTOP or docker pause) while planner A
 // holds the lease, for longer than the TTL; A's write in flight when it
 // froze must be refused when it thaws, and B takes over.
 func TestPauseServerPastTTL(t *testing.T) {
@@ -449,7 +449,7 @@ func TestPauseServerPastTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prooff(t, "fault: server frozen (SIGSTOP) for %s with a write of A in flight (TTL %s); lease passed from A (epoch %d) to B (latest epoch %d); %d late writes of A, all refused with ErrFenced; %d events over epochs %v, %d problems",
+	prooff(t, "fault: server frozen (SIGSTOP or docker pause) for %s with a write of A in flight (TTL %s); lease passed from A (epoch %d) to B (latest epoch %d); %d late writes of A, all refused with ErrFenced; %d events over epochs %v, %d problems",
 		frozen.Round(time.Millisecond), partTTL, e.leaseA.Term().Epoch, st.Term.Epoch, late, events, epochs, len(problems))
 	if st.Term.Holder == "planner-A" || st.Term.Epoch <= e.leaseA.Term().Epoch {
 		t.Errorf("lease is %v; want it passed on to planner-B", st.Term)
