@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
@@ -83,58 +85,61 @@ func (w *writeBehindIntake) flushLoop(ctx context.Context) {
 	}
 }
 
-// crashEnv is a private server with mend's and the host's schema.
+// crashEnv is a private server with mend's schema and the submit queue's
+// real-shaped tables in one database.
 type crashEnv struct {
 	srv   *mysqltest.Server
 	db    *mysqltest.DB
 	store *storage.DB
 	host  *host.DB
+	sq    sqtest.World
 }
 
 func newCrashEnv(t *testing.T) *crashEnv {
 	t.Helper()
 	quietDriver()
 	srv := mysqltest.StartPrivate(t)
-	db := mysqltest.NewDBOn(t, srv, migrations.Up, host.Migrations.Up)
+	db := mysqltest.NewDBOn(t, srv, migrations.Up, sqtest.Apply)
 	store := openRealStore(t)(db.DSN).(realStore).db
-	h, err := host.Open(t.Context(), db.DSN, "", host.Options{})
+	h, err := host.Open(t.Context(), db.DSN, db.DSN, host.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.Close() })
-	return &crashEnv{srv: srv, db: db, store: store, host: h}
+	s := db.SQL(t)
+	return &crashEnv{srv: srv, db: db, store: store, host: h, sq: sqtest.World{App: s, Queue: s}}
 }
 
 // crashQueues are the queues the crash scenario's deliveries go to.
 var crashQueues = []string{"cq1", "cq2", "cq3"}
 
+func crashQueue(i int) string { return crashQueues[i%len(crashQueues)] }
+
+func crashBatch(i int) string { return fmt.Sprintf("%s/batch/%05d", crashQueue(i), i) }
+
+// crashDelivery is delivery i, built from the speculate_dlq row the host's
+// store would hold for it. The row itself is not stored: the crash is
+// mend's, and the intake reads only the delivery.
 func crashDelivery(i int) dlq.Delivery {
-	q := crashQueues[i%len(crashQueues)]
-	batch := fmt.Sprintf("b%05d", i)
-	return dlq.Delivery{
-		Source:  mend.SourceID{Queue: q, Topic: "speculate_dlq", Partition: q, MessageID: "m-" + batch},
-		Payload: []byte(`{"batch_id":"` + batch + `"}`), FailureCount: 3, LastError: "boom",
-	}
+	q, batch := crashQueue(i), crashBatch(i)
+	return deliveryFromRow(sqtest.Message{
+		Topic: "speculate_dlq", PartitionKey: q, ID: batch, Payload: []byte(batchMsg(q, batch)),
+		FailedAt: 1_764_482_400_000, FailureCount: 3, LastError: "boom", OriginalTopic: "speculate",
+	})
 }
 
 // seed gives every delivery's batch a speculating batch, and every queue a
-// live batch to wake.
+// live batch to wake, larger in byte order than every delivery's batch.
 func (e *crashEnv) seed(t *testing.T, deliveries int) {
 	t.Helper()
 	for _, q := range crashQueues {
-		if err := e.host.SeedBatch(t.Context(), q, "z-live", mend.BatchCreated, q+"-live"); err != nil {
+		if err := e.sq.SeedBatch(t.Context(), q, q+"/batch/live", string(mend.BatchCreated), q+"/live"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range deliveries {
-		d := crashDelivery(i)
-		var target struct {
-			BatchID string `json:"batch_id"`
-		}
-		if err := json.Unmarshal(d.Payload, &target); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.host.SeedBatch(t.Context(), d.Source.Queue, target.BatchID, mend.BatchSpeculating, target.BatchID+"-r"); err != nil {
+		b := crashBatch(i)
+		if err := e.sq.SeedBatch(t.Context(), crashQueue(i), b, string(mend.BatchSpeculating), b+"-r"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -452,17 +457,14 @@ func (e *crashEnv) checkConverged(t *testing.T, deliveries int) (done, parked, w
 	msgs := map[string]int{}      // message ID -> copies
 	perRecord := map[string]int{} // record ID -> wake-ups
 	for _, q := range crashQueues {
-		ms, err := e.host.Messages(ctx, host.WakeTopicDefault, q)
+		// Not live: a wake-up may name a batch a later record failed.
+		ups, err := e.sq.ConsumeSpeculate(ctx, q, false)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("speculate partition %s, read as the real consumer would: %v", q, err)
 		}
-		for _, m := range ms {
-			msgs[m.ID]++
-			var meta host.WakeMetadata
-			if err := json.Unmarshal(m.Metadata, &meta); err != nil {
-				t.Fatalf("wake-up %s metadata: %v", m.ID, err)
-			}
-			perRecord[meta.RecordID.String()]++
+		for _, u := range ups {
+			msgs[u.ID]++
+			perRecord[u.Meta[host.MetaRecordID]]++
 		}
 	}
 	for i := range deliveries {

@@ -1,4 +1,7 @@
 // Package itest holds mend's integration, end-to-end and reliability tests,
 // which cross packages and run against a real MySQL-compatible server
-// provided by internal/mysqltest. It has no non-test code.
+// provided by internal/mysqltest. The submit queue's side is its real
+// schema, built by internal/sqtest: dead letters are the rows its store
+// moves to <topic>_dlq, and every wake-up mend publishes is read back by
+// sqtest's strict speculate consumer. It has no non-test code.
 package itest

@@ -6,93 +6,117 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/planner"
 )
 
-// TestLostWakeUpIsResent is the bug that started mend: the outcome is saved,
-// the wake-up publish fails, and the redelivery must still wake the queue.
+// TestLostWakeUpIsResent is the bug that started mend, on the real tables
+// with the application and queue databases apart: batch 1's speculate
+// message is dead-lettered, batch 2 is live in a quiet queue, and the first
+// wake-up publish is refused. The redelivery must still wake the queue, and
+// the record ends done.
 func TestLostWakeUpIsResent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	w := newWorld(t)
+	w := newWorldWith(t, worldOpts{splitQueue: true})
 	const q = "monorepo/main"
-	w.seed(t, q, "1", mend.BatchSpeculating, "r1", "r2")
-	w.seed(t, q, "2", mend.BatchCreated, "r3")
-	if err := w.host.FailNextPublish(ctx, "speculate", q); err != nil {
-		t.Fatal(err)
-	}
+	b1, b2 := q+"/batch/1", q+"/batch/2"
+	w.seed(t, q, b1, mend.BatchSpeculating, q+"/1", q+"/2")
+	w.seed(t, q, b2, mend.BatchCreated, q+"/3")
+	w.waker.RefuseNext(1)
 	// A long backoff: the re-send must come from the redelivery below.
 	a := w.actor(t, actorOpts{backoff: time.Hour})
 	in := w.intake(t, a.rec)
-	d := delivery(q, "speculate_dlq", "1/speculate/3", `{"batch_id":"1"}`)
+	// Dependency analysis published speculate for batch 1 under the batch's
+	// ID; the speculate run kept failing and the store dead-lettered it.
+	d := w.deadLetter(t, dead{topic: "speculate", partition: q, id: b1, payload: batchMsg(q, b1), blame: []string{b1}})
 
 	res, err := in.Record(ctx, d)
 	if err != nil || !res.Created {
 		t.Fatalf("first delivery: created %v, %v", res.Created, err)
 	}
-	rec := w.record(t, d.Source)
-	if rec.State != mend.StateSettled || len(w.wakeUps(t, q)) != 0 {
-		t.Fatalf("after the failed publish: record %s, %d wake-ups; want settled and none", rec.State, len(w.wakeUps(t, q)))
+	src := res.Record.Source
+	rec := w.record(t, src)
+	if rec.State != mend.StateSettled || len(w.wakeUps(t, q, true)) != 0 {
+		t.Fatalf("after the refused publish: record %s, %d wake-ups; want settled and none", rec.State, len(w.wakeUps(t, q, true)))
 	}
-	if got := w.batchState(t, q, "1"); got != mend.BatchFailed {
+	if got := w.batchState(t, q, b1); got != mend.BatchFailed {
 		t.Fatalf("batch 1 is %s; want failed", got)
 	}
 
 	// The backoff passes, and the DLQ message is redelivered: the record
 	// remembers that a wake-up is owed, and the inline repair re-sends it.
-	w.makeDue(t, d.Source)
+	w.makeDue(t, src)
 	if res, err := in.Record(ctx, d); err != nil || res.Created || res.RepairErr != nil {
 		t.Fatalf("redelivery: created %v, repair %v, %v; want the existing record repaired", res.Created, res.RepairErr, err)
 	}
-	if got := w.record(t, d.Source).State; got != mend.StateDone {
+	if got := w.record(t, src).State; got != mend.StateDone {
 		t.Fatalf("after the redelivery the record is %s; want done", got)
 	}
 
-	ups := w.wakeUps(t, q)
-	if len(ups) != 1 || ups[0].BatchID != "2" || ups[0].ID != planner.WakeMessageID(rec.ID, 2) || ups[0].Epoch < 1 {
-		t.Fatalf("wake-ups = %+v; want exactly one, for batch 2, attempt 2, with an epoch", ups)
+	// Version 3: created, settled, wake_failed. The refused publish had
+	// version 2's ID, so the re-send cannot be swallowed by its dedupe.
+	ups := w.wakeUps(t, q, true)
+	if len(ups) != 1 || ups[0].Batch.ID != b2 || ups[0].ID != planner.WakeMessageID(rec.ID, 3) {
+		t.Fatalf("wake-ups = %+v; want exactly one, for batch 2, at record version 3", ups)
 	}
-	for id, s := range w.requestStates(t, q, "1") {
-		if s != host.RequestError {
-			t.Errorf("request %s is %s; want error", id, s)
-		}
+	if ups[0].Meta[host.MetaRecordID] != rec.ID.String() {
+		t.Errorf("wake-up metadata %v; want the record ID %s", ups[0].Meta, rec.ID)
 	}
+	if e, err := strconv.ParseInt(ups[0].Meta[host.MetaEpoch], 10, 64); err != nil || e < 1 {
+		t.Errorf("wake-up epoch %q; want a positive decimal string", ups[0].Meta[host.MetaEpoch])
+	}
+	calls, errs := w.waker.Calls()
+	if len(calls) != 2 || !errors.Is(errs[0], sqtest.ErrInjected) || errs[1] != nil || calls[0].MessageID == calls[1].MessageID {
+		t.Fatalf("publishes = %+v, %v; want a refused one, then a re-send under a new ID", calls, errs)
+	}
+	w.requireFannedOut(t, q, b1, host.RequestError)
+	w.requireMembership(t, q, b1)
 	want := []mend.EventKind{mend.EventCreated, mend.EventSettled, mend.EventWakeFailed, mend.EventWoken}
 	if got := w.kinds(t, rec); !slices.Equal(got, want) {
 		t.Fatalf("events = %v; want %v", got, want)
 	}
-	if got := w.batchState(t, q, "2"); got != mend.BatchCreated {
-		t.Fatalf("batch 2 is %s; mend must only wake it", got)
+	if b := w.batch(t, q, b2); b.State != string(mend.BatchCreated) || b.Version != 1 {
+		t.Fatalf("batch 2 is %s at version %d; mend must only wake it", b.State, b.Version)
 	}
 }
 
 // TestBuildDeadLetterFailsAndWakes: dead letters of other stages wake the
-// queue too (F2).
+// queue too (F2). A build message is partitioned by its batch ID, not the
+// queue, and has a unique ID; the record is still filed under the queue its
+// payload names.
 func TestBuildDeadLetterFailsAndWakes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t)
 	const q = "q-build"
-	w.seed(t, q, "10", mend.BatchSpeculating, "r1")
-	w.seed(t, q, "11", mend.BatchCreated, "r2")
+	b10, b11 := q+"/batch/10", q+"/batch/11"
+	w.seed(t, q, b10, mend.BatchSpeculating, q+"/1")
+	w.seed(t, q, b11, mend.BatchCreated, q+"/2")
 	a := w.actor(t, actorOpts{})
-	d := delivery(q, "build_dlq", "10/build/1", `{"batch_id":"10"}`)
-	if _, err := w.intake(t, a.rec).Record(ctx, d); err != nil {
+	d := w.deadLetter(t, dead{topic: "build", partition: b10, id: b10 + "@1764482400000000000-1", payload: batchMsg(q, b10)})
+	res, err := w.intake(t, a.rec).Record(ctx, d)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := w.record(t, d.Source).State; got != mend.StateDone {
+	if res.Record.Source.Queue != q {
+		t.Fatalf("record filed under queue %q; want %q", res.Record.Source.Queue, q)
+	}
+	if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
 		t.Fatalf("record is %s; want done by the inline repair", got)
 	}
-	if got := w.batchState(t, q, "10"); got != mend.BatchFailed {
+	if got := w.batchState(t, q, b10); got != mend.BatchFailed {
 		t.Fatalf("batch 10 is %s; want failed", got)
 	}
-	if ups := w.wakeUps(t, q); len(ups) != 1 || ups[0].BatchID != "11" {
+	w.requireFannedOut(t, q, b10, host.RequestError)
+	if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b11 {
 		t.Fatalf("wake-ups = %+v; want one for batch 11", ups)
 	}
 }
@@ -102,102 +126,145 @@ func TestBuildDeadLetterFailsAndWakes(t *testing.T) {
 func TestMergeOutcomeIsProtected(t *testing.T) {
 	t.Parallel()
 
+	// The real merge-signal_dlq controller ignores the result's outcome and
+	// runs failBatch, which transitions a merging batch to failed and fans
+	// out error: the change is on trunk while its requests say it failed.
+	// mend deliberately differs: it honours SUCCEEDED.
 	t.Run("merge-signal SUCCEEDED makes a merging batch succeeded", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		w := newWorld(t)
 		const q = "q-merge"
-		w.seed(t, q, "5", mend.BatchMerging, "r1", "r2")
+		b5 := q + "/batch/5"
+		w.seed(t, q, b5, mend.BatchMerging, q+"/1", q+"/2")
 		a := w.actor(t, actorOpts{})
-		d := delivery(q, "merge-signal_dlq", "5/merge-signal/1", `{"batch_id":"5","outcome":"SUCCEEDED"}`)
-		if _, err := w.intake(t, a.rec).Record(ctx, d); err != nil {
+		d := w.deadLetter(t, dead{topic: "merge-signal", partition: q, id: b5, payload: mergeResult(q, b5, "SUCCEEDED")})
+		res, err := w.intake(t, a.rec).Record(ctx, d)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if got := w.batchState(t, q, "5"); got != mend.BatchSucceeded {
-			t.Fatalf("batch is %s; want succeeded", got)
+		if res.Record.Target.Desired != mend.OutcomeSucceeded {
+			t.Fatalf("record target %+v; want the merge's success", res.Record.Target)
 		}
-		for id, s := range w.requestStates(t, q, "5") {
-			if s != host.RequestLanded {
-				t.Errorf("request %s is %s; want landed", id, s)
-			}
+		if b := w.batch(t, q, b5); b.State != string(mend.BatchSucceeded) || b.Version != 2 {
+			t.Fatalf("batch is %s at version %d; want succeeded at 2", b.State, b.Version)
 		}
-		if got := w.record(t, d.Source).State; got != mend.StateDone {
+		w.requireMembership(t, q, b5)
+		w.requireFannedOut(t, q, b5, host.RequestLanded)
+		if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
 			t.Fatalf("record is %s; want done (no live batch to wake)", got)
 		}
-		if ups := w.wakeUps(t, q); len(ups) != 0 {
+		if ups := w.wakeUps(t, q, true); len(ups) != 0 {
 			t.Fatalf("wake-ups %+v with no live batch", ups)
 		}
 	})
 
 	t.Run("speculate dead letter leaves a merging batch alone, then parks", func(t *testing.T) {
 		t.Parallel()
-		ctx := context.Background()
-		w := newWorld(t)
-		const q = "q-merging"
-		w.seed(t, q, "7", mend.BatchMerging, "r1")
-		// Time is injected through the database clock (makeDue, ageState),
-		// so the test never waits for the grace period to pass.
-		a := w.actor(t, actorOpts{grace: time.Hour, backoff: time.Hour})
-		d := delivery(q, "speculate_dlq", "7/speculate/1", `{"batch_id":"7"}`)
-		if _, err := w.intake(t, a.rec).Record(ctx, d); err != nil {
-			t.Fatal(err)
-		}
-		if got := w.record(t, d.Source).State; got != mend.StateWaiting {
-			t.Fatalf("record is %s; want waiting", got)
-		}
-		// Checked again before the grace period ends: still waiting.
-		w.makeDue(t, d.Source)
-		if _, err := a.rec.RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := w.record(t, d.Source).State; got != mend.StateWaiting {
-			t.Fatalf("record is %s before the grace period ended; want waiting", got)
-		}
-		// The grace period passes.
-		w.ageState(t, d.Source, 2*time.Hour)
-		w.makeDue(t, d.Source)
-		if _, err := a.rec.RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := w.record(t, d.Source).State; got != mend.StateParked {
-			t.Fatalf("record is %s after the grace period; want parked", got)
-		}
-		rec := w.record(t, d.Source)
-		if got := w.batchState(t, q, "7"); got != mend.BatchMerging {
-			t.Fatalf("batch is %s; a merging batch must never be failed", got)
-		}
-		if rec.LastError == "" || rec.NextAttemptAt != nil {
-			t.Fatalf("parked record has reason %q, due %v; want a reason and not due", rec.LastError, rec.NextAttemptAt)
-		}
-		if ups := w.wakeUps(t, q); len(ups) != 0 {
-			t.Fatalf("a parked record sent wake-ups: %+v", ups)
-		}
+		waitThenPark(t, mend.BatchMerging, "speculate")
 	})
 }
 
+// TestCancellingBatchIsWaitedOnThenParked: a cancelling batch may still
+// have a merge in flight, so a dead letter does not fail it (the real
+// failBatch would); the record waits and is parked for an operator after
+// the grace period, with the batch untouched.
+func TestCancellingBatchIsWaitedOnThenParked(t *testing.T) {
+	t.Parallel()
+	waitThenPark(t, mend.BatchCancelling, "submitqueue-merge")
+}
+
+// waitThenPark dead-letters a message of topic for a batch in state and
+// checks that the record waits, then parks after the grace period, without
+// the batch, its requests or its membership row being touched, and without
+// a wake-up.
+func waitThenPark(t *testing.T, state mend.BatchState, topic string) {
+	t.Helper()
+	ctx := context.Background()
+	w := newWorld(t)
+	q := "q-" + string(state)
+	b7 := q + "/batch/7"
+	w.seed(t, q, b7, state, q+"/1")
+	member, err := w.sq.Membership(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Time is injected through the database clock (makeDue, ageState), so
+	// the test never waits for the grace period to pass.
+	a := w.actor(t, actorOpts{grace: time.Hour, backoff: time.Hour})
+	d := w.deadLetter(t, dead{topic: topic, partition: q, id: b7 + "/" + topic, payload: batchMsg(q, b7), blame: []string{b7}})
+	res, err := w.intake(t, a.rec).Record(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := res.Record.Source
+	if got := w.record(t, src).State; got != mend.StateWaiting {
+		t.Fatalf("record is %s; want waiting", got)
+	}
+	// Checked again before the grace period ends: still waiting.
+	w.makeDue(t, src)
+	if _, err := a.rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.record(t, src).State; got != mend.StateWaiting {
+		t.Fatalf("record is %s before the grace period ended; want waiting", got)
+	}
+	// The grace period passes.
+	w.ageState(t, src, 2*time.Hour)
+	w.makeDue(t, src)
+	if _, err := a.rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec := w.record(t, src)
+	if rec.State != mend.StateParked {
+		t.Fatalf("record is %s after the grace period; want parked", rec.State)
+	}
+	if rec.LastError == "" || rec.NextAttemptAt != nil {
+		t.Fatalf("parked record has reason %q, due %v; want a reason and not due", rec.LastError, rec.NextAttemptAt)
+	}
+	if b := w.batch(t, q, b7); b.State != string(state) || b.Version != 1 {
+		t.Fatalf("batch is %s at version %d; a %s batch must never be failed", b.State, b.Version, state)
+	}
+	for id, s := range w.requestStates(t, q, b7) {
+		if s != "batched" {
+			t.Errorf("request %s is %s; want it left batched", id, s)
+		}
+	}
+	if after, err := w.sq.Membership(ctx, q); err != nil || !slices.Equal(after, member) {
+		t.Fatalf("membership %v (%v); want it untouched: %v", after, err, member)
+	}
+	if ups := w.wakeUps(t, q, true); len(ups) != 0 {
+		t.Fatalf("a parked record sent wake-ups: %+v", ups)
+	}
+}
+
 // TestConcludeFinishesFanOut covers F4: a conclude dead letter on a batch
-// that already succeeded lands its requests and leaves the batch alone.
+// that already succeeded lands its requests and leaves the batch alone. The
+// batch has lost its membership row (the host's transition stopped after
+// its CAS); finishing re-creates it, as the real EnsureRecord does.
 func TestConcludeFinishesFanOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t)
 	const q = "q-conclude"
-	w.seed(t, q, "3", mend.BatchSucceeded, "r1", "r2")
-	w.seed(t, q, "4", mend.BatchCreated, "r3")
-	a := w.actor(t, actorOpts{})
-	d := delivery(q, "conclude_dlq", "3/conclude/1", `{"batch_id":"3"}`)
-	if _, err := w.intake(t, a.rec).Record(ctx, d); err != nil {
+	b3, b4 := q+"/batch/3", q+"/batch/4"
+	w.seed(t, q, b3, mend.BatchSucceeded, q+"/1", q+"/2")
+	w.seed(t, q, b4, mend.BatchCreated, q+"/3")
+	if err := w.sq.DropMembership(ctx, q, string(mend.BatchSucceeded), b3); err != nil {
 		t.Fatal(err)
 	}
-	if got := w.batchState(t, q, "3"); got != mend.BatchSucceeded {
-		t.Fatalf("batch is %s; a succeeded batch must never be overwritten", got)
+	a := w.actor(t, actorOpts{})
+	d := w.deadLetter(t, dead{topic: "conclude", partition: q, id: b3 + "/conclude/merged", payload: batchMsg(q, b3)})
+	res, err := w.intake(t, a.rec).Record(ctx, d)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for id, s := range w.requestStates(t, q, "3") {
-		if s != host.RequestLanded {
-			t.Errorf("request %s is %s; want landed", id, s)
-		}
+	if b := w.batch(t, q, b3); b.State != string(mend.BatchSucceeded) || b.Version != 1 {
+		t.Fatalf("batch is %s at version %d; a succeeded batch must never be overwritten", b.State, b.Version)
 	}
-	rec := w.record(t, d.Source)
+	w.requireMembership(t, q, b3)
+	w.requireFannedOut(t, q, b3, host.RequestLanded)
+	rec := w.record(t, res.Record.Source)
 	if rec.State != mend.StateDone {
 		t.Fatalf("record is %s; want done", rec.State)
 	}
@@ -215,23 +282,24 @@ func TestConcludeFinishesFanOut(t *testing.T) {
 	if settled.Outcome != "succeeded" || !settled.Divergent {
 		t.Fatalf("settled event = %+v; want outcome succeeded, divergence recorded", settled)
 	}
-	if ups := w.wakeUps(t, q); len(ups) != 1 || ups[0].BatchID != "4" {
+	if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b4 {
 		t.Fatalf("wake-ups = %+v; want one for batch 4", ups)
 	}
 }
 
-// TestConcurrentRedeliveries: one delivery handed to the intake 50 times at
+// TestConcurrentRedeliveries: one DLQ row handed to the intake 50 times at
 // once gives one record, one settle and one wake-up.
 func TestConcurrentRedeliveries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t)
 	const q = "q-storm"
-	w.seed(t, q, "1", mend.BatchSpeculating, "r1")
-	w.seed(t, q, "2", mend.BatchCreated, "r2")
+	b1, b2 := q+"/batch/1", q+"/batch/2"
+	w.seed(t, q, b1, mend.BatchSpeculating, q+"/1")
+	w.seed(t, q, b2, mend.BatchCreated, q+"/2")
 	a := w.actor(t, actorOpts{})
 	in := w.intake(t, a.rec)
-	d := delivery(q, "speculate_dlq", "1/speculate/9", `{"batch_id":"1"}`)
+	d := w.deadLetter(t, dead{topic: "speculate", partition: q, id: b1, payload: batchMsg(q, b1), blame: []string{b1}})
 	const n = 50
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -271,7 +339,7 @@ func TestConcurrentRedeliveries(t *testing.T) {
 	if settles != 1 {
 		t.Fatalf("%d settle events; want 1", settles)
 	}
-	if ups := w.wakeUps(t, q); len(ups) != 1 {
+	if ups := w.wakeUps(t, q, true); len(ups) != 1 {
 		t.Fatalf("%d wake-ups; want 1", len(ups))
 	}
 }
@@ -290,7 +358,7 @@ func TestRacingPlanners(t *testing.T) {
 	for qi := range queues {
 		q := fmt.Sprintf("race-%d", qi)
 		for i := range perQueue + 1 {
-			w.seed(t, q, fmt.Sprintf("%02d", i), mend.BatchSpeculating, fmt.Sprintf("r%d", i))
+			w.seed(t, q, fmt.Sprintf("%s/batch/%02d", q, i), mend.BatchSpeculating, fmt.Sprintf("%s/%d", q, i))
 		}
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -302,37 +370,32 @@ func TestRacingPlanners(t *testing.T) {
 			}
 		})
 	}
+	stop := func() { cancel(); wg.Wait() }
 	for qi := range queues {
 		q := fmt.Sprintf("race-%d", qi)
 		for i := range perQueue {
-			d := delivery(q, "speculate_dlq", fmt.Sprintf("%02d/speculate/1", i), fmt.Sprintf(`{"batch_id":"%02d"}`, i))
+			batch := fmt.Sprintf("%s/batch/%02d", q, i)
+			d := w.deadLetter(t, dead{topic: "speculate", partition: q, id: batch, payload: batchMsg(q, batch), blame: []string{batch}})
 			if _, err := in.Record(ctx, d); err != nil {
-				cancel()
-				wg.Wait()
+				stop()
 				t.Fatal(err)
 			}
 			srcs = append(srcs, d.Source)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		done := 0
+	err := pollUntil(ctx, 30*time.Second, 5*time.Millisecond, func() (bool, error) {
 		for _, s := range srcs {
-			if w.record(t, s).State == mend.StateDone {
-				done++
+			rec, err := w.store.RecordGet(ctx, s)
+			if err != nil || rec.State != mend.StateDone {
+				return false, err
 			}
 		}
-		if done == len(srcs) {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			wg.Wait()
-			t.Fatalf("%d of %d records done after 30s", done, len(srcs))
-		}
+		return true, nil
+	})
+	stop()
+	if err != nil {
+		t.Fatalf("records not all done: %v", err)
 	}
-	cancel()
-	wg.Wait()
 
 	// One actor per (queue, epoch) in the event log.
 	rows, err := w.mendDB.SQL(t).Query(`SELECT queue, epoch, COUNT(DISTINCT actor) FROM mend_events WHERE epoch > 0 GROUP BY queue, epoch`)
@@ -353,9 +416,10 @@ func TestRacingPlanners(t *testing.T) {
 	}
 	for qi := range queues {
 		q := fmt.Sprintf("race-%d", qi)
-		perRecord := map[mend.RecordID]int{}
-		for _, u := range w.wakeUps(t, q) {
-			perRecord[u.RecordID]++
+		perRecord := map[string]int{}
+		// Not live: the batches woken early were failed by later records.
+		for _, u := range w.wakeUps(t, q, false) {
+			perRecord[u.Meta[host.MetaRecordID]]++
 		}
 		for id, n := range perRecord {
 			if n != 1 {
@@ -372,13 +436,14 @@ func TestPlannerStoppedBetweenSettleAndWake(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	const q = "q-stop"
-	w.seed(t, q, "1", mend.BatchSpeculating, "r1")
-	w.seed(t, q, "2", mend.BatchCreated, "r2")
+	b1, b2 := q+"/batch/1", q+"/batch/2"
+	w.seed(t, q, b1, mend.BatchSpeculating, q+"/1")
+	w.seed(t, q, b2, mend.BatchCreated, q+"/2")
 	stopCtx, stop := context.WithCancel(ctx)
 	crashing := w.actor(t, actorOpts{holder: "crashing", hooks: planner.Hooks{
 		BeforeWake: func(context.Context, mend.Record) { stop() },
 	}})
-	d := delivery(q, "speculate_dlq", "1/speculate/1", `{"batch_id":"1"}`)
+	d := w.deadLetter(t, dead{topic: "speculate", partition: q, id: b1, payload: batchMsg(q, b1), blame: []string{b1}})
 	if _, err := w.intake(t, nil).Record(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +453,7 @@ func TestPlannerStoppedBetweenSettleAndWake(t *testing.T) {
 	if got := w.record(t, d.Source).State; got != mend.StateSettled {
 		t.Fatalf("record is %s; want settled", got)
 	}
-	if ups := w.wakeUps(t, q); len(ups) != 0 {
+	if ups := w.wakeUps(t, q, true); len(ups) != 0 {
 		t.Fatalf("wake-ups %+v before the reconciler ran", ups)
 	}
 	// The stopped planner released its lease on the way out, so the next
@@ -397,26 +462,30 @@ func TestPlannerStoppedBetweenSettleAndWake(t *testing.T) {
 	if passes := converge(t, healthy.rec, 1, func() bool { return w.record(t, d.Source).State == mend.StateDone }); passes != 1 {
 		t.Fatalf("took %d passes", passes)
 	}
-	if ups := w.wakeUps(t, q); len(ups) != 1 || ups[0].BatchID != "2" {
+	if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b2 {
 		t.Fatalf("wake-ups = %+v; want one for batch 2", ups)
 	}
 }
 
-// TestBrokenQueueDrains: when every planner run of the host dead-letters
+// TestBrokenQueueDrains: when every speculate run of the host dead-letters
 // again, each pass fails one more batch and the queue drains in a bounded
-// number of passes instead of looping forever.
+// number of passes instead of looping forever. The dead letters after the
+// first are mend's own wake-ups, moved to speculate_dlq by the host's store
+// exactly as published, so this also checks that the intake reads back what
+// the planner writes.
 func TestBrokenQueueDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t)
 	const q, batches = "q-broken", 6
+	bid := func(i int) string { return fmt.Sprintf("%s/batch/b%d", q, i) }
 	for i := range batches {
-		w.seed(t, q, fmt.Sprintf("b%d", i), mend.BatchCreated, fmt.Sprintf("r%d", i))
+		w.seed(t, q, bid(i), mend.BatchCreated, fmt.Sprintf("%s/%d", q, i))
 	}
 	a := w.actor(t, actorOpts{})
 	in := w.intake(t, nil)
-	// The host's first planner run dead-letters on batch b0.
-	pending := []dlq_delivery{{id: "start/speculate/1", batch: "b0"}}
+	// The host's first speculate run dead-letters on batch b0.
+	pending := []dlqRow{w.deadLetterRow(t, dead{topic: "speculate", partition: q, id: bid(0), payload: batchMsg(q, bid(0)), blame: []string{bid(0)}})}
 	passes := 0
 	for len(pending) > 0 {
 		passes++
@@ -424,24 +493,27 @@ func TestBrokenQueueDrains(t *testing.T) {
 			t.Fatalf("still not drained after %d passes", passes-1)
 		}
 		for _, p := range pending {
-			d := delivery(q, "speculate_dlq", p.id, fmt.Sprintf(`{"batch_id":%q}`, p.batch))
-			if _, err := in.Record(ctx, d); err != nil {
+			if _, err := in.Record(ctx, w.dlqDelivery(t, p.topic, p.partition, p.id)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		seen := len(w.wakeUps(t, q))
 		if _, err := a.rec.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// Every new wake-up makes the broken host planner run and
-		// dead-letter again, on the batch it was woken for.
+		// Every new wake-up, read as the real consumer reads it, names a
+		// live batch; the broken host run then dead-letters it, on the
+		// batch it was woken for.
 		pending = nil
-		for _, u := range w.wakeUps(t, q)[seen:] {
-			pending = append(pending, dlq_delivery{id: u.ID, batch: u.BatchID})
+		for _, u := range w.wakeUps(t, q, true) {
+			if err := w.sq.MoveToDLQ(ctx, "speculate", q, u.ID, sqtest.Failure{Count: 5, LastError: "speculate run failed",
+				Subjects: []sqtest.Subject{{Type: "batch", ID: u.Batch.ID}}}); err != nil {
+				t.Fatal(err)
+			}
+			pending = append(pending, dlqRow{"speculate_dlq", q, u.ID})
 		}
 	}
 	for i := range batches {
-		if got := w.batchState(t, q, fmt.Sprintf("b%d", i)); got != mend.BatchFailed {
+		if got := w.batchState(t, q, bid(i)); got != mend.BatchFailed {
 			t.Errorf("batch b%d is %s; want failed", i, got)
 		}
 	}
@@ -454,46 +526,54 @@ func TestBrokenQueueDrains(t *testing.T) {
 	}
 }
 
-type dlq_delivery struct{ id, batch string }
+// dlqRow names a row of a _dlq topic.
+type dlqRow struct{ topic, partition, id string }
+
+// deadLetterRow is deadLetter for a caller that reads the row later.
+func (w *world) deadLetterRow(t *testing.T, d dead) dlqRow {
+	t.Helper()
+	w.deadLetter(t, d)
+	return dlqRow{d.topic + "_dlq", d.partition, d.id}
+}
 
 // TestNaiveHandlerLosesWakeUp is the negative control for
 // TestLostWakeUpIsResent: the DLQ handler as it was before mend (save the
 // outcome, publish, and on redelivery see the batch already failed and do
-// nothing) leaves batch 2 stuck in the same scenario. It shows the scenario
-// really reproduces the bug mend fixes.
+// nothing: the real speculate_dlq's "no progress" ack) leaves batch 2
+// stuck in the same scenario. It shows the scenario really reproduces the
+// bug mend fixes.
 func TestNaiveHandlerLosesWakeUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t)
 	const q = "monorepo/main"
-	w.seed(t, q, "1", mend.BatchSpeculating, "r1")
-	w.seed(t, q, "2", mend.BatchCreated, "r2")
-	if err := w.host.FailNextPublish(ctx, "speculate", q); err != nil {
-		t.Fatal(err)
-	}
+	b1, b2 := q+"/batch/1", q+"/batch/2"
+	w.seed(t, q, b1, mend.BatchSpeculating, q+"/1")
+	w.seed(t, q, b2, mend.BatchCreated, q+"/2")
+	w.waker.RefuseNext(1)
 	naive := func() error {
-		b, err := w.host.BatchGet(ctx, q, "1")
+		b, err := w.host.BatchGet(ctx, q, b1)
 		if err != nil {
 			return err
 		}
 		if b.State == mend.BatchFailed {
 			return nil // "already failed: nothing to do" (the bug)
 		}
-		if _, err := w.host.BatchTransition(ctx, q, "1", b.Version, mend.BatchFailed); err != nil {
+		if _, err := w.host.BatchTransition(ctx, q, b1, b.Version, mend.BatchFailed); err != nil {
 			return err
 		}
-		if err := w.host.BatchFinish(ctx, q, "1"); err != nil {
+		if err := w.host.BatchFinish(ctx, q, b1, mend.Snapshot{LastError: "speculate failed"}); err != nil {
 			return err
 		}
-		return w.host.Wake(ctx, mend.WakeUp{Queue: q, MessageID: "1/speculate_dlq/wake", BatchID: "2"})
+		return w.waker.Wake(ctx, mend.WakeUp{Queue: q, MessageID: b2 + "@retrigger", BatchID: b2, Epoch: 1})
 	}
-	if err := naive(); err == nil {
-		t.Fatalf("the first publish should have failed")
+	if err := naive(); !errors.Is(err, sqtest.ErrInjected) {
+		t.Fatalf("the first publish should have been refused; got %v", err)
 	}
 	if err := naive(); err != nil { // the redelivery
 		t.Fatal(err)
 	}
-	if ups := w.wakeUps(t, q); len(ups) != 0 {
+	if ups := w.wakeUps(t, q, true); len(ups) != 0 {
 		t.Fatalf("the naive handler woke the queue (%+v); the scenario no longer reproduces the bug", ups)
 	}
 }

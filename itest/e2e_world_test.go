@@ -1,8 +1,12 @@
 package itest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,36 +15,75 @@ import (
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
 	"github.com/mendq/mend/storage"
 )
 
-// world is one submit queue with mend attached: mend's tables and the
-// reference host's tables in two separate databases, as in production.
+// world is one submit queue with mend attached: mend's tables in a database
+// of their own, and the submit queue's real-shaped tables (internal/sqtest)
+// in one database or, with worldOpts.splitQueue, in two: the application
+// database (batch, request, build, ...) and the queue database
+// (queue_messages), as in production. Every wake-up goes through a
+// FaultyWaker, so a test can lose one without touching the host's tables.
 type world struct {
-	mendDB, hostDB *mysqltest.DB
+	mendDB         *mysqltest.DB
+	appDB, queueDB *mysqltest.DB // the same database unless split
+	sq             sqtest.World
 	store          *storage.DB
 	host           *host.DB
+	waker          *sqtest.FaultyWaker
+
+	mu       sync.Mutex
+	dangling []string // "queue|state|batch" of each membership row the adapter reported dangling
 }
 
-func newWorld(t *testing.T) *world {
+// worldOpts shapes a world.
+type worldOpts struct {
+	// splitQueue puts the queue tables in a database apart from the
+	// application tables, so no write of mend's can span both.
+	splitQueue bool
+}
+
+func newWorld(t *testing.T) *world { return newWorldWith(t, worldOpts{}) }
+
+func newWorldWith(t *testing.T, o worldOpts) *world {
 	t.Helper()
 	ctx := context.Background()
-	w := &world{
-		mendDB: mysqltest.NewDB(t, migrations.Up),
-		hostDB: mysqltest.NewDB(t, host.Migrations.Up),
+	w := &world{mendDB: mysqltest.NewDB(t, migrations.Up)}
+	if o.splitQueue {
+		w.appDB, w.queueDB = mysqltest.NewDB(t), mysqltest.NewDB(t)
+		if err := sqtest.CreateApp(ctx, w.appDB.SQL(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sqtest.CreateQueue(ctx, w.queueDB.SQL(t)); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		w.appDB = mysqltest.NewDB(t, sqtest.Apply)
+		w.queueDB = w.appDB
 	}
+	w.sq = sqtest.World{App: w.appDB.SQL(t), Queue: w.queueDB.SQL(t)}
 	var err error
 	if w.store, err = storage.Open(ctx, w.mendDB.DSN, storage.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.store.Close() })
-	if w.host, err = host.Open(ctx, w.hostDB.DSN, "", host.Options{}); err != nil {
+	w.host, err = host.Open(ctx, w.appDB.DSN, w.queueDB.DSN, host.Options{
+		Logger: slog.New(slog.DiscardHandler),
+		OnDangling: func(queue, batchID, state string) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.dangling = append(w.dangling, queue+"|"+state+"|"+batchID)
+		},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.host.Close() })
+	w.waker = &sqtest.FaultyWaker{Next: w.host}
 	return w
 }
 
@@ -52,6 +95,9 @@ type actorOpts struct {
 	// backoff is the base retry delay; zero means 1 ms, so retries are due
 	// almost at once.
 	backoff time.Duration
+	// maxAttempts parks a record after this many failed attempts; zero
+	// means the planner's default.
+	maxAttempts int
 }
 
 // actor is one replica: a fence holder, its planner and reconciler.
@@ -71,11 +117,11 @@ func (w *world) actor(t *testing.T, o actorOpts) *actor {
 		t.Fatal(err)
 	}
 	p, err := planner.New(planner.Config{
-		Store: w.store, Batches: w.host, Waker: w.host,
+		Store: w.store, Batches: w.host, Waker: w.waker,
 		// Short backoff so a re-send is due at once; convergence is still
 		// asserted in passes, never in wall time.
 		BackoffBase: max(o.backoff, time.Millisecond), BackoffMax: max(o.backoff, 5*time.Millisecond),
-		Grace: o.grace, Actor: "planner/" + o.holder, Hooks: o.hooks,
+		Grace: o.grace, Actor: "planner/" + o.holder, Hooks: o.hooks, MaxAttempts: o.maxAttempts,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +136,9 @@ func (w *world) actor(t *testing.T, o actorOpts) *actor {
 
 func (w *world) intake(t *testing.T, repairer dlq.Repairer) *dlq.Intake {
 	t.Helper()
+	// TODO(real-dlq): add `Builds: w.host,` so a buildsignal dead letter is
+	// traced to its batch through the build table (dlq.Config.Builds is on
+	// branch real-dlq).
 	in, err := dlq.New(w.store, dlq.Config{Repairer: repairer})
 	if err != nil {
 		t.Fatal(err)
@@ -97,72 +146,110 @@ func (w *world) intake(t *testing.T, repairer dlq.Repairer) *dlq.Intake {
 	return in
 }
 
-func delivery(queue, topic, msgID, payload string) dlq.Delivery {
-	return dlq.Delivery{
-		Source:       mend.SourceID{Queue: queue, Topic: topic, Partition: queue, MessageID: msgID},
-		Payload:      []byte(payload),
-		FailureCount: 5,
-		LastError:    "handler exhausted its retries",
-		FailedAt:     time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC),
-		Subjects:     []mend.Subject{{Kind: "batch", ID: "?"}},
-	}
-}
-
+// seed inserts a batch as the host's enrolment leaves it: the batch row at
+// version 1, its membership row (none for creating), its member requests at
+// batched with their request_batch rows.
 func (w *world) seed(t *testing.T, queue, id string, state mend.BatchState, reqs ...string) {
 	t.Helper()
-	if err := w.host.SeedBatch(context.Background(), queue, id, state, reqs...); err != nil {
+	if err := w.sq.SeedBatch(context.Background(), queue, id, string(state), reqs...); err != nil {
 		t.Fatalf("seed batch %s: %v", id, err)
 	}
 }
 
-func (w *world) batchState(t *testing.T, queue, id string) mend.BatchState {
+// batch reads a batch row as the host stores it, and fails the test unless
+// the stored ID is byte-equal to the one asked for (the app tables'
+// collation would match another spelling).
+func (w *world) batch(t *testing.T, queue, id string) sqtest.Batch {
 	t.Helper()
-	b, err := w.host.BatchGet(context.Background(), queue, id)
+	b, err := w.sq.Batch(context.Background(), queue, id)
 	if err != nil {
 		t.Fatalf("batch %s: %v", id, err)
 	}
-	return b.State
+	if b.ID != id || b.Queue != queue {
+		t.Fatalf("batch %q of %q is stored as %q of %q", id, queue, b.ID, b.Queue)
+	}
+	return b
 }
 
-func (w *world) requestStates(t *testing.T, queue, batchID string) map[string]host.RequestState {
+func (w *world) batchState(t *testing.T, queue, id string) mend.BatchState {
 	t.Helper()
-	reqs, err := w.host.Requests(context.Background(), queue, batchID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]host.RequestState{}
-	for _, r := range reqs {
-		m[r.ID] = r.State
+	return mend.BatchState(w.batch(t, queue, id).State)
+}
+
+// requestStates returns the state of each member request of a batch, by
+// request ID, from the request table.
+func (w *world) requestStates(t *testing.T, queue, batchID string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, id := range w.batch(t, queue, batchID).Contains {
+		r, err := w.sq.Request(context.Background(), queue, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[id] = r.State
 	}
 	return m
 }
 
-// wakeUps returns the speculate messages of queue with the batch each names.
-func (w *world) wakeUps(t *testing.T, queue string) []wakeUp {
+// requireFannedOut checks that every member request of a batch is in state
+// want and that the gateway got a RequestLog saying so, as the real
+// consumer of topic log decodes it.
+func (w *world) requireFannedOut(t *testing.T, queue, batchID, want string) {
 	t.Helper()
-	msgs, err := w.host.Messages(context.Background(), "speculate", queue)
+	ctx := context.Background()
+	reqs := w.requestStates(t, queue, batchID)
+	if len(reqs) == 0 {
+		t.Fatalf("batch %s has no members to check", batchID)
+	}
+	for id, s := range reqs {
+		if s != want {
+			t.Errorf("request %s is %s; want %s", id, s, want)
+		}
+		logs, err := w.sq.ConsumeLog(ctx, id)
+		if err != nil {
+			t.Fatalf("log of %s: %v", id, err)
+		}
+		if len(logs) == 0 || logs[len(logs)-1].Status != want || logs[len(logs)-1].Queue != queue {
+			t.Errorf("log of %s = %+v; want a %s entry of queue %s last", id, logs, want, queue)
+		}
+	}
+}
+
+// requireMembership checks that the batch's current state has its advisory
+// membership row. The real schema allows 0..n rows per batch, so this is
+// the one row that matters: the one mend's transition inserts and
+// BatchFinish's EnsureRecord re-creates.
+func (w *world) requireMembership(t *testing.T, queue, id string) {
+	t.Helper()
+	rows, err := w.sq.Membership(context.Background(), queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]wakeUp, 0, len(msgs))
-	for _, m := range msgs {
-		var p host.WakePayload
-		var md host.WakeMetadata
-		if err := json.Unmarshal(m.Payload, &p); err != nil {
-			t.Fatalf("wake-up %s payload %q: %v", m.ID, m.Payload, err)
-		}
-		if err := json.Unmarshal(m.Metadata, &md); err != nil {
-			t.Fatalf("wake-up %s metadata %q: %v", m.ID, m.Metadata, err)
-		}
-		out = append(out, wakeUp{ID: m.ID, BatchID: p.BatchID, Epoch: md.Epoch, RecordID: md.RecordID})
+	state := w.batch(t, queue, id).State
+	if !slices.Contains(rows, state+"/"+id) {
+		t.Fatalf("membership of %s = %v; want a row for its state %s", queue, rows, state)
 	}
-	return out
 }
 
-type wakeUp struct {
-	ID, BatchID string
-	Epoch       int64
-	RecordID    mend.RecordID
+// wakeUps reads the queue's speculate partition as the real speculate
+// consumer would (sqtest.ConsumeSpeculate: string-map metadata, a strict
+// {"id","queue"} payload naming a batch of this queue spelled exactly so)
+// and fails the test on any message it could not read. With live set,
+// every message must also name a batch that is live now.
+func (w *world) wakeUps(t *testing.T, queue string, live bool) []sqtest.Wake {
+	t.Helper()
+	ups, err := w.sq.ConsumeSpeculate(context.Background(), queue, live)
+	if err != nil {
+		t.Fatalf("speculate partition %s, read as the real consumer would: %v", queue, err)
+	}
+	return ups
+}
+
+// danglingReports returns what the adapter reported through OnDangling.
+func (w *world) danglingReports() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.dangling)
 }
 
 func (w *world) record(t *testing.T, src mend.SourceID) mend.Record {
@@ -226,5 +313,155 @@ func (w *world) makeDue(t *testing.T, src mend.SourceID) {
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		t.Fatalf("makeDue: %d rows; the record is not scheduled", n)
+	}
+}
+
+// ---- dead letters, from the host's own rows ----
+
+// batchMsg is the real BatchID payload of speculate, build,
+// dependency-analysis, submitqueue-merge and conclude messages.
+func batchMsg(queue, batch string) string {
+	return mustJSON(map[string]string{"id": batch, "queue": queue})
+}
+
+// buildMsg is the real BuildID payload of a buildsignal message.
+func buildMsg(queue, build string) string {
+	return mustJSON(map[string]string{"id": build, "queue": queue})
+}
+
+// mergeResult is the protojson MergeResult Runway publishes to
+// merge-signal.
+func mergeResult(queue, batch, outcome string) string {
+	return mustJSON(map[string]any{"id": batch, "outcome": outcome, "reason": "", "steps": []string{}, "queue_name": queue})
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// dead describes a message the host published and later dead-lettered.
+type dead struct {
+	topic, partition, id, payload string
+	// blame is the failure's batch subjects; nil records no subject.
+	blame []string
+}
+
+// deadLetter plays the host's part of a dead letter: the producer publishes
+// the message, its consumer gives up and the store moves it to <topic>_dlq
+// (sqtest.MoveToDLQ, the real MoveToDLQ's transaction). It returns the
+// delivery a DLQ consumer would hand the intake for the row that landed
+// there.
+func (w *world) deadLetter(t *testing.T, d dead) dlq.Delivery {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.sq.Publish(ctx, d.topic, d.partition, d.id, []byte(d.payload), nil); err != nil {
+		t.Fatal(err)
+	}
+	f := sqtest.Failure{Count: 5, LastError: "handler exhausted its retries"}
+	for _, b := range d.blame {
+		f.Subjects = append(f.Subjects, sqtest.Subject{Type: "batch", ID: b})
+	}
+	if err := w.sq.MoveToDLQ(ctx, d.topic, d.partition, d.id, f); err != nil {
+		t.Fatal(err)
+	}
+	return w.dlqDelivery(t, d.topic+"_dlq", d.partition, d.id)
+}
+
+// dlqDelivery reads a DLQ row from the queue database and turns it into a
+// delivery.
+func (w *world) dlqDelivery(t *testing.T, topic, partition, id string) dlq.Delivery {
+	t.Helper()
+	rows, err := w.sq.Messages(context.Background(), topic, partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rows {
+		if m.ID == id {
+			return deliveryFromRow(m)
+		}
+	}
+	t.Fatalf("no row %s/%s/%s in the queue database", topic, partition, id)
+	return dlq.Delivery{}
+}
+
+// deliveryFromRow is the one place itest turns a real DLQ row (a
+// queue_messages row on <topic>_dlq, payload and all) into what a DLQ
+// consumer hands the intake. The record is filed under the queue the row
+// names: the payload's queue (queue_name on merge-signal), else the
+// partition key.
+func deliveryFromRow(m sqtest.Message) dlq.Delivery {
+	d := dlq.Delivery{
+		Source:       mend.SourceID{Queue: rowQueue(m), Topic: m.Topic, Partition: m.PartitionKey, MessageID: m.ID},
+		Payload:      m.Payload,
+		FailureCount: int(m.FailureCount),
+		LastError:    m.LastError,
+		Subjects:     rowSubjects(m.FailureDetail),
+	}
+	if m.FailedAt > 0 {
+		d.FailedAt = time.UnixMilli(int64(m.FailedAt)).UTC()
+	}
+	// TODO(real-dlq): the decoders on this branch still read the first
+	// round's model payloads ({"batch_id": ...}). Delete this one line (and
+	// legacyPayload) once branch real-dlq, which decodes the real rows, is
+	// merged.
+	d.Payload = legacyPayload(m)
+	return d
+}
+
+// rowFields reads what itest needs of a real payload; the strict decoding is
+// the intake's job (and sqtest's, for what mend publishes).
+func rowFields(m sqtest.Message) (id, queue, outcome string) {
+	var p struct {
+		ID        string `json:"id"`
+		Queue     string `json:"queue"`
+		QueueName string `json:"queue_name"`
+		Outcome   string `json:"outcome"`
+	}
+	_ = json.Unmarshal(m.Payload, &p)
+	return p.ID, cmp.Or(p.Queue, p.QueueName), p.Outcome
+}
+
+// rowQueue is the queue a DLQ row names: its payload's, else its partition
+// key (which is the queue on every batch topic but build and buildsignal).
+func rowQueue(m sqtest.Message) string {
+	_, q, _ := rowFields(m)
+	return cmp.Or(q, m.PartitionKey)
+}
+
+// rowSubjects reads the failure's subjects out of failure_detail.
+func rowSubjects(detail []byte) []mend.Subject {
+	var fd struct {
+		Subjects []sqtest.Subject `json:"subjects"`
+	}
+	if len(detail) == 0 || json.Unmarshal(detail, &fd) != nil {
+		return nil
+	}
+	out := make([]mend.Subject, 0, len(fd.Subjects))
+	for _, s := range fd.Subjects {
+		out = append(out, mend.Subject{Kind: s.Type, ID: s.ID})
+	}
+	return out
+}
+
+// legacyPayload rewrites a real DLQ row's payload into the model payload the
+// decoders on this branch read: {"batch_id"} for the batch topics,
+// {"batch_id","outcome"} for merge-signal. A buildsignal row names only its
+// build, which these decoders cannot trace to a batch, so it becomes a
+// payload they refuse (the record is parked, never guessed).
+//
+// TODO(real-dlq): delete with its call in deliveryFromRow.
+func legacyPayload(m sqtest.Message) []byte {
+	id, _, outcome := rowFields(m)
+	switch dlq.BaseTopic(m.Topic) {
+	case dlq.TopicBuildSignal:
+		return []byte(mustJSON(map[string]any{"build": map[string]string{"id": id}}))
+	case dlq.TopicMergeSignal:
+		return []byte(mustJSON(map[string]string{"batch_id": id, "outcome": outcome}))
+	default:
+		return []byte(mustJSON(map[string]string{"batch_id": id}))
 	}
 }

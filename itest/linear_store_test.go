@@ -237,7 +237,7 @@ type realStore struct{ db *storage.DB }
 
 func (s realStore) Create(ctx context.Context, src mend.SourceID) (mend.RecordID, bool, int64, error) {
 	rec, created, err := s.db.RecordCreate(ctx, mend.CreateParams{
-		Source: src, Snapshot: mend.Snapshot{Payload: []byte(`{"batch_id":"b"}`)},
+		Source: src, Snapshot: mend.Snapshot{Payload: []byte(`{"id":"b","queue":"q"}`)},
 		Target: mend.Target{BatchID: "b", Desired: mend.OutcomeFailed}, OpID: mend.NewOpID(), Actor: "lin",
 	})
 	return rec.ID, created, rec.Version, err

@@ -3,8 +3,10 @@ package itest
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
@@ -22,8 +25,8 @@ import (
 )
 
 // This file cuts the current planner off the database (toxiproxy) and,
-// separately, freezes the server (SIGSTOP) past the lease TTL, while a
-// second planner is ready. The lease passes to the second; the first —
+// separately, freezes the server (SIGSTOP, or docker pause) past the lease
+// TTL, while a second planner is ready. The lease passes to the second; the first —
 // a planner that never noticed it lost its lease — has every late write
 // refused with ErrFenced; and the event log shows disjoint, increasing
 // epochs per queue.
@@ -47,6 +50,7 @@ type partEnv struct {
 	db      *mysqltest.DB
 	store   *storage.DB // direct, for checks
 	host    *host.DB
+	sq      sqtest.World
 	storeA  *storage.DB
 	records []mend.SourceID
 
@@ -68,25 +72,30 @@ func newPartEnv(t *testing.T, db *mysqltest.DB, dsnA string, records int) *partE
 	e.store = openRealStore(t)(db.DSN).(realStore).db
 	e.storeA = openRealStore(t)(dsnA).(realStore).db
 	var err error
-	if e.host, err = host.Open(ctx, db.DSN, "", host.Options{}); err != nil {
+	quiet := host.Options{Logger: slog.New(slog.DiscardHandler)}
+	if e.host, err = host.Open(ctx, db.DSN, db.DSN, quiet); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.host.Close() })
-	hostA, err := host.Open(ctx, dsnA, "", host.Options{})
+	e.sq = sqtest.World{App: db.SQL(t), Queue: db.SQL(t)}
+	// A's application and queue connections both go through the route
+	// the scenario cuts or freezes.
+	hostA, err := host.Open(ctx, dsnA, dsnA, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hostA.Close() })
 
-	if err := e.host.SeedBatch(ctx, partQueue, "z-live", mend.BatchCreated, "live-r"); err != nil {
+	// The live batch sorts after every record's batch by bytes.
+	if err := e.sq.SeedBatch(ctx, partQueue, partQueue+"/batch/live", string(mend.BatchCreated), partQueue+"/live"); err != nil {
 		t.Fatal(err)
 	}
 	for i := range records {
-		batch := fmt.Sprintf("b%04d", i)
-		if err := e.host.SeedBatch(ctx, partQueue, batch, mend.BatchSpeculating, batch+"-r"); err != nil {
+		batch := fmt.Sprintf("%s/batch/%04d", partQueue, i)
+		if err := e.sq.SeedBatch(ctx, partQueue, batch, string(mend.BatchSpeculating), batch+"-r"); err != nil {
 			t.Fatal(err)
 		}
-		src := mend.SourceID{Queue: partQueue, Topic: "speculate_dlq", Partition: partQueue, MessageID: "m-" + batch}
+		src := mend.SourceID{Queue: partQueue, Topic: "speculate_dlq", Partition: partQueue, MessageID: batch}
 		if _, _, err := e.store.RecordCreate(ctx, mend.CreateParams{Source: src, OpID: mend.NewOpID(), Actor: "intake",
 			Target: mend.Target{BatchID: batch, Desired: mend.OutcomeFailed}}); err != nil {
 			t.Fatal(err)
@@ -163,6 +172,39 @@ func (e *partEnv) waitAllDone(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("planner B did not finish the queue: %v", err)
+	}
+	e.checkWakeUps(t)
+}
+
+// checkWakeUps reads the queue's speculate partition as the real consumer
+// would, whichever planner published into it and however their terms
+// overlapped, and finds the wake-up that finished each record there.
+func (e *partEnv) checkWakeUps(t *testing.T) {
+	t.Helper()
+	ups, err := e.sq.ConsumeSpeculate(t.Context(), partQueue, false)
+	if err != nil {
+		t.Fatalf("speculate partition, read as the real consumer would: %v", err)
+	}
+	sent := map[string]bool{}
+	for _, u := range ups {
+		sent[u.ID] = true
+	}
+	for _, src := range e.records {
+		rec, err := e.store.RecordGet(t.Context(), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := e.store.RecordHistory(t.Context(), partQueue, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := evs[len(evs)-1]
+		var data struct {
+			MessageID string `json:"message_id"`
+		}
+		if err := json.Unmarshal(last.Data, &data); err != nil || last.Kind != mend.EventWoken || !sent[data.MessageID] {
+			t.Errorf("record %s ends with %s %s; want woken by a wake-up present in the partition", src.MessageID, last.Kind, last.Data)
+		}
 	}
 }
 
@@ -334,7 +376,7 @@ func (e *partEnv) finish(t *testing.T, fault string) {
 // after healing, the first planner's writes are refused.
 func TestPartitionPlannerCut(t *testing.T) {
 	t.Parallel()
-	db := mysqltest.NewDB(t, migrations.Up, host.Migrations.Up)
+	db := mysqltest.NewDB(t, migrations.Up, sqtest.Apply)
 	proxy := mysqltest.NewProxy(t, db.Server.Addr())
 	e := newPartEnv(t, db, db.DSNVia(proxy.Addr()), sized(4, 30))
 	waitFor(t, e.inWakeA, time.Minute, "planner A to publish its first wake-up")
@@ -353,13 +395,13 @@ func TestPartitionPlannerCut(t *testing.T) {
 	e.finish(t, fmt.Sprintf("A's connections cut for %s (TTL %s)", took.Round(time.Millisecond), partTTL))
 }
 
-// TestPauseServerPastTTL: the server is frozen (SIGSTOP) while planner A
+// TestPauseServerPastTTL: the server is frozen (SIGSTOP or docker pause) while planner A
 // holds the lease, for longer than the TTL; A's write in flight when it
 // froze must be refused when it thaws, and B takes over.
 func TestPauseServerPastTTL(t *testing.T) {
 	t.Parallel()
 	srv := mysqltest.StartPrivate(t)
-	db := mysqltest.NewDBOn(t, srv, migrations.Up, host.Migrations.Up)
+	db := mysqltest.NewDBOn(t, srv, migrations.Up, sqtest.Apply)
 	e := newPartEnv(t, db, db.DSN, sized(4, 30))
 	waitFor(t, e.inWakeA, time.Minute, "planner A to publish its first wake-up")
 	if err := e.recB.Start(t.Context()); err != nil {
@@ -407,7 +449,7 @@ func TestPauseServerPastTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prooff(t, "fault: server frozen (SIGSTOP) for %s with a write of A in flight (TTL %s); lease passed from A (epoch %d) to B (latest epoch %d); %d late writes of A, all refused with ErrFenced; %d events over epochs %v, %d problems",
+	prooff(t, "fault: server frozen (SIGSTOP or docker pause) for %s with a write of A in flight (TTL %s); lease passed from A (epoch %d) to B (latest epoch %d); %d late writes of A, all refused with ErrFenced; %d events over epochs %v, %d problems",
 		frozen.Round(time.Millisecond), partTTL, e.leaseA.Term().Epoch, st.Term.Epoch, late, events, epochs, len(problems))
 	if st.Term.Holder == "planner-A" || st.Term.Epoch <= e.leaseA.Term().Epoch {
 		t.Errorf("lease is %v; want it passed on to planner-B", st.Term)
