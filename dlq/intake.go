@@ -186,7 +186,9 @@ type Row struct {
 	FailureDetail []byte
 }
 
-// Delivery converts the row. A failure_detail that is not the host's shape
+// Delivery converts the row. Its Source.Queue is the queue the record will
+// be filed under (RecordQueue), so a caller can look the record up by the
+// delivery's Source afterwards. A failure_detail that is not the host's shape
 // does not fail the conversion: the intake records the delivery parked,
 // with the reason, since the failure's blame could not be read.
 func (r Row) Delivery() Delivery {
@@ -201,6 +203,7 @@ func (r Row) Delivery() Delivery {
 		d.FailedAt = time.UnixMilli(int64(r.FailedAtMS)).UTC()
 	}
 	d.Subjects, d.detailErr = failureSubjects(r.FailureDetail)
+	d.Source.Queue = RecordQueue(d)
 	return d
 }
 

@@ -236,10 +236,6 @@ func TestDanglingMembershipRowOfAnotherBatch(t *testing.T) {
 // table, and the batch is failed and the queue woken like any other.
 func TestBuildSignalDeadLetterResolvedThroughBuild(t *testing.T) {
 	t.Parallel()
-	// TODO(real-dlq): delete this skip. The intake on this branch decodes
-	// the model's {"build": {"batch_id"}} payload and has no build lookup;
-	// branch real-dlq adds dlq.Config.Builds (see world.intake).
-	t.Skip("needs real-dlq: the intake here cannot trace a real buildsignal payload to its batch")
 	ctx := context.Background()
 	w := newWorld(t)
 	const q, build = "q-buildsignal", "runner-build-77"

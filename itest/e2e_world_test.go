@@ -1,7 +1,6 @@
 package itest
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -136,10 +135,8 @@ func (w *world) actor(t *testing.T, o actorOpts) *actor {
 
 func (w *world) intake(t *testing.T, repairer dlq.Repairer) *dlq.Intake {
 	t.Helper()
-	// TODO(real-dlq): add `Builds: w.host,` so a buildsignal dead letter is
-	// traced to its batch through the build table (dlq.Config.Builds is on
-	// branch real-dlq).
-	in, err := dlq.New(w.store, dlq.Config{Repairer: repairer})
+	// The build lookup traces a buildsignal dead letter to its batch.
+	in, err := dlq.New(w.store, dlq.Config{Repairer: repairer, Builds: w.host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,74 +391,7 @@ func (w *world) dlqDelivery(t *testing.T, topic, partition, id string) dlq.Deliv
 // names: the payload's queue (queue_name on merge-signal), else the
 // partition key.
 func deliveryFromRow(m sqtest.Message) dlq.Delivery {
-	d := dlq.Delivery{
-		Source:       mend.SourceID{Queue: rowQueue(m), Topic: m.Topic, Partition: m.PartitionKey, MessageID: m.ID},
-		Payload:      m.Payload,
-		FailureCount: int(m.FailureCount),
-		LastError:    m.LastError,
-		Subjects:     rowSubjects(m.FailureDetail),
-	}
-	if m.FailedAt > 0 {
-		d.FailedAt = time.UnixMilli(int64(m.FailedAt)).UTC()
-	}
-	// TODO(real-dlq): the decoders on this branch still read the first
-	// round's model payloads ({"batch_id": ...}). Delete this one line (and
-	// legacyPayload) once branch real-dlq, which decodes the real rows, is
-	// merged.
-	d.Payload = legacyPayload(m)
-	return d
-}
-
-// rowFields reads what itest needs of a real payload; the strict decoding is
-// the intake's job (and sqtest's, for what mend publishes).
-func rowFields(m sqtest.Message) (id, queue, outcome string) {
-	var p struct {
-		ID        string `json:"id"`
-		Queue     string `json:"queue"`
-		QueueName string `json:"queue_name"`
-		Outcome   string `json:"outcome"`
-	}
-	_ = json.Unmarshal(m.Payload, &p)
-	return p.ID, cmp.Or(p.Queue, p.QueueName), p.Outcome
-}
-
-// rowQueue is the queue a DLQ row names: its payload's, else its partition
-// key (which is the queue on every batch topic but build and buildsignal).
-func rowQueue(m sqtest.Message) string {
-	_, q, _ := rowFields(m)
-	return cmp.Or(q, m.PartitionKey)
-}
-
-// rowSubjects reads the failure's subjects out of failure_detail.
-func rowSubjects(detail []byte) []mend.Subject {
-	var fd struct {
-		Subjects []sqtest.Subject `json:"subjects"`
-	}
-	if len(detail) == 0 || json.Unmarshal(detail, &fd) != nil {
-		return nil
-	}
-	out := make([]mend.Subject, 0, len(fd.Subjects))
-	for _, s := range fd.Subjects {
-		out = append(out, mend.Subject{Kind: s.Type, ID: s.ID})
-	}
-	return out
-}
-
-// legacyPayload rewrites a real DLQ row's payload into the model payload the
-// decoders on this branch read: {"batch_id"} for the batch topics,
-// {"batch_id","outcome"} for merge-signal. A buildsignal row names only its
-// build, which these decoders cannot trace to a batch, so it becomes a
-// payload they refuse (the record is parked, never guessed).
-//
-// TODO(real-dlq): delete with its call in deliveryFromRow.
-func legacyPayload(m sqtest.Message) []byte {
-	id, _, outcome := rowFields(m)
-	switch dlq.BaseTopic(m.Topic) {
-	case dlq.TopicBuildSignal:
-		return []byte(mustJSON(map[string]any{"build": map[string]string{"id": id}}))
-	case dlq.TopicMergeSignal:
-		return []byte(mustJSON(map[string]string{"batch_id": id, "outcome": outcome}))
-	default:
-		return []byte(mustJSON(map[string]string{"batch_id": id}))
-	}
+	return dlq.Row{Offset: m.Offset, Topic: m.Topic, PartitionKey: m.PartitionKey, ID: m.ID, Payload: m.Payload,
+		Metadata: m.Metadata, FailedAtMS: m.FailedAt, FailureCount: m.FailureCount, LastError: m.LastError,
+		OriginalTopic: m.OriginalTopic, FailureDetail: m.FailureDetail}.Delivery()
 }
