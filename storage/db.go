@@ -97,6 +97,9 @@ type DB struct {
 
 	// beforeCommit, when set (tests only), runs just before COMMIT is sent.
 	beforeCommit func(op string)
+	// afterPruneSelect, when set (tests only), runs between PruneDone's
+	// listing of candidates and their deletion.
+	afterPruneSelect func()
 }
 
 // NormalizeDSN parses a go-sql-driver DSN and sets what mend depends on:

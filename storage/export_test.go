@@ -3,6 +3,10 @@ package storage
 // SetBeforeCommit installs a hook that runs just before COMMIT is sent.
 func SetBeforeCommit(d *DB, f func(op string)) { d.beforeCommit = f }
 
+// SetAfterPruneSelect installs a hook that runs between PruneDone's listing
+// of candidates and their deletion.
+func SetAfterPruneSelect(d *DB, f func()) { d.afterPruneSelect = f }
+
 // The statements whose plans TestDueQueriesUseTheirIndexes checks.
 const (
 	SQLRecordsDue = sqlRecordsDue
