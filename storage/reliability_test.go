@@ -291,3 +291,67 @@ func TestSameHolderNewTerm(t *testing.T) {
 		t.Fatalf("write of the new term = %v", err)
 	}
 }
+
+// TestLeaseEndedShowsExpiry: a term that runs out without a release is
+// shown as expired by its expires_at, in LeaseGet, Status and the views,
+// before any later acquire closes it in history; a released one as
+// released.
+func TestLeaseEndedShowsExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	lost, err := b.store.LeaseAcquire(ctx, "lost", "a", 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := b.store.LeaseAcquire(ctx, "rel", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.LeaseRelease(ctx, rel); err != nil {
+		t.Fatal(err)
+	}
+	live, err := b.store.LeaseAcquire(ctx, "live", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 5*time.Second, func() error {
+		if st, err := b.store.LeaseGet(ctx, "lost"); err != nil || st.Live() {
+			return fmt.Errorf("term still live: %+v, %v", st, err)
+		}
+		return nil
+	})
+	want := map[string]string{"lost": storage.LeaseEndExpired, "rel": storage.LeaseEndReleased, "live": ""}
+	for q, w := range want {
+		st, err := b.store.LeaseGet(ctx, q)
+		if err != nil || st.Ended != w {
+			t.Errorf("LeaseGet(%s).Ended = %q, %v; want %q", q, st.Ended, err, w)
+		}
+	}
+	all, err := b.store.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, qs := range all {
+		if qs.Lease == nil || qs.Lease.Ended != want[qs.Queue] {
+			t.Errorf("Status of %s: lease %+v; want ended %q", qs.Queue, qs.Lease, want[qs.Queue])
+		}
+	}
+	raw := b.db.SQL(t)
+	views := map[string]string{"lost": "expired", "rel": "released", "live": "held"}
+	for q, w := range views {
+		var status string
+		if err := raw.QueryRow("SELECT status FROM mend_lease_status WHERE queue = ?", q).Scan(&status); err != nil || status != w {
+			t.Errorf("mend_lease_status of %s = %q, %v; want %q", q, status, err, w)
+		}
+	}
+	var how string
+	var endedAt sql.NullTime
+	if err := raw.QueryRow("SELECT ended_how, ended_at FROM mend_lease_terms WHERE queue = 'lost' AND epoch = ?", lost.Epoch).Scan(&how, &endedAt); err != nil ||
+		how != "expired" || !endedAt.Valid {
+		t.Errorf("mend_lease_terms for the lost term = %q at %v, %v; want expired with its expires_at", how, endedAt, err)
+	}
+	if err := raw.QueryRow("SELECT ended_how FROM mend_lease_terms WHERE queue = 'live' AND epoch = ?", live.Epoch).Scan(&how); err != nil || how != "current" {
+		t.Errorf("mend_lease_terms for the live term = %q, %v; want current", how, err)
+	}
+}
