@@ -110,7 +110,8 @@ type DB struct {
 func NormalizeDSN(dsn string) (*mysql.Config, error) { return mysqlx.NormalizeDSN("dsn", dsn) }
 
 // Open connects to the database named in dsn (see NormalizeDSN) and checks
-// that it answers.
+// that it answers and is not a multi-primary cluster (ErrTopology; see
+// CheckTopology).
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -151,7 +152,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if maxPayload == 0 {
 		maxPayload = MaxPayloadDefault
 	}
-	return &DB{db: sqlx.NewDb(sqlDB, "mysql"), retries: retries, maxPayload: maxPayload}, nil
+	d := &DB{db: sqlx.NewDb(sqlDB, "mysql"), retries: retries, maxPayload: maxPayload}
+	// The fence does not hold on a multi-primary cluster: refuse it before
+	// anything is written. (Statement-based binlogs fail loudly on the first
+	// write; mend doctor reports them.)
+	vars, err := d.serverVars(ctx)
+	if err == nil {
+		err = checkMultiPrimary(vars)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("storage: %w", err), sqlDB.Close())
+	}
+	return d, nil
 }
 
 // Close closes the connection pool.

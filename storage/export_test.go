@@ -12,3 +12,11 @@ const (
 	SQLRecordsDue = sqlRecordsDue
 	SQLQueuesDue  = sqlQueuesDue
 )
+
+// CheckTopologyVars runs the topology checks on given server variables.
+func CheckTopologyVars(vars map[string]string) error {
+	if err := checkMultiPrimary(vars); err != nil {
+		return err
+	}
+	return checkBinlog(vars)
+}

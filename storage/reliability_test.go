@@ -355,3 +355,31 @@ func TestLeaseEndedShowsExpiry(t *testing.T) {
 		t.Errorf("mend_lease_terms for the live term = %q, %v; want current", how, err)
 	}
 }
+
+// TestTopology: the detection on injected server variables (no Galera or
+// Group Replication here), and the real server's own values.
+func TestTopology(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		vars map[string]string
+		ok   bool
+	}{
+		{"MySQL single primary", map[string]string{"log_bin": "ON", "binlog_format": "ROW"}, true},
+		{"MariaDB without binlog", map[string]string{"wsrep_on": "OFF", "log_bin": "OFF", "binlog_format": "MIXED"}, true},
+		{"Galera", map[string]string{"wsrep_on": "ON", "log_bin": "ON", "binlog_format": "ROW"}, false},
+		{"Group Replication single primary", map[string]string{"group_replication_group_name": "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "group_replication_single_primary_mode": "ON", "log_bin": "ON", "binlog_format": "ROW"}, true},
+		{"Group Replication multi-primary", map[string]string{"group_replication_group_name": "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "group_replication_single_primary_mode": "OFF", "log_bin": "ON", "binlog_format": "ROW"}, false},
+		{"statement binlog", map[string]string{"log_bin": "ON", "binlog_format": "STATEMENT"}, false},
+		{"statement format with binlog off", map[string]string{"log_bin": "OFF", "binlog_format": "STATEMENT"}, true},
+	} {
+		err := storage.CheckTopologyVars(tt.vars)
+		if tt.ok != (err == nil) || (err != nil && !errors.Is(err, storage.ErrTopology)) {
+			t.Errorf("%s: %v; want ok %v or ErrTopology", tt.name, err, tt.ok)
+		}
+	}
+	b := setup(t)
+	if err := b.store.CheckTopology(t.Context()); err != nil {
+		t.Fatalf("the test server (single primary): %v", err)
+	}
+}
