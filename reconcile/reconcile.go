@@ -17,12 +17,12 @@ import (
 
 // Defaults for Config.
 const (
-	IntervalDefault     = 10 * time.Second
-	ConcurrencyDefault  = 4
-	QueueLimitDefault   = 1000
-	RetentionDefault    = 14 * 24 * time.Hour
-	PruneEveryDefault   = time.Hour
-	PruneLimitDefault   = 1000
+	IntervalDefault    = 10 * time.Second
+	ConcurrencyDefault = 4
+	QueueLimitDefault  = 1000
+	RetentionDefault   = 14 * 24 * time.Hour
+	PruneEveryDefault  = time.Hour
+	PruneLimitDefault  = 1000
 	// QueueTimeoutDefault bounds one queue's planner run.
 	QueueTimeoutDefault = time.Minute
 	releaseTimeout      = 5 * time.Second
@@ -86,8 +86,8 @@ type Config struct {
 	// queue's worth of calls. A run cut off is due again next pass. Zero
 	// means QueueTimeoutDefault (1 min).
 	QueueTimeout time.Duration
-	Hooks      Hooks
-	Logger     *slog.Logger
+	Hooks        Hooks
+	Logger       *slog.Logger
 }
 
 func (c Config) validate() error {
