@@ -18,13 +18,9 @@
 //
 // # State model
 //
-//	pending ──settle──▶ settled ──wake──▶ done
-//	   │  ▲               │
-//	   ▼  │               └──(no live batch)──▶ done
-//	 waiting ──(grace over)──▶ parked ──retry──▶ pending
-//
-// Every transition is one Event; a record's Version equals the Seq of its
-// last event.
+// A record moves pending → settled → done, with the side states waiting and
+// parked; the one drawing of every edge is on State. Every transition is one
+// Event; a record's Version equals the Seq of its last event.
 //
 // # Failure handling
 //

@@ -82,12 +82,25 @@ func ValidateOpID(op string) error {
 	return nil
 }
 
-// State is where a record stands in its repair.
+// State is where a record stands in its repair. This is mend's one drawing
+// of the record state machine; the package docs of mend and planner refer
+// to it. Every arrow is one event.
 //
-//	pending ──settle──▶ settled ──wake──▶ done
-//	   │  ▲               │
-//	   ▼  │               └──────▶ parked ◀── (poison / grace expired)
-//	 waiting ─────────────────────▶ parked ──retry──▶ pending
+//	RecordCreate ──▶ pending   (or parked, when intake cannot decode a target)
+//
+//	pending ──settled (transition / finish / batch not found)──▶ settled
+//	pending ──waiting (a merge may be in flight)───────────────▶ waiting
+//	waiting ──settled (the batch moved on, or merge succeeded)─▶ settled
+//	settled ──woken (wake-up sent) or done (no live batch)─────▶ done
+//	pending, waiting, settled ──parked─────────────────────────▶ parked
+//	    pending, settled: after MaxAttempts failed attempts, or a question
+//	    only an operator can answer (contradiction, spelling variant);
+//	    waiting: once the grace period is over, also when reads fail
+//	parked ──retried (mend retry)──────────────────────────────▶ pending
+//
+// A failed attempt (attempt_failed, wake_failed) or another wait keeps the
+// state and reschedules with backoff. done is final; done records are
+// pruned after the retention period.
 type State string
 
 // The states of a record.

@@ -55,7 +55,8 @@ type Hooks struct {
 	// (nil: renewed).
 	OnRenew func(term mend.Term, latency time.Duration, err error)
 	// OnLost runs once when a lease is lost or stops being trusted, with
-	// the reason (matching mend.ErrLeaseLost). Not run on Release.
+	// the reason (matching mend.ErrLeaseLost), also when Release finds the
+	// term already over in the database. Not run for a clean Release.
 	OnLost func(term mend.Term, reason error)
 	// OnReleased runs after a lease was released.
 	OnReleased func(term mend.Term)
@@ -85,8 +86,12 @@ type Config struct {
 	// Hooks observe leases.
 	Hooks Hooks
 	// NowFunc reads the monotonic clock the trust window is measured on.
-	// Nil means time.Now. Only differences between its readings are used;
-	// they are never compared with the database clock.
+	// Nil means time.Now (whose monotonic reading ignores wall-clock steps).
+	// Only differences between its readings are used; they are never
+	// compared with the database clock. SafetyMargin absorbs a clock that
+	// runs slow by up to SafetyMargin/TTL; a slower clock or one stepped
+	// back keeps trusting a term the database has ended, and then only the
+	// fenced writes refuse it.
 	NowFunc func() time.Time
 
 	// beforeRenew (tests only) runs on the keepalive goroutine before each
@@ -126,6 +131,12 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// DefaultHolder returns a holder name unique per call:
+// "<hostname>-<pid>-<8 hex digits of randomness>". Hostname and pid alone
+// collide across containers (pid 1, same hostname); the random suffix does
+// not. cmd/mend uses it for its default --holder.
+func DefaultHolder() string { return defaultHolder() }
 
 func defaultHolder() string {
 	host, err := os.Hostname()
@@ -313,8 +324,9 @@ func (le *Lease) lose(ctx context.Context, reason error, refused bool) {
 // it. It is idempotent and safe after loss; later calls return the first
 // call's result.
 //
-// Returns nil if the term had already ended; the store's error otherwise
-// (the term then simply expires by its TTL).
+// Returns nil if the term had already ended (if the holder had not noticed,
+// that is a loss: OnLost runs and Err reports it); the store's error
+// otherwise (the term then simply expires by its TTL).
 func (le *Lease) Release(ctx context.Context) error {
 	le.releaseOnce.Do(func() { le.releaseErr = le.release(ctx) })
 	return le.releaseErr
@@ -324,7 +336,7 @@ func (le *Lease) release(ctx context.Context) error {
 	close(le.stop)
 	<-le.exited
 	le.mu.Lock()
-	refused := le.refused
+	refused, wasLost := le.refused, le.err != nil
 	if le.err == nil {
 		le.err = ErrReleased
 		close(le.done)
@@ -337,6 +349,18 @@ func (le *Lease) release(ctx context.Context) error {
 	// the database: ending it lets the next holder in sooner.
 	err := le.f.store.LeaseRelease(ctx, le.term)
 	if errors.Is(err, mend.ErrLeaseLost) {
+		if !wasLost {
+			// The term ran out (or was replaced) while this holder still
+			// trusted it: a loss nobody saw, which the metrics must count.
+			reason := fmt.Errorf("fence: release found the term over: %w", err)
+			le.mu.Lock()
+			le.err = reason
+			le.mu.Unlock()
+			le.log.WarnContext(ctx, "lease lost", "reason", reason)
+			if h := le.f.cfg.Hooks.OnLost; h != nil {
+				h(le.term, reason)
+			}
+		}
 		return nil
 	}
 	if err != nil {

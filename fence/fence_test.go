@@ -237,7 +237,12 @@ func TestAcquire(t *testing.T) {
 		if err := la.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		lb := <-got
+		var lb *fence.Lease
+		select {
+		case lb = <-got:
+		case <-time.After(20 * time.Second):
+			t.Fatal("blocking acquire did not return 20s after the release")
+		}
 		if lb == nil {
 			return
 		}
@@ -293,7 +298,7 @@ func TestZombie(t *testing.T) {
 	if err := b.write(t.Context(), b.store, rec.ID, "q", &termA); err != nil {
 		t.Fatalf("A's write under its lease: %v", err)
 	}
-	<-paused // A's keepalive stands still from here
+	waitClosed(t, paused, 5*time.Second, "A's keepalive pausing") // it stands still from here
 	lb := acquire(t, bf, "q")
 	termB := lb.Term()
 	if termB.Epoch != termA.Epoch+1 {
@@ -377,7 +382,7 @@ func TestOldTermChangesNothing(t *testing.T) {
 		a := newFence(t, b.store, fence.WithBeforeRenew(fence.Config{Holder: "a", TTL: 300 * time.Millisecond, RenewEvery: 20 * time.Millisecond}, hook))
 		la := acquire(t, a, "q")
 		t.Cleanup(resume)
-		<-paused
+		waitClosed(t, paused, 5*time.Second, "the keepalive pausing")
 		lb := acquire(t, newFence(t, b.store, fence.Config{Holder: "b", TTL: time.Minute, RetryEvery: 10 * time.Millisecond}), "q")
 		before, _ := b.store.LeaseGet(t.Context(), "q")
 		resume()
@@ -436,7 +441,7 @@ func TestWriterLoop(t *testing.T) {
 		la := acquire(t, a, "q")
 		t.Cleanup(resume)
 		term := la.Term()
-		<-paused
+		waitClosed(t, paused, 5*time.Second, "the keepalive pausing")
 		loopErr := make(chan error, 1)
 		var writes atomic.Int64
 		go func() {
@@ -449,7 +454,12 @@ func TestWriterLoop(t *testing.T) {
 			}
 		}()
 		lb := acquire(t, newFence(t, b.store, fence.Config{Holder: "b", TTL: time.Minute, RetryEvery: 10 * time.Millisecond}), "q")
-		err := <-loopErr
+		var err error
+		select {
+		case err = <-loopErr:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the loop ignoring Done was never fenced")
+		}
 		if !errors.Is(err, mend.ErrFenced) || writes.Load() == 0 {
 			t.Fatalf("loop ended with %v after %d writes; want ErrFenced after some", err, writes.Load())
 		}
@@ -580,56 +590,152 @@ func TestContention(t *testing.T) {
 	}
 }
 
-// TestClockSkew runs the same scenario with holders whose clocks are an
-// hour apart: nothing changes, since the trust window only measures elapsed
-// time and expiry is the database's.
+// fakeClock is the holder's clock as a drifting, stepping machine clock
+// would read it: real elapsed time times rate, plus a step that can be
+// changed at any moment. Its readings carry no monotonic part, so every Sub
+// sees the drift and the steps (time.Now().Add(skew) would not: the
+// monotonic reading cancels the skew).
+type fakeClock struct {
+	origin time.Time
+	rate   float64
+	step   atomic.Int64 // nanoseconds added to every reading
+}
+
+func newFakeClock(rate float64) *fakeClock { return &fakeClock{origin: time.Now(), rate: rate} }
+
+func (c *fakeClock) Now() time.Time {
+	elapsed := time.Duration(float64(time.Since(c.origin)) * c.rate)
+	return c.origin.Round(0).Add(elapsed + time.Duration(c.step.Load()))
+}
+
+// TestClockSkew: the trust window is measured on the holder's clock, which
+// may run slow or step. Renews stop at once, so the acquire's window alone
+// decides when Done closes. A clock slower than the safety margin covers,
+// or one stepped back, keeps trusting after the database ended the term:
+// the margin is what keeps a trusting holder's writes inside the term, and
+// beyond it only the fence does.
 func TestClockSkew(t *testing.T) {
 	t.Parallel()
-	const ttl, margin = 600 * time.Millisecond, 150 * time.Millisecond
-	for _, skew := range []time.Duration{-time.Hour, 0, time.Hour} {
-		t.Run(fmt.Sprintf("skew %s", skew), func(t *testing.T) {
+	const ttl, margin = 2 * time.Second, 500 * time.Millisecond // margin covers a clock up to 25% slow
+	for _, tt := range []struct {
+		name string
+		rate float64
+		step time.Duration // applied right after the acquire
+		// insideTerm: Done closes while the database still holds the term.
+		insideTerm bool
+	}{
+		{"true clock", 1, 0, true},
+		{"clock 10% slow: the margin absorbs it", 0.9, 0, true},
+		{"clock 10% fast: Done closes early", 1.1, 0, true},
+		{"stepped an hour forward: Done closes at once", 1, time.Hour, true},
+		{"clock 40% slow: beyond the margin (negative control)", 0.6, 0, false},
+		{"stepped an hour back: beyond the margin (negative control)", 1, -time.Hour, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			clock := func() time.Time { return time.Now().Add(skew) }
-			other := func() time.Time { return time.Now().Add(-skew) }
-			renewed := make(chan struct{}, 100)
+			rec := b.record(t, "q")
+			clock := newFakeClock(tt.rate)
 			flaky := &flakyStore{Store: b.store}
-			a := newFence(t, flaky, fence.Config{Holder: "a", TTL: ttl, SafetyMargin: margin, RenewEvery: 50 * time.Millisecond, NowFunc: clock,
-				Hooks: fence.Hooks{OnRenew: func(_ mend.Term, _ time.Duration, err error) {
-					if err == nil {
-						renewed <- struct{}{}
-					}
-				}}})
-			bf := newFence(t, b.store, fence.Config{Holder: "b", TTL: ttl, SafetyMargin: margin, RetryEvery: 10 * time.Millisecond, NowFunc: other})
-
-			start := time.Now()
+			flaky.failing.Store(true) // no renew ever succeeds
+			var lost atomic.Int32
+			a := newFence(t, flaky, fence.Config{Holder: "a", TTL: ttl, SafetyMargin: margin, RenewEvery: 100 * time.Millisecond,
+				NowFunc: clock.Now, Hooks: fence.Hooks{OnLost: func(mend.Term, error) { lost.Add(1) }}})
 			la := acquire(t, a, "q")
-			// Kept alive past two TTLs by its renews.
-			for range 2 * int(ttl/(50*time.Millisecond)) {
-				select {
-				case <-renewed:
-				case <-la.Done():
-					t.Fatalf("lease lost while renewing: %v", la.Err())
+			clock.step.Store(int64(tt.step))
+			term := la.Term()
+			if tt.insideTerm {
+				waitClosed(t, la.Done(), 2*ttl, "Done")
+				st, err := b.store.LeaseGet(t.Context(), "q")
+				if err != nil || !st.Live() {
+					t.Fatalf("when Done closed the database had ended the term (%+v, %v); the holder trusted it too long", st, err)
 				}
+				// A write made just before Done closed lands inside the term.
+				if err := b.write(t.Context(), b.store, rec.ID, "q", &term); err != nil {
+					t.Fatalf("write right after Done: %v; want it inside the term", err)
+				}
+				return
 			}
-			if time.Since(start) < 2*ttl || la.Err() != nil {
-				t.Fatalf("after %v of renews: err %v; want held past two TTLs", time.Since(start), la.Err())
+			// The database ends the term while the holder still trusts it.
+			deadline := time.Now().Add(2 * ttl)
+			for {
+				st, err := b.store.LeaseGet(t.Context(), "q")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !st.Live() {
+					break
+				}
+				if isClosed(la.Done()) {
+					t.Fatal("Done closed inside the term; the control no longer shows a clock beyond the margin")
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the term never ended")
+				}
+				waitClosed(t, timerChan(10*time.Millisecond), time.Second, "tick")
 			}
-			if _, err := bf.TryAcquire(t.Context(), "q"); !errors.Is(err, mend.ErrLeaseHeld) {
-				t.Fatalf("B's try while A renews = %v; want ErrLeaseHeld", err)
+			if isClosed(la.Done()) {
+				t.Skip("Done closed in the same instant the term ended; nothing to show this run")
 			}
-			// Renews stop succeeding: Done closes TTL - margin after the
-			// start of the last good renew, whatever the clocks say.
-			flaky.failing.Store(true)
-			elapsed := waitClosed(t, la.Done(), 5*time.Second, "Done with renews failing")
-			if elapsed > ttl-margin+100*time.Millisecond {
-				t.Fatalf("Done closed %v after renews began failing; want within the trust window %v", elapsed, ttl-margin)
+			// Only the fence stops the trusting holder now.
+			if err := b.write(t.Context(), b.store, rec.ID, "q", &term); !errors.Is(err, mend.ErrFenced) {
+				t.Fatalf("write by a holder trusting an ended term = %v; want ErrFenced", err)
 			}
-			lb := acquire(t, bf, "q")
-			if lb.Term().Epoch != la.Term().Epoch+1 {
-				t.Fatalf("B got %v after A's %v; want the next epoch", lb.Term(), la.Term())
+			// Its release finds the term over: that loss is reported.
+			if err := la.Release(t.Context()); err != nil {
+				t.Fatalf("release = %v; want nil", err)
+			}
+			if !errors.Is(la.Err(), mend.ErrLeaseLost) || lost.Load() != 1 {
+				t.Fatalf("after release of an ended term: Err %v, OnLost ran %d times; want ErrLeaseLost once", la.Err(), lost.Load())
 			}
 		})
+	}
+}
+
+// timerChan returns a channel that closes after d.
+func timerChan(d time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(d, func() { close(ch) })
+	return ch
+}
+
+// slowReplyStore renews in the database at once but holds the first renew's
+// reply back for delay; later renews fail, as if the database went away.
+type slowReplyStore struct {
+	fence.Store
+	delay   time.Duration
+	renews  atomic.Int32
+	renewed chan struct{} // closed when the first renew has committed
+}
+
+func (s *slowReplyStore) LeaseRenew(ctx context.Context, term mend.Term, ttl time.Duration) error {
+	if s.renews.Add(1) > 1 {
+		return fmt.Errorf("%w: injected", mend.ErrUnavailable)
+	}
+	err := s.Store.LeaseRenew(ctx, term, ttl)
+	close(s.renewed)
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// TestTrustWindowStartsAtTheSend: a renew whose reply comes back late moves
+// the trust window from when it was sent, not from when the reply came:
+// the database's expiry counts from its NOW(6), which is no later than the
+// reply. A reply delayed past the safety margin shows the difference.
+func TestTrustWindowStartsAtTheSend(t *testing.T) {
+	t.Parallel()
+	const ttl, margin = 1500 * time.Millisecond, 300 * time.Millisecond
+	b := setup(t)
+	store := &slowReplyStore{Store: b.store, delay: 2 * margin, renewed: make(chan struct{})}
+	a := newFence(t, store, fence.Config{Holder: "a", TTL: ttl, SafetyMargin: margin, RenewEvery: 100 * time.Millisecond})
+	la := acquire(t, a, "q")
+	waitClosed(t, store.renewed, 5*time.Second, "the first renew")
+	waitClosed(t, la.Done(), 2*ttl, "Done")
+	if st, err := b.store.LeaseGet(t.Context(), "q"); err != nil || !st.Live() {
+		t.Fatalf("when Done closed the database had ended the term (%+v, %v); the window was measured from the reply", st, err)
 	}
 }
 
@@ -655,7 +761,7 @@ func TestServerStopsAnswering(t *testing.T) {
 		if err := b.write(t.Context(), storeA, rec.ID, "q", &termA); err != nil {
 			t.Fatal(err)
 		}
-		<-renewed
+		waitClosed(t, renewed, 5*time.Second, "the first renew")
 		cut()
 		t.Cleanup(heal)
 		// The last good renew began before the cut, so the trust window

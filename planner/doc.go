@@ -12,10 +12,9 @@
 //
 // # State model
 //
-//	pending ─┬─ transition / finish / not found ──▶ settled ──┬─ wake sent ──────▶ done
-//	         ├─ merge may be in flight ──▶ waiting            ├─ no live batch ──▶ done
-//	         └─ contradiction / poison ──▶ parked             └─ publish failed ─▶ settled (re-send later,
-//	waiting ── grace over ──▶ parked                                               new message ID)
+// The record states and every edge between them are drawn once, on
+// mend.State. The planner moves pending and waiting records to settled (or
+// waiting, or parked) and settled records to done.
 //
 // The wake-up's message ID is WakeMessageID(record, version):
 // "mend/wake/<record>/v<version>". It is deterministic, so a send repeated
@@ -27,6 +26,30 @@
 // choice that lets a genuinely broken queue drain one batch per pass.
 //
 // # Failure handling
+//
+// A stale planner is harmless. A planner whose term was replaced may not
+// know it until its next fenced write is refused, and in between it may
+// call the host. That is safe because of one invariant, checked by
+// TestStaleTermIsFenced and TestDecisionDependsOnlyOnOutcomeStateAndVersion:
+// the planner's host writes depend only on the record's desired outcome and
+// the batch's state and version as read, never on its term, its clock or
+// its history. A transition is a compare-and-set from the version read, so
+// it either repeats exactly what a current planner would do with that
+// batch, or is refused because the batch moved; a fan-out and a wake-up are
+// idempotent. The lease is checked again right before the wake-up publish,
+// and the reconciler cancels the run's context when the lease is lost.
+//
+// Wake-ups are at-least-once, never exactly once: a crash or lost term
+// between a publish that landed and its woken event leaves the record
+// settled, and the next run re-sends under a new message ID (the version
+// moved). The host's planner treats a second wake-up as a no-op look at
+// the queue.
+//
+// A run stops after Config.MaxHostErrors host errors in a row
+// (ErrHostFailing), so a failing host cannot hold a whole queue's worth of
+// calls; the reconciler also bounds each run with a deadline. A record
+// waiting on a merge is parked once Config.Grace is over, also when the
+// batch read itself keeps failing.
 //
 // A batch is never moved out of succeeded, cancelled or failed, and a
 // merging or cancelling batch is never failed (a merge may have landed): the

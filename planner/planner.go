@@ -21,8 +21,25 @@ const (
 	BackoffMaxDefault  = 5 * time.Minute
 	BatchSizeDefault   = 100
 	ActorDefault       = "planner"
-	maxPasses          = 1000
+	// MaxHostErrorsDefault: a run stops after this many host errors in a
+	// row (the queue is due again on the reconciler's next pass).
+	MaxHostErrorsDefault = 3
+	// RetryMaxIntervals is how many reconcile intervals RetryDefaults
+	// allows the backoff to grow to.
+	RetryMaxIntervals = 4
+	maxPasses         = 1000
 )
+
+// RetryDefaults returns the backoff base and cap for a planner run by a
+// reconciler passing every interval: the base is BackoffBaseDefault or the
+// interval if shorter, the cap RetryMaxIntervals intervals (at least the
+// base). A record whose host calls keep failing is then retried at least
+// every cap + interval, so a lost wake-up stays lost at most that long
+// (plus the pass's own duration), instead of up to BackoffMaxDefault.
+func RetryDefaults(interval time.Duration) (base, limit time.Duration) {
+	base = min(BackoffBaseDefault, interval)
+	return base, max(RetryMaxIntervals*interval, base)
+}
 
 // Store is the record store as the planner needs it.
 type Store interface {
@@ -84,6 +101,13 @@ type Config struct {
 	BackoffFunc func(attempt int) time.Duration
 	// BatchSize is how many due records are read at a time.
 	BatchSize int
+	// MaxHostErrors stops a run after this many host errors in a row (a
+	// failed batch read, transition, fan-out, live-batch list or publish),
+	// so a hung or failing host cannot hold a run, and the reconciler's
+	// pass, for a whole queue's worth of calls. Zero means
+	// MaxHostErrorsDefault; each failed record is still rescheduled with
+	// backoff first.
+	MaxHostErrors int
 	// Actor names the planner in event logs, e.g. "planner/host-1".
 	Actor  string
 	Hooks  Hooks
@@ -94,7 +118,7 @@ func (c Config) validate() error {
 	switch {
 	case c.Store == nil || c.Batches == nil || c.Waker == nil:
 		return &mend.ValidationError{Field: "planner config", Reason: "Store, Batches and Waker are required"}
-	case c.MaxAttempts < 0 || c.Grace < 0 || c.BackoffBase < 0 || c.BackoffMax < 0 || c.BatchSize < 0:
+	case c.MaxAttempts < 0 || c.Grace < 0 || c.BackoffBase < 0 || c.BackoffMax < 0 || c.BatchSize < 0 || c.MaxHostErrors < 0:
 		return &mend.ValidationError{Field: "planner config", Reason: "attempts, grace, backoff and batch size must not be negative"}
 	case c.BackoffBase > 0 && c.BackoffMax > 0 && c.BackoffBase > c.BackoffMax:
 		return &mend.ValidationError{Field: "planner config", Reason: "BackoffBase must not exceed BackoffMax"}
@@ -118,6 +142,7 @@ func New(cfg Config) (*Planner, error) {
 	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, BackoffBaseDefault)
 	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, BackoffMaxDefault)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
+	cfg.MaxHostErrors = cmp.Or(cfg.MaxHostErrors, MaxHostErrorsDefault)
 	cfg.Actor = cmp.Or(cfg.Actor, ActorDefault)
 	log := cfg.Logger
 	if log == nil {
@@ -135,17 +160,23 @@ type Stats struct {
 	Settled, Woken, WakeFailed, Done, Waiting, Parked, Failed, Conflicts int
 }
 
+// ErrHostFailing is returned by Run when it stopped after
+// Config.MaxHostErrors host errors in a row. It matches mend.ErrUnavailable.
+var ErrHostFailing = fmt.Errorf("planner: host keeps failing; run stopped: %w", mend.ErrUnavailable)
+
 // Run repairs the lease's queue until no record is due, the lease is lost,
-// or ctx ends. Records that fail are rescheduled with backoff, so a Run
-// always ends.
+// ctx ends, or the host fails MaxHostErrors times in a row. Records that
+// fail are rescheduled with backoff, so a Run always ends.
 //
 // Returns mend.ErrFenced or mend.ErrLeaseLost when the lease is gone (stop
-// acting on the queue; never retry), ctx's error when cancelled, and a
-// store error (mend.ErrUnavailable, mend.ErrAmbiguous, ...) when the record
-// store fails; the reconciler tries again on its next pass.
+// acting on the queue; never retry), ctx's error when cancelled or past its
+// deadline, ErrHostFailing when the host keeps failing, and a store error
+// (mend.ErrUnavailable, mend.ErrAmbiguous, ...) when the record store
+// fails; the reconciler tries again on its next pass.
 func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 	var st Stats
 	term := lease.Term()
+	hostErrs := 0 // host errors in a row
 	for range maxPasses {
 		recs, err := p.cfg.Store.RecordsDue(ctx, term.Queue, p.cfg.BatchSize)
 		if err != nil {
@@ -158,7 +189,13 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 			if err := alive(ctx, lease); err != nil {
 				return st, err
 			}
+			failedBefore := st.Failed + st.WakeFailed
 			err := p.repair(ctx, lease, rec, &st)
+			if st.Failed+st.WakeFailed > failedBefore {
+				hostErrs++
+			} else if err == nil {
+				hostErrs = 0
+			}
 			switch {
 			case err == nil:
 			case errors.Is(err, mend.ErrConflict), errors.Is(err, mend.ErrNotFound), errors.Is(err, mend.ErrStaleRecord):
@@ -171,6 +208,10 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 				return st, err
 			default:
 				return st, err
+			}
+			if hostErrs >= p.cfg.MaxHostErrors {
+				p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs)
+				return st, ErrHostFailing
 			}
 		}
 	}
@@ -333,12 +374,20 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 	msg := what + ": " + cause.Error()
 	data := eventData{Error: msg, Attempt: attempt, BatchID: rec.Target.BatchID}
 	// Waiting records count their checks in Attempts (for backoff) and are
-	// bounded by Grace instead.
-	if attempt >= p.cfg.MaxAttempts && rec.State != mend.StateWaiting {
+	// bounded by Grace instead, also when the checks themselves fail.
+	if rec.State == mend.StateWaiting {
+		if rec.StateAge >= p.cfg.Grace {
+			return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("still waiting after %s and the batch cannot be read; last: %s", p.cfg.Grace, msg), data, st)
+		}
+	} else if attempt >= p.cfg.MaxAttempts {
 		return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("gave up after %d attempts; last: %s", attempt, msg), data, st)
 	}
-	_, err := p.write(ctx, lease, rec, mend.EventAttemptFailed, rec.State, attempt, msg,
-		p.cfg.BackoffFunc(attempt-1), data)
+	retry := p.cfg.BackoffFunc(attempt - 1)
+	if rec.State == mend.StateWaiting {
+		// Look again no later than the grace period's end.
+		retry = min(retry, p.cfg.Grace-rec.StateAge+time.Millisecond)
+	}
+	_, err := p.write(ctx, lease, rec, mend.EventAttemptFailed, rec.State, attempt, msg, retry, data)
 	if err == nil {
 		st.Failed++
 		p.log.WarnContext(ctx, "attempt failed", "queue", rec.Source.Queue, "record_id", rec.ID.String(), "attempt", attempt, "err", cause)

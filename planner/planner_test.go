@@ -265,31 +265,6 @@ func TestWakeRetriesUseNewMessageIDs(t *testing.T) {
 	}
 }
 
-func TestStaleTermIsFenced(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setup(t)
-	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1})
-	rec := b.record(t, "q", "m", "1")
-	old := b.lease(t, "q")
-	if err := old.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A released lease's Done is closed, so a Run under it stops at once;
-	// make a lease that still looks alive but names the old term.
-	zombie := fakeLease{term: old.Term(), done: make(chan struct{})}
-	fenced := 0
-	p := newPlanner(t, b, h, func(c *planner.Config) { c.Hooks.OnFenced = func(string) { fenced++ } })
-	_, err := p.Run(ctx, zombie)
-	if !errors.Is(err, mend.ErrFenced) || fenced != 1 {
-		t.Fatalf("Run under a stale term = %v (OnFenced %d); want ErrFenced once", err, fenced)
-	}
-	got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
-	if got.Version != 1 {
-		t.Fatalf("record moved to version %d under a stale term", got.Version)
-	}
-}
-
 func TestLostLeaseStopsTheRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

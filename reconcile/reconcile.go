@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -16,12 +17,14 @@ import (
 
 // Defaults for Config.
 const (
-	IntervalDefault     = 10 * time.Second
-	ConcurrencyDefault  = 4
-	QueueLimitDefault   = 1000
-	RetentionDefault    = 14 * 24 * time.Hour
-	PruneEveryDefault   = time.Hour
-	PruneLimitDefault   = 1000
+	IntervalDefault    = 10 * time.Second
+	ConcurrencyDefault = 4
+	QueueLimitDefault  = 1000
+	RetentionDefault   = 14 * 24 * time.Hour
+	PruneEveryDefault  = time.Hour
+	PruneLimitDefault  = 1000
+	// QueueTimeoutDefault bounds one queue's planner run.
+	QueueTimeoutDefault = time.Minute
 	releaseTimeout      = 5 * time.Second
 	maxConcurrency      = 256
 	minInterval         = 10 * time.Millisecond
@@ -78,8 +81,13 @@ type Config struct {
 	PruneEvery time.Duration
 	// PruneLimit is how many records one prune statement batch deletes.
 	PruneLimit int
-	Hooks      Hooks
-	Logger     *slog.Logger
+	// QueueTimeout is the deadline of one queue's planner run: a pass waits
+	// for its slowest queue, and a hung host must not hold it for a whole
+	// queue's worth of calls. A run cut off is due again next pass. Zero
+	// means QueueTimeoutDefault (1 min).
+	QueueTimeout time.Duration
+	Hooks        Hooks
+	Logger       *slog.Logger
 }
 
 func (c Config) validate() error {
@@ -91,7 +99,7 @@ func (c Config) validate() error {
 		return bad(fmt.Sprintf("interval must be at least %s", minInterval))
 	case c.Concurrency < 0 || c.Concurrency > maxConcurrency:
 		return bad(fmt.Sprintf("concurrency must be between 1 and %d", maxConcurrency))
-	case c.QueueLimit < 0 || c.PruneLimit < 0 || c.PruneEvery < 0:
+	case c.QueueLimit < 0 || c.PruneLimit < 0 || c.PruneEvery < 0 || c.QueueTimeout < 0:
 		return bad("queue limit, prune limit and prune interval must not be negative")
 	}
 	return nil
@@ -130,6 +138,7 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.Retention = cmp.Or(cfg.Retention, RetentionDefault)
 	cfg.PruneEvery = cmp.Or(cfg.PruneEvery, PruneEveryDefault)
 	cfg.PruneLimit = cmp.Or(cfg.PruneLimit, PruneLimitDefault)
+	cfg.QueueTimeout = cmp.Or(cfg.QueueTimeout, QueueTimeoutDefault)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -162,8 +171,9 @@ func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, e
 			r.log.WarnContext(ctx, "release lease", "queue", queue, "err", err)
 		}
 	}()
-	// Stop host calls in flight as soon as the lease is lost.
-	runCtx, cancel := context.WithCancel(ctx)
+	// Stop host calls in flight as soon as the lease is lost, and bound
+	// the run.
+	runCtx, cancel := context.WithTimeout(ctx, r.cfg.QueueTimeout)
 	defer cancel()
 	go func() {
 		select {
@@ -184,7 +194,8 @@ func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, e
 }
 
 // RunOnce runs one pass: every queue with due records gets a planner run
-// if its lease is free (at most Concurrency at a time); then, at most once
+// if its lease is free (at most Concurrency at a time, in a random order,
+// each bounded by QueueTimeout); then, at most once
 // per PruneEvery, done records older than Retention are pruned. For cron,
 // call it once and exit.
 //
@@ -199,6 +210,10 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 		return ps, fmt.Errorf("reconcile: list due queues: %w", err)
 	}
 	ps.Queues = len(queues)
+	// Each replica takes due queues in its own random order, so replicas
+	// passing at the same moment spread over the queues instead of racing
+	// down the same list.
+	rand.Shuffle(len(queues), func(i, j int) { queues[i], queues[j] = queues[j], queues[i] })
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -287,7 +302,7 @@ func add(a, b planner.Stats) planner.Stats {
 }
 
 // Start runs passes every Interval in the background until Stop or ctx
-// ends. It returns an error if the reconciler is already running.
+// ends; the first pass starts at a random point within the first Interval. It returns an error if the reconciler is already running.
 func (r *Reconciler) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -303,7 +318,10 @@ func (r *Reconciler) Start(ctx context.Context) error {
 func (r *Reconciler) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	r.log.InfoContext(ctx, "reconciler started", "interval", r.cfg.Interval.String(), "concurrency", r.cfg.Concurrency)
-	t := time.NewTimer(0)
+	// The first pass starts at a random point of the first interval, so
+	// replicas started together do not pass in step (one of them would
+	// take nearly all the work).
+	t := time.NewTimer(rand.N(r.cfg.Interval))
 	defer t.Stop()
 	for {
 		select {

@@ -20,9 +20,17 @@ const (
 	DeadlockRetriesDefault = 4
 	MaxPayloadDefault      = 1 << 20
 	maxPayloadHard         = 8 << 20
+	// LeaseTTLDefault is the lease TTL the defaults below assume when
+	// Options.LeaseTTL is zero; it is fence.TTLDefault.
+	LeaseTTLDefault = 15 * time.Second
+	// IOTimeoutFloor is the least default IOTimeout: above InnoDB's default
+	// innodb_lock_wait_timeout (50 s), so a legitimate lock wait is never
+	// cut off as a dead connection.
+	IOTimeoutFloor = 60 * time.Second
 )
 
-// Options tunes a DB. The zero value is ready to use.
+// Options tunes a DB. The zero value is ready to use, and safe: a hung
+// client can block a takeover for about one lease TTL, not hours.
 type Options struct {
 	// DeadlockRetries bounds how often a transaction that hit a deadlock
 	// (error 1213) is run again. Zero means DeadlockRetriesDefault; negative
@@ -31,31 +39,51 @@ type Options struct {
 	// MaxPayload bounds a record's payload snapshot in bytes. Zero means
 	// MaxPayloadDefault (1 MiB); at most 8 MiB.
 	MaxPayload int
-	// SessionIdleTimeout, when set, is the server-side wait_timeout of
-	// mend's sessions (whole seconds, at least 1). A client that hangs in the
-	// middle of a fenced transaction (a half-open connection, a frozen
-	// process) keeps its shared lock on the queue's lease row, and with it
-	// blocks every takeover, until the server drops the session; this bounds
-	// that wait. Set it near the lease TTL. Zero keeps the server's default
-	// (8 hours on MySQL and MariaDB).
+	// LeaseTTL is the lease TTL of the fences that use this store; the two
+	// timeouts below default from it. Zero means LeaseTTLDefault (15 s, the
+	// fence's default).
+	LeaseTTL time.Duration
+	// SessionIdleTimeout is the server-side wait_timeout of mend's sessions
+	// (whole seconds, at least 1). A client that hangs in the middle of a
+	// fenced transaction (a half-open connection, a frozen process) keeps
+	// its shared lock on the queue's lease row, and with it blocks every
+	// takeover, until the server drops the session; this bounds that wait.
+	// Zero means LeaseTTL, so a hung holder delays a takeover by about one
+	// more TTL. Negative keeps the server's default (8 hours on MySQL and
+	// MariaDB), which no store used by a fence should do.
 	SessionIdleTimeout time.Duration
-	// IOTimeout, when set, bounds each network read and write of the
-	// driver (its readTimeout and writeTimeout). Without it a COMMIT sent
-	// into a connection that hangs waits for TCP to give up, which can take
-	// many minutes: database/sql cannot cancel a COMMIT in flight. Set it
+	// IOTimeout bounds each network read and write of the driver (its
+	// readTimeout and writeTimeout). Without it a COMMIT sent into a
+	// connection that hangs waits for TCP to give up, which can take many
+	// minutes: database/sql cannot cancel a COMMIT in flight. It must be
 	// above the longest legitimate statement, lock waits included. Zero
-	// keeps the DSN's setting (none by default).
+	// means max(2 × LeaseTTL, IOTimeoutFloor); negative keeps the DSN's
+	// readTimeout and writeTimeout (none by default).
 	IOTimeout time.Duration
+}
+
+// withDefaults fills the zero values; see each field.
+func (o Options) withDefaults() Options {
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = LeaseTTLDefault
+	}
+	if o.SessionIdleTimeout == 0 {
+		o.SessionIdleTimeout = max(o.LeaseTTL, time.Second)
+	}
+	if o.IOTimeout == 0 {
+		o.IOTimeout = max(2*o.LeaseTTL, IOTimeoutFloor)
+	}
+	return o
 }
 
 func (o Options) validate() error {
 	if o.MaxPayload < 0 || o.MaxPayload > maxPayloadHard {
 		return &mend.ValidationError{Field: "max_payload", Reason: fmt.Sprintf("must be between 1 and %d bytes", maxPayloadHard)}
 	}
-	if o.IOTimeout < 0 {
-		return &mend.ValidationError{Field: "io_timeout", Reason: "must not be negative"}
+	if o.LeaseTTL < 0 {
+		return &mend.ValidationError{Field: "lease_ttl", Reason: "must not be negative"}
 	}
-	if o.SessionIdleTimeout != 0 && o.SessionIdleTimeout < time.Second {
+	if o.SessionIdleTimeout > 0 && o.SessionIdleTimeout < time.Second {
 		return &mend.ValidationError{Field: "session_idle_timeout", Reason: fmt.Sprintf("must be at least 1s (the server counts whole seconds), got %s", o.SessionIdleTimeout)}
 	}
 	return nil
@@ -69,6 +97,9 @@ type DB struct {
 
 	// beforeCommit, when set (tests only), runs just before COMMIT is sent.
 	beforeCommit func(op string)
+	// afterPruneSelect, when set (tests only), runs between PruneDone's
+	// listing of candidates and their deletion.
+	afterPruneSelect func()
 }
 
 // NormalizeDSN parses a go-sql-driver DSN and sets what mend depends on:
@@ -79,11 +110,13 @@ type DB struct {
 func NormalizeDSN(dsn string) (*mysql.Config, error) { return mysqlx.NormalizeDSN("dsn", dsn) }
 
 // Open connects to the database named in dsn (see NormalizeDSN) and checks
-// that it answers.
+// that it answers and is not a multi-primary cluster (ErrTopology; see
+// CheckTopology).
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	opts = opts.withDefaults()
 	cfg, err := NormalizeDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -92,7 +125,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		cfg.ReadTimeout, cfg.WriteTimeout = opts.IOTimeout, opts.IOTimeout
 	}
 	if opts.SessionIdleTimeout > 0 {
-		cfg.Params["wait_timeout"] = strconv.Itoa(int((opts.SessionIdleTimeout + time.Second - 1) / time.Second))
+		// Every spelling of wait_timeout in the DSN is dropped: it would
+		// race with this one.
+		mysqlx.ForceParam(cfg, "wait_timeout", strconv.Itoa(int((opts.SessionIdleTimeout+time.Second-1)/time.Second)))
 	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -117,7 +152,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if maxPayload == 0 {
 		maxPayload = MaxPayloadDefault
 	}
-	return &DB{db: sqlx.NewDb(sqlDB, "mysql"), retries: retries, maxPayload: maxPayload}, nil
+	d := &DB{db: sqlx.NewDb(sqlDB, "mysql"), retries: retries, maxPayload: maxPayload}
+	// The fence does not hold on a multi-primary cluster: refuse it before
+	// anything is written. (Statement-based binlogs fail loudly on the first
+	// write; mend doctor reports them.)
+	vars, err := d.serverVars(ctx)
+	if err == nil {
+		err = checkMultiPrimary(vars)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("storage: %w", err), sqlDB.Close())
+	}
+	return d, nil
 }
 
 // Close closes the connection pool.

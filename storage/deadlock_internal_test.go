@@ -70,9 +70,13 @@ func TestWithTxRetriesDeadlocks(t *testing.T) {
 				if runs > 1 {
 					return nil
 				}
+				var conn int64
+				if err := tx.GetContext(ctx, &conn, "SELECT CONNECTION_ID()"); err != nil {
+					return err
+				}
 				// Close the cycle once we wait on row 2: heavy asks for row 1.
 				go func() {
-					if err := waitForLockWait(ctx, raw); err != nil {
+					if err := waitForStatement(ctx, raw, conn, "WHERE id = 2"); err != nil {
 						heavyDone <- err
 						return
 					}
@@ -98,14 +102,24 @@ func TestWithTxRetriesDeadlocks(t *testing.T) {
 	}
 }
 
-// waitForLockWait polls until some transaction is waiting for a row lock.
-func waitForLockWait(ctx context.Context, raw *sql.DB) error {
+// waitForStatement polls until connection conn is running a statement
+// containing text. It reads the processlist, which is live, and only our
+// own connection, never the server-wide information_schema.innodb_trx:
+// that table is a cache InnoDB refreshes only after it has gone unread for
+// 100 ms, so polling it every few milliseconds (this test did, and so do
+// others sharing the server) keeps it frozen on a snapshot taken before the
+// wait began; and counted server-wide it also sees other tests' waits. Both
+// made this test flaky. Our connection running the UPDATE of row 2 while
+// heavy holds that row means it waits for it.
+func waitForStatement(ctx context.Context, raw *sql.DB, conn int64, text string) error {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		var n int
-		if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'").Scan(&n); err != nil {
-			return fmt.Errorf("poll innodb_trx: %w", err)
+		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
+			WHERE id = ? AND command = 'Query' AND info LIKE CONCAT('%', ?, '%')`, conn, text).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("poll processlist: %w", err)
 		}
 		if n > 0 {
 			return nil

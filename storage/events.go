@@ -134,12 +134,17 @@ func appendTx(ctx context.Context, tx *sqlx.Tx, p AppendParams) error {
 	if mysqlErrNumber(err) == errDupEntry {
 		// The projection row is locked by our update, so seq cannot be
 		// taken concurrently: the duplicate is the op ID.
-		return &mend.ValidationError{Field: "op_id", Reason: fmt.Sprintf("%q was already used in queue %q; use a new op id per call", p.OpID, p.Source.Queue)}
+		return opIDUsed(p.OpID, p.Source.Queue)
 	}
 	if err != nil {
 		return fmt.Errorf("insert event: %w", err)
 	}
 	return nil
+}
+
+// opIDUsed is the error for an op ID another operation already wrote.
+func opIDUsed(opID, queue string) error {
+	return &mend.ValidationError{Field: "op_id", Reason: fmt.Sprintf("%q was already used in queue %q; use a new op id per call", opID, queue)}
 }
 
 // probeMiss explains why a CAS matched no row.
@@ -193,15 +198,26 @@ func (r *eventRow) event() mend.Event {
 	return ev
 }
 
+// A locking read: the event of an operation whose COMMIT is still in flight
+// is already in the op_id index, uncommitted and locked by its writer, so
+// this read waits for that writer to commit or roll back instead of
+// reporting "not found" for an operation about to land. In READ COMMITTED
+// an absent key takes no gap lock, so the read blocks no later writer.
 const sqlOpLookup = `-- name: OpLookup
-SELECT ` + eventColumns + ` FROM mend_events WHERE queue = ? AND op_id = ?`
+SELECT ` + eventColumns + ` FROM mend_events WHERE queue = ? AND op_id = ? LOCK IN SHARE MODE`
 
 // OpLookup returns the event an operation wrote, to resolve an ambiguous
-// outcome: found means the operation committed.
+// outcome: found means the operation committed. It waits for a transaction
+// still writing that op ID to finish, so "not found" is final: the
+// operation did not commit and never will (its session is gone or it rolled
+// back).
 //
 // Returns ErrNotFound if no event of queue carries opID (the operation did
 // not commit, or it was a create that lost to an earlier writer, or its
-// record has since been pruned).
+// record has since been pruned). Returns ErrBusy ("unknown yet") if a
+// writer of that op ID is still undecided when the lock wait times out
+// (innodb_lock_wait_timeout): its session still holds the transaction open,
+// and the server drops it after the session idle timeout; ask again then.
 func (d *DB) OpLookup(ctx context.Context, queue, opID string) (mend.Event, error) {
 	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
 		return mend.Event{}, err
@@ -210,11 +226,14 @@ func (d *DB) OpLookup(ctx context.Context, queue, opID string) (mend.Event, erro
 		return mend.Event{}, err
 	}
 	var row eventRow
-	if err := d.db.GetContext(ctx, &row, sqlOpLookup, queue, opID); err != nil {
+	err := d.withTx(ctx, "OpLookup", "", func(ctx context.Context, tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &row, sqlOpLookup, queue, opID)
+	})
+	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return mend.Event{}, fmt.Errorf("storage: look up op: %w: no op %q in queue %q", mend.ErrNotFound, opID, queue)
 		}
-		return mend.Event{}, fmt.Errorf("storage: look up op: %w", translate(err))
+		return mend.Event{}, fmt.Errorf("storage: look up op: %w", err)
 	}
 	return row.event(), nil
 }

@@ -3,8 +3,20 @@ package storage
 // SetBeforeCommit installs a hook that runs just before COMMIT is sent.
 func SetBeforeCommit(d *DB, f func(op string)) { d.beforeCommit = f }
 
+// SetAfterPruneSelect installs a hook that runs between PruneDone's listing
+// of candidates and their deletion.
+func SetAfterPruneSelect(d *DB, f func()) { d.afterPruneSelect = f }
+
 // The statements whose plans TestDueQueriesUseTheirIndexes checks.
 const (
 	SQLRecordsDue = sqlRecordsDue
 	SQLQueuesDue  = sqlQueuesDue
 )
+
+// CheckTopologyVars runs the topology checks on given server variables.
+func CheckTopologyVars(vars map[string]string) error {
+	if err := checkMultiPrimary(vars); err != nil {
+		return err
+	}
+	return checkBinlog(vars)
+}

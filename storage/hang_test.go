@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,20 +18,25 @@ import (
 // network neither delivers nor closes, as with a half-open connection or a
 // frozen client) right before COMMIT keeps its shared lock on the lease row,
 // so no one can take the queue over until the server drops its session.
-// Options.SessionIdleTimeout bounds that; with the server's default (8 h) the
+// Options.SessionIdleTimeout bounds that, and the zero Options (the
+// README's wiring) bound it by default; with the server's default (8 h) the
 // takeover stays blocked, which the negative control shows.
 func TestHungWriterAndTakeover(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name         string
-		idle, io     time.Duration
+		opts         storage.Options
+		attempts     time.Duration // how long B tries to take over
 		wantTakeover bool
 	}{
-		// A's own IO timeout is far beyond B's 6 s of attempts: only the
-		// server dropping A's session can let B in.
-		{"an idle timeout frees the lease row", 2 * time.Second, time.Minute, true},
+		// A's own IO timeout is far beyond B's attempts: only the server
+		// dropping A's session can let B in.
+		{"an idle timeout frees the lease row", storage.Options{SessionIdleTimeout: 2 * time.Second, IOTimeout: time.Minute}, 6 * time.Second, true},
+		// The defaults: idle timeout = the default lease TTL (15 s), IO
+		// timeout 60 s.
+		{"zero-valued options free the lease row", storage.Options{}, 25 * time.Second, true},
 		// Here A's IO timeout (10 s) just ends the test after B's attempts.
-		{"the server default keeps it blocked (negative control)", 0, 10 * time.Second, false},
+		{"the server default keeps it blocked (negative control)", storage.Options{SessionIdleTimeout: -1, IOTimeout: 10 * time.Second}, 6 * time.Second, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -40,7 +46,7 @@ func TestHungWriterAndTakeover(t *testing.T) {
 			proxy := mysqltest.NewProxy(t, b.db.Server.Addr())
 			// IOTimeout lets A's hung COMMIT return at all: database/sql
 			// cannot cancel a COMMIT in flight.
-			writerA := openStore(t, b.db.DSNVia(proxy.Addr()), storage.Options{SessionIdleTimeout: tt.idle, IOTimeout: tt.io})
+			writerA := openStore(t, b.db.DSNVia(proxy.Addr()), tt.opts)
 			hung := make(chan struct{})
 			var once sync.Once
 			storage.SetBeforeCommit(writerA, func(op string) {
@@ -76,7 +82,7 @@ func TestHungWriterAndTakeover(t *testing.T) {
 
 			// B waits at most 3 s per try on the lease row.
 			impatient := openStore(t, b.db.DSN+"&innodb_lock_wait_timeout=3", storage.Options{})
-			deadline := time.Now().Add(6 * time.Second)
+			deadline := time.Now().Add(tt.attempts)
 			var termB mend.Term
 			var busy int
 			for time.Now().Before(deadline) {
@@ -116,9 +122,46 @@ func TestHungWriterAndTakeover(t *testing.T) {
 
 func TestSessionIdleTimeoutValidation(t *testing.T) {
 	t.Parallel()
-	for _, o := range []storage.Options{{SessionIdleTimeout: time.Millisecond}, {IOTimeout: -time.Second}} {
+	for _, o := range []storage.Options{{SessionIdleTimeout: time.Millisecond}, {LeaseTTL: -time.Second}} {
 		if _, err := storage.Open(context.Background(), "u:p@tcp(127.0.0.1:1)/db", o); !errors.Is(err, mend.ErrInvalid) {
 			t.Fatalf("Open with %+v = %v; want ErrInvalid", o, err)
 		}
+	}
+}
+
+// TestDSNCannotWeakenSessionSettings: the driver sends DSN parameters in
+// map order, so a DSN spelling sql_mode, time_zone or wait_timeout another
+// way than mend does would win on some connections. Each spelling is tried
+// on 40 fresh connections; every one must carry mend's settings.
+func TestDSNCannotWeakenSessionSettings(t *testing.T) {
+	t.Parallel()
+	db := setup(t).db
+	for _, param := range []string{
+		"SQL_MODE=%27%27", "Sql_Mode=%27%27", "@@sql_mode=%27%27", "@@SESSION.sql_mode=%27%27", "sql_mode=%27%27",
+		"TIME_ZONE=%27%2B05:00%27", "@@time_zone=%27%2B05:00%27", "Time_Zone=%27%2B05:00%27",
+		"WAIT_TIMEOUT=28800", "@@wait_timeout=28800",
+	} {
+		t.Run(param, func(t *testing.T) {
+			t.Parallel()
+			store := openStore(t, db.DSN+"&"+param, storage.Options{SessionIdleTimeout: 7 * time.Second})
+			pool := store.SQL()
+			pool.SetMaxIdleConns(0) // every Conn below is a new session
+			for i := range 40 {
+				conn, err := pool.Conn(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var mode, tz string
+				var wait int
+				err = conn.QueryRowContext(t.Context(), "SELECT @@SESSION.sql_mode, @@SESSION.time_zone, @@SESSION.wait_timeout").Scan(&mode, &tz, &wait)
+				_ = conn.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(mode, "STRICT_ALL_TABLES") || tz != "+00:00" || wait != 7 {
+					t.Fatalf("connection %d: sql_mode %q, time_zone %q, wait_timeout %d; want strict, +00:00, 7", i, mode, tz, wait)
+				}
+			}
+		})
 	}
 }

@@ -37,6 +37,12 @@ type LeaseStatus struct {
 	// Remaining is ExpiresAt - NOW(6) computed by the database; zero or
 	// negative when the term has ended.
 	Remaining time.Duration
+	// Ended says how the latest term ended, once it has: LeaseEndReleased,
+	// or LeaseEndExpired for a term that ran out by the database clock
+	// without a release (its holder died, hung or lost the database), also
+	// before a later acquire closes it in mend_lease_history. Empty while
+	// the term is live or the queue was never held.
+	Ended string
 }
 
 // Live reports whether the term was current when the status was read.
@@ -250,20 +256,35 @@ type leaseRow struct {
 	ExpiresAt   time.Time `db:"expires_at"`
 	Transitions int64     `db:"transitions"`
 	RemainingUS int64     `db:"remaining_us"`
+	EndedHow    string    `db:"ended_how"`
 }
 
 func (r leaseRow) status() LeaseStatus {
-	return LeaseStatus{
+	st := LeaseStatus{
 		Term:       mend.Term{Queue: string(r.Queue), Holder: string(r.Holder), Epoch: r.Epoch},
 		AcquiredAt: r.AcquiredAt, RenewedAt: r.RenewedAt, ExpiresAt: r.ExpiresAt,
 		Transitions: r.Transitions, Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
 	}
+	switch {
+	case st.Term.Epoch == 0 || st.Live():
+	case r.EndedHow == LeaseEndReleased:
+		st.Ended = LeaseEndReleased
+	default:
+		// Not released and past expires_at: history closes it only at the
+		// next acquire, but it ended when it ran out.
+		st.Ended = LeaseEndExpired
+	}
+	return st
 }
 
+// leaseSelect is the select list of a lease row with the time left and how
+// its latest term ended, from mend_leases l joined with mend_lease_history h.
+const leaseSelect = `SELECT l.queue, l.holder, l.epoch, l.acquired_at, l.renewed_at, l.expires_at, l.transitions,
+	TIMESTAMPDIFF(MICROSECOND, NOW(6), l.expires_at) AS remaining_us, COALESCE(h.ended_how, '') AS ended_how
+FROM mend_leases l LEFT JOIN mend_lease_history h ON h.queue = l.queue AND h.epoch = l.epoch`
+
 const sqlLeaseGet = `-- name: LeaseGet
-SELECT queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions,
-	TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
-FROM mend_leases WHERE queue = ?`
+` + leaseSelect + ` WHERE l.queue = ?`
 
 // LeaseGet returns queue's lease as the database sees it now.
 //

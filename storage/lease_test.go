@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/mendq/mend"
-	"github.com/mendq/mend/internal/mysqltest"
-	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
 
@@ -415,12 +413,18 @@ func trxStates(ctx context.Context, db *sql.DB) string {
 	return fmt.Sprintf("%q", out)
 }
 
-// lockWaits counts this database's lease statements waiting for a row lock.
-func lockWaits(ctx context.Context, db *sql.DB) (int, error) {
+// leaseStatementsAtServer counts this database's statements of a lease
+// acquire (LeaseEnsure or LeaseLock, by their name comments) that the server
+// is running now. It reads the processlist, which is live. The earlier
+// version counted LOCK WAIT rows of information_schema.innodb_trx, a cache
+// InnoDB refreshes only after 100 ms without a reader: polled every 5 ms it
+// stayed frozen on a snapshot taken before the acquire began to wait, and
+// the test stalled until its deadline (1 run in 4).
+func leaseStatementsAtServer(ctx context.Context, db *sql.DB) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.innodb_trx t
-		JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-		WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()`).Scan(&n)
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
+		WHERE db = DATABASE() AND command = 'Query'
+		AND (info LIKE '%name: LeaseEnsure%' OR info LIKE '%name: LeaseLock%')`).Scan(&n)
 	return n, err
 }
 
@@ -430,13 +434,7 @@ func lockWaits(ctx context.Context, db *sql.DB) (int, error) {
 func TestFencedWriteInFlight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// A private server: on the shared one this test was seen to stall now
-	// and then (another test's DROP DATABASE sat in COMMITTING while the
-	// transaction here was open, and the acquire never reached a row lock
-	// wait). The cause is not pinned down; a server of its own keeps the
-	// lock wait this test looks for the only thing going on.
-	tdb := mysqltest.NewDBOn(t, mysqltest.StartPrivate(t), migrations.Up)
-	b := &bundle{db: tdb, store: openStore(t, tdb.DSN, storage.Options{})}
+	b := setup(t)
 	rec := b.create(t, src("q", "m"))
 	writerA := openStore(t, b.db.DSN, storage.Options{})
 	entered, proceed := make(chan struct{}), make(chan struct{})
@@ -449,7 +447,9 @@ func TestFencedWriteInFlight(t *testing.T) {
 			<-proceed
 		}
 	})
-	termA, err := b.store.LeaseAcquire(ctx, "q", "a", 200*time.Millisecond)
+	// Long enough that A's fence check surely runs inside the term, even on
+	// a loaded machine; the test then waits for it to run out.
+	termA, err := b.store.LeaseAcquire(ctx, "q", "a", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,13 @@ func TestFencedWriteInFlight(t *testing.T) {
 		_, err := writerA.RecordAppend(ctx, pa)
 		aDone <- err
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case err := <-aDone:
+		t.Fatalf("A's fenced append returned %v before reaching its commit", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's fenced append did not reach its commit in 10s")
+	}
 	// A's transaction holds the lease row shared; let its term run out.
 	poll(t, 5*time.Second, func() error {
 		if st, err := b.store.LeaseGet(ctx, "q"); err != nil || st.Live() {
@@ -478,16 +484,16 @@ func TestFencedWriteInFlight(t *testing.T) {
 		bDone <- result{term, err}
 	}()
 	raw := b.db.SQL(t)
-	// A generous deadline: under a loaded machine the acquire can take a
-	// while to reach the server; the test only waits as long as it must.
-	poll(t, 30*time.Second, func() error {
+	// The acquire's statement is at the server while A holds the lease row
+	// shared: it can only be waiting for that lock.
+	poll(t, 10*time.Second, func() error {
 		select {
 		case r := <-bDone:
 			t.Fatalf("acquire returned %v, %v while a fenced write of the old term was in flight", r.term, r.err)
 		default:
 		}
-		if n, err := lockWaits(ctx, raw); err != nil || n == 0 {
-			return fmt.Errorf("no acquire waiting for the lease row (%d, %v); transactions: %s", n, err, trxStates(ctx, raw))
+		if n, err := leaseStatementsAtServer(ctx, raw); err != nil || n == 0 {
+			return fmt.Errorf("no acquire statement at the server (%d, %v); transactions: %s", n, err, trxStates(ctx, raw))
 		}
 		return nil
 	})

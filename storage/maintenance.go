@@ -52,8 +52,14 @@ WHERE state = 'done' AND updated_at < NOW(6) - INTERVAL ? MICROSECOND
 ORDER BY updated_at
 LIMIT ?`
 
-// sqlPruneEvents and sqlPruneRecords take an IN list of record IDs; only
-// the number of placeholders is formatted into the text.
+// sqlPruneLock, sqlPruneEvents and sqlPruneRecords take an IN list of
+// record IDs; only the number of placeholders is formatted into the text.
+// The lock re-checks each candidate's state inside the deleting
+// transaction and holds the rows, so no record loses its events unless it
+// is itself deleted in the same transaction.
+const sqlPruneLock = `-- name: PruneLock
+SELECT record_id FROM mend_records WHERE queue = ? AND state = 'done' AND record_id IN (%s) FOR UPDATE`
+
 const sqlPruneEvents = `-- name: PruneEvents
 DELETE FROM mend_events WHERE queue = ? AND record_id IN (%s)`
 
@@ -62,7 +68,9 @@ DELETE FROM mend_records WHERE queue = ? AND state = 'done' AND record_id IN (%s
 
 // PruneDone deletes up to limit records that have been done for longer
 // than retention, with their events, one transaction per queue. Parked and
-// unfinished records are never pruned. It returns how many records it
+// unfinished records are never pruned: each record's state is checked again
+// under a row lock in the deleting transaction, and its events go only with
+// it. It returns how many records it
 // deleted; call it again while that equals limit.
 func (d *DB) PruneDone(ctx context.Context, retention time.Duration, limit int) (int, error) {
 	if retention <= 0 || limit < 1 {
@@ -84,13 +92,27 @@ func (d *DB) PruneDone(ctx context.Context, retention time.Duration, limit int) 
 		}
 		byQueue[q] = append(byQueue[q], c.RecordID)
 	}
+	if d.afterPruneSelect != nil {
+		d.afterPruneSelect()
+	}
 	deleted := 0
 	for _, q := range order {
 		ids := byQueue[q]
-		marks := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
-		args := append([]any{q}, ids...)
 		var n int64
 		err := d.withTx(ctx, "PruneDone", "", func(ctx context.Context, tx *sqlx.Tx) error {
+			marks := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
+			var locked [][]byte
+			if err := tx.SelectContext(ctx, &locked, fmt.Sprintf(sqlPruneLock, marks), append([]any{q}, ids...)...); err != nil {
+				return fmt.Errorf("lock records: %w", err)
+			}
+			if len(locked) == 0 {
+				return nil // all changed state since they were listed
+			}
+			marks = strings.TrimSuffix(strings.Repeat("?,", len(locked)), ",")
+			args := []any{q}
+			for _, id := range locked {
+				args = append(args, id)
+			}
 			if _, err := tx.ExecContext(ctx, fmt.Sprintf(sqlPruneEvents, marks), args...); err != nil {
 				return fmt.Errorf("delete events: %w", err)
 			}

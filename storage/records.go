@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -145,7 +146,14 @@ type createdData struct {
 	BatchID string       `json:"batch_id,omitempty"`
 	Desired mend.Outcome `json:"desired,omitempty"`
 	Reason  string       `json:"reason,omitempty"`
+	// Note says what was changed on the way in (a clamped failure count);
+	// FailureCountReported keeps the value the dead letter carried.
+	Note                 string `json:"note,omitempty"`
+	FailureCountReported int    `json:"failure_count_reported,omitempty"`
 }
+
+// maxFailureCount is the largest count failure_count (INT) holds.
+const maxFailureCount = math.MaxInt32
 
 // The no-op ODKU makes a duplicate report zero rows affected, which tells the
 // loser apart; INSERT IGNORE would also hide truncation and other errors.
@@ -168,11 +176,22 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`
 //
 // Returns a *mend.ValidationError (ErrInvalid) for bad input before touching
 // the database. Returns ErrIdentityMismatch if the stored identity differs
-// from p.Source byte for byte. Repeating the call after an ambiguous failure
+// from p.Source byte for byte, and ErrInvalid if p.OpID was already used in
+// the queue by another operation (nothing is written then). A FailureCount
+// above what the column holds (2^31-1) is stored clamped, the reported value
+// kept in the created event. Repeating the call after an ambiguous failure
 // is safe: it returns the record either way.
 func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record, created bool, err error) {
 	if err := validateCreate(&p, d.maxPayload); err != nil {
 		return mend.Record{}, false, err
+	}
+	// An absurd count is no reason to lose the dead letter: store the most
+	// the column holds and keep the reported value in the created event.
+	cd := createdData{State: p.State, BatchID: p.Target.BatchID, Desired: p.Target.Desired, Reason: p.Reason}
+	if p.Snapshot.FailureCount > maxFailureCount {
+		cd.FailureCountReported = p.Snapshot.FailureCount
+		cd.Note = fmt.Sprintf("failure_count %d is over %d; stored clamped", p.Snapshot.FailureCount, maxFailureCount)
+		p.Snapshot.FailureCount = maxFailureCount
 	}
 	subjects := p.Snapshot.Subjects
 	if subjects == nil {
@@ -184,7 +203,7 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	if err != nil {
 		return mend.Record{}, false, fmt.Errorf("storage: encode subjects: %w", err)
 	}
-	data, err := json.Marshal(createdData{State: p.State, BatchID: p.Target.BatchID, Desired: p.Target.Desired, Reason: p.Reason})
+	data, err := json.Marshal(cd)
 	if err != nil {
 		return mend.Record{}, false, fmt.Errorf("storage: encode event: %w", err)
 	}
@@ -212,7 +231,13 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 		}
 		created = n == 1
 		if created {
-			if _, err := tx.ExecContext(ctx, sqlEventInsert, id[:], 1, p.Source.Queue, string(mend.EventCreated), 0, p.Actor, p.OpID, string(data)); err != nil {
+			_, err := tx.ExecContext(ctx, sqlEventInsert, id[:], 1, p.Source.Queue, string(mend.EventCreated), 0, p.Actor, p.OpID, string(data))
+			if mysqlErrNumber(err) == errDupEntry {
+				// The record ID is new, so (record_id, seq) cannot clash:
+				// the duplicate is the op ID.
+				return opIDUsed(p.OpID, p.Source.Queue)
+			}
+			if err != nil {
 				return fmt.Errorf("insert created event: %w", err)
 			}
 		}

@@ -39,9 +39,7 @@ FROM mend_records
 GROUP BY queue, state`
 
 const sqlStatusLeases = `-- name: StatusLeases
-SELECT queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions,
-	TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
-FROM mend_leases`
+` + leaseSelect
 
 // Status returns every queue that has records or a lease row, sorted by
 // queue name (bytewise).

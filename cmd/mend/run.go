@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ type runConfig struct {
 	MaxAttempts            int
 	Grace                  time.Duration
 	WakeTopic              string
+	RetryBase, RetryMax    time.Duration // zero: planner.RetryDefaults(Interval)
 }
 
 func (c runConfig) validate() error {
@@ -43,6 +45,8 @@ func (c runConfig) validate() error {
 		return usagef("--max-attempts must be at least 1")
 	case c.Grace <= 0:
 		return usagef("--grace must be positive")
+	case c.RetryBase < 0 || c.RetryMax < 0 || (c.RetryBase > 0 && c.RetryMax > 0 && c.RetryBase > c.RetryMax):
+		return usagef("--retry-base and --retry-max must not be negative, and the base not above the max")
 	}
 	return nil
 }
@@ -56,12 +60,14 @@ func runRun(ctx context.Context, a *app, args []string) error {
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
 	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
-	f.StringVar(&c.Holder, "holder", defaultHolder(), "this process's name in lease rows (unique per process)")
+	f.StringVar(&c.Holder, "holder", fence.DefaultHolder(), "this process's name in lease rows (unique per process)")
 	f.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9464 (empty: off)")
 	f.DurationVar(&c.Retention, "retention", reconcile.RetentionDefault, "how long done records are kept (negative: never prune)")
 	f.IntVar(&c.MaxAttempts, "max-attempts", planner.MaxAttemptsDefault, "failed attempts in a row before a record is parked")
 	f.DurationVar(&c.Grace, "grace", planner.GraceDefault, "how long to wait on a merging batch before parking the record")
 	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
+	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
+	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
 	var err error
 	if c.DSN, err = f.parseWithDSN(args); err != nil {
 		return err
@@ -128,8 +134,11 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics) (*serv
 	if s.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: log, Hooks: fh}); err != nil {
 		return fail(usagef("lease settings: %v", err))
 	}
+	base, limit := planner.RetryDefaults(c.Interval)
+	base, limit = cmp.Or(c.RetryBase, base), cmp.Or(c.RetryMax, max(limit, c.RetryBase))
 	s.planner, err = planner.New(planner.Config{Store: store, Batches: hostDB, Waker: hostDB,
-		MaxAttempts: c.MaxAttempts, Grace: c.Grace, Actor: "planner/" + c.Holder, Hooks: ph, Logger: log})
+		MaxAttempts: c.MaxAttempts, Grace: c.Grace, BackoffBase: base, BackoffMax: limit,
+		Actor: "planner/" + c.Holder, Hooks: ph, Logger: log})
 	if err != nil {
 		return fail(usagef("planner settings: %v", err))
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -61,9 +62,39 @@ func NormalizeDSN(field, dsn string) (*mysql.Config, error) {
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}
-	cfg.Params["time_zone"] = "'+00:00'"
-	cfg.Params["sql_mode"] = SessionSQLMode
+	ForceParam(cfg, "time_zone", "'+00:00'")
+	ForceParam(cfg, "sql_mode", SessionSQLMode)
 	return cfg, nil
+}
+
+// ForceParam makes value the only setting of the session variable name
+// that the driver sends on connect. The driver sends each DSN parameter as
+// "SET <key>=<value>" in map order, and the server takes the key in any
+// case, with "@@", "@@session." or "session " before it; a DSN spelling the
+// variable another way (SQL_MODE, Sql_Mode, @@sql_mode) would otherwise win
+// on some connections and not others. Every key that names the variable,
+// compared case-insensitively with whitespace, "@@" and scope prefixes
+// ignored, is dropped first. A "global." spelling is dropped too: mend never
+// changes a server's global settings.
+func ForceParam(cfg *mysql.Config, name, value string) {
+	for k := range cfg.Params {
+		if paramNames(k, name) {
+			delete(cfg.Params, k)
+		}
+	}
+	cfg.Params[name] = value
+}
+
+// paramNames reports whether the DSN parameter key sets variable name.
+func paramNames(key, name string) bool {
+	k := strings.ToLower(strings.Join(strings.Fields(key), ""))
+	k = strings.TrimPrefix(k, "@@")
+	for _, scope := range []string{"session.", "local.", "global.", "session", "local", "global"} {
+		if rest, ok := strings.CutPrefix(k, scope); ok && rest == name {
+			return true
+		}
+	}
+	return k == name
 }
 
 // ErrNumber returns the MySQL error number inside err, or 0.

@@ -59,6 +59,18 @@ func TestNormalizeDSN(t *testing.T) {
 	if !cfg.ParseTime || cfg.Loc.String() != "UTC" || !cfg.InterpolateParams || cfg.Params["time_zone"] != "'+00:00'" || !strings.Contains(cfg.Params["sql_mode"], "STRICT_ALL_TABLES") {
 		t.Fatalf("normalised config = %+v", cfg)
 	}
+	// Every spelling of the variables mend forces is dropped, so the one
+	// SET the driver sends for each is mend's.
+	for _, key := range []string{"sql_mode", "SQL_MODE", "Sql_Mode", "@@sql_mode", "@@SESSION.sql_mode", "@@global.sql_mode",
+		"session.sql_mode", "time_zone", "TIME_ZONE", "@@time_zone", "@@session.Time_Zone", "local.time_zone"} {
+		cfg, err := mysqlx.NormalizeDSN("dsn", "u:p@tcp(127.0.0.1:3306)/db?"+key+"=%27x%27")
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if len(cfg.Params) != 2 || cfg.Params["time_zone"] != "'+00:00'" || cfg.Params["sql_mode"] != mysqlx.SessionSQLMode {
+			t.Errorf("DSN setting %s: params %v; want only mend's sql_mode and time_zone", key, cfg.Params)
+		}
+	}
 	for _, bad := range []string{"u:p@tcp(127.0.0.1:3306)/", "u:p@tcp(h)/db?clientFoundRows=true", "u:secret@tcp(h/db"} {
 		_, err := mysqlx.NormalizeDSN("dsn", bad)
 		var ve *mend.ValidationError

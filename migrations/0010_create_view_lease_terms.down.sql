@@ -1,0 +1,1 @@
+DROP VIEW IF EXISTS mend_lease_terms

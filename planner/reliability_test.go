@@ -1,0 +1,281 @@
+package planner_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/storage"
+)
+
+// TestStaleTermIsFenced: a planner whose term was replaced, and which
+// does not know it, reaches the host before its first fenced write. Its
+// host write must be exactly what a current planner would do with the
+// batch at that version, so the outcome is the same as without it: the
+// invariant planner/doc.go states.
+func TestStaleTermIsFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	run := func(t *testing.T, withZombie bool) (mend.Batch, mend.Record, *fakeHost) {
+		b := setup(t)
+		h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1}, mend.Batch{ID: "2", State: mend.BatchCreated, Version: 1})
+		rec := b.record(t, "q", "m", "1")
+		if withZombie {
+			old := b.lease(t, "q")
+			if err := old.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			zombie := fakeLease{term: old.Term(), done: make(chan struct{})}
+			fenced := 0
+			p := newPlanner(t, b, h, func(c *planner.Config) { c.Hooks.OnFenced = func(string) { fenced++ } })
+			if _, err := p.Run(ctx, zombie); !errors.Is(err, mend.ErrFenced) || fenced != 1 {
+				t.Fatalf("Run under a stale term = %v (OnFenced %d); want ErrFenced once", err, fenced)
+			}
+			got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
+			if got.Version != 1 {
+				t.Fatalf("record moved to version %d under a stale term", got.Version)
+			}
+			// The host side: the zombie's only host write is the CAS a
+			// current planner makes from the version it read.
+			if bt, _ := h.batches2("1"); bt.State != mend.BatchFailed || bt.Version != 2 || len(h.woken) != 0 {
+				t.Fatalf("after the stale run: batch %+v, %d wake-ups; want failed at version 2 by one CAS, no wake-up", bt, len(h.woken))
+			}
+		}
+		if _, err := newPlanner(t, b, h, nil).Run(ctx, b.lease(t, "q")); err != nil {
+			t.Fatal(err)
+		}
+		bt, _ := h.batches2("1")
+		got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
+		return bt, got, h
+	}
+	wantBatch, wantRec, wantHost := run(t, false)
+	gotBatch, gotRec, gotHost := run(t, true)
+	if gotBatch.State != wantBatch.State || gotBatch.Version != wantBatch.Version {
+		t.Fatalf("batch with a stale planner first = %+v; without = %+v", gotBatch, wantBatch)
+	}
+	if gotRec.State != wantRec.State || len(gotHost.woken) != len(wantHost.woken) || gotHost.woken[0].BatchID != wantHost.woken[0].BatchID {
+		t.Fatalf("record %s, wake-ups %+v with a stale planner first; want %s, %+v", gotRec.State, gotHost.woken, wantRec.State, wantHost.woken)
+	}
+}
+
+// TestDecisionDependsOnlyOnOutcomeStateAndVersion: the host action Decide
+// picks (which transition, or none) depends on the desired outcome and the
+// batch's state alone, never on how long the record waited or who asks;
+// and every transition is a CAS from the version read. So a stale planner's
+// host write repeats a current planner's, or is refused by the CAS.
+func TestDecisionDependsOnlyOnOutcomeStateAndVersion(t *testing.T) {
+	t.Parallel()
+	const grace = time.Minute
+	for _, s := range allBatchStates {
+		for _, d := range []mend.Outcome{mend.OutcomeFailed, mend.OutcomeSucceeded, mend.OutcomeNone} {
+			var first *planner.Decision
+			for _, waited := range []time.Duration{0, grace - 1, grace, 2 * grace} {
+				got := planner.Decide(planner.Input{Desired: d, Batch: &mend.Batch{ID: "b", State: s, Version: 7}, Waited: waited, Grace: grace})
+				hostWrite := got.Action == planner.ActTransition || got.Action == planner.ActFinish
+				if first == nil {
+					first = &got
+					continue
+				}
+				firstWrites := first.Action == planner.ActTransition || first.Action == planner.ActFinish
+				if hostWrite != firstWrites || (hostWrite && (got.Action != first.Action || got.To != first.To || got.Outcome != first.Outcome)) {
+					t.Errorf("Decide(%s, %q) host action changes with the wait: %+v vs %+v", s, d, first, got)
+				}
+			}
+		}
+	}
+}
+
+// TestDecideExhaustive checks the safety invariants on every input class:
+// each batch state (and missing) × each desired outcome × a wait below, at
+// and above the grace period. The fuzz test's seeds never reached
+// (succeeded, desired failed); this reaches everything.
+func TestDecideExhaustive(t *testing.T) {
+	t.Parallel()
+	const grace = time.Minute
+	states := append([]mend.BatchState{""}, allBatchStates...)
+	states = append(states, "unknown")
+	for _, s := range states {
+		for _, d := range []mend.Outcome{mend.OutcomeFailed, mend.OutcomeSucceeded, mend.OutcomeNone, "other"} {
+			for _, waited := range []time.Duration{0, grace - 1, grace, 2 * grace} {
+				in := planner.Input{Desired: d, Waited: waited, Grace: grace}
+				if s != "" {
+					in.Batch = &mend.Batch{ID: "b", State: s, Version: 3}
+				}
+				got := planner.Decide(in)
+				where := func() string { return string(s) + "/" + string(d) + "/" + waited.String() }
+				if got.Reason == "" {
+					t.Errorf("%s: no reason", where())
+				}
+				switch got.Action {
+				case planner.ActTransition:
+					switch {
+					case in.Batch == nil:
+						t.Errorf("%s: transition of a missing batch", where())
+					case in.Batch.State.Terminal():
+						t.Errorf("%s: overwrote a settled batch: %+v", where(), got)
+					case (s == mend.BatchMerging || s == mend.BatchCancelling) && got.To == mend.BatchFailed:
+						t.Errorf("%s: failed a batch whose merge may be in flight", where())
+					case d == mend.OutcomeSucceeded && got.To != mend.BatchSucceeded:
+						t.Errorf("%s: told succeeded, moved to %s", where(), got.To)
+					case !got.To.Terminal() || got.Outcome != got.To:
+						t.Errorf("%s: transition to %q with outcome %q", where(), got.To, got.Outcome)
+					}
+				case planner.ActFinish:
+					if in.Batch == nil || !in.Batch.State.Terminal() || got.Outcome != in.Batch.State {
+						t.Errorf("%s: finish must use the batch's real terminal outcome: %+v", where(), got)
+					}
+					asked := mend.BatchState(d)
+					if got.Divergent != (got.Outcome != asked) {
+						t.Errorf("%s: divergent = %v for outcome %s asked %s", where(), got.Divergent, got.Outcome, asked)
+					}
+				case planner.ActWait:
+					if waited >= grace {
+						t.Errorf("%s: waits past the grace period", where())
+					}
+				case planner.ActSettle:
+					if in.Batch != nil {
+						t.Errorf("%s: settled without touching an existing batch", where())
+					}
+				case planner.ActPark:
+				default:
+					t.Errorf("%s: unknown action %v", where(), got.Action)
+				}
+			}
+		}
+	}
+}
+
+// TestLeaseCheckedBeforePublish: a lease lost after the outcome is settled
+// and before the wake-up goes out stops the run without publishing.
+func TestLeaseCheckedBeforePublish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchSpeculating, Version: 1}, mend.Batch{ID: "2", State: mend.BatchCreated, Version: 1})
+	b.record(t, "q", "m", "1")
+	le := b.lease(t, "q")
+	lease := fakeLease{term: le.Term(), done: make(chan struct{})}
+	published := 0
+	h.WakeFunc = func(mend.WakeUp) error { published++; return nil }
+	p := newPlanner(t, b, h, func(c *planner.Config) {
+		c.Hooks.BeforeWake = func(context.Context, mend.Record) { close(lease.done) }
+	})
+	if _, err := p.Run(ctx, lease); !errors.Is(err, mend.ErrLeaseLost) {
+		t.Fatalf("Run with the lease lost before the publish = %v; want ErrLeaseLost", err)
+	}
+	if published != 0 {
+		t.Fatalf("%d wake-ups published after the lease was lost; want none", published)
+	}
+}
+
+// TestWaitingRecordWithFailingReadsIsBoundedByGrace: a record waiting on a
+// merge whose batch read keeps failing is parked once the grace period is
+// over, like any other wait, instead of retrying forever.
+func TestWaitingRecordWithFailingReadsIsBoundedByGrace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "1", State: mend.BatchMerging, Version: 1})
+	rec := b.record(t, "q", "m", "1")
+	le := b.lease(t, "q")
+	const grace = 50 * time.Millisecond
+	mk := func() *planner.Planner {
+		return newPlanner(t, b, h, func(c *planner.Config) {
+			c.Grace, c.MaxAttempts, c.MaxHostErrors = grace, 1000, 1000
+			c.BackoffFunc = func(int) time.Duration { return time.Hour } // only the grace period brings it back
+		})
+	}
+	if _, err := mk().Run(ctx, le); err != nil { // merging: the record waits
+		t.Fatal(err)
+	}
+	h.BatchGetFunc = func(string, string) (mend.Batch, error) { return mend.Batch{}, errors.New("host unreachable") }
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := mk().Run(ctx, le); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
+		if got.State == mend.StateParked {
+			if !strings.Contains(got.LastError, "host unreachable") {
+				t.Fatalf("parked with %q; want the failing read named", got.LastError)
+			}
+			return
+		}
+		if got.State != mend.StateWaiting || time.Now().After(deadline) {
+			t.Fatalf("record %s after %s of failing reads; want waiting, then parked after the %s grace", got.State, 10*time.Second, grace)
+		}
+		waitFor(t, got.NextAttemptAt, b.store)
+	}
+}
+
+// waitFor waits until the database clock passes at (a retry is due).
+func waitFor(t *testing.T, at *time.Time, store *storage.DB) {
+	t.Helper()
+	if at == nil {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var due bool
+		if err := store.SQL().QueryRow("SELECT NOW(6) >= ?", *at).Scan(&due); err != nil {
+			t.Fatal(err)
+		}
+		if due {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retry at %v never became due", at)
+		}
+		tm := time.NewTimer(5 * time.Millisecond)
+		<-tm.C
+	}
+}
+
+// TestRunStopsAfterConsecutiveHostErrors: with the host failing every call,
+// a run over many due records stops after MaxHostErrors, leaving the rest
+// for the next pass.
+func TestRunStopsAfterConsecutiveHostErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	calls := 0
+	h := newFakeHost()
+	h.BatchGetFunc = func(string, string) (mend.Batch, error) { calls++; return mend.Batch{}, errors.New("host hung up") }
+	for _, m := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		b.record(t, "q", m, "1")
+	}
+	p := newPlanner(t, b, h, func(c *planner.Config) {
+		c.MaxHostErrors = 3
+		c.MaxAttempts = 100
+		c.BackoffFunc = func(int) time.Duration { return time.Hour }
+	})
+	st, err := p.Run(ctx, b.lease(t, "q"))
+	if !errors.Is(err, planner.ErrHostFailing) || !errors.Is(err, mend.ErrUnavailable) || calls != 3 || st.Failed != 3 {
+		t.Fatalf("Run = %+v, %v after %d host calls; want ErrHostFailing after 3", st, err, calls)
+	}
+}
+
+// TestRetryDefaultsBoundTheWait: with --interval 500ms, four failed
+// publishes in a row used to leave a queue about 14 s without a wake-up (1 s
+// base, doubling, 5 min cap). The defaults for a reconciler's interval cap
+// every delay at a few intervals.
+func TestRetryDefaultsBoundTheWait(t *testing.T) {
+	t.Parallel()
+	const interval = 500 * time.Millisecond
+	base, limit := planner.RetryDefaults(interval)
+	if base != interval || limit != planner.RetryMaxIntervals*interval {
+		t.Fatalf("RetryDefaults(%s) = %s, %s; want %s, %s", interval, base, limit, interval, planner.RetryMaxIntervals*interval)
+	}
+	for n := range 20 {
+		if d := planner.Backoff(n, base, limit); d > limit {
+			t.Fatalf("Backoff(%d) = %s; want at most %s", n, d, limit)
+		}
+	}
+	if b, l := planner.RetryDefaults(time.Minute); b != planner.BackoffBaseDefault || l != 4*time.Minute {
+		t.Fatalf("RetryDefaults(1m) = %s, %s; want the 1s base and a 4m cap", b, l)
+	}
+}
