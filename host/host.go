@@ -19,6 +19,9 @@ import (
 const (
 	DeadlockRetriesDefault = 4
 	WakeTopicDefault       = "speculate"
+	// IOTimeoutDefault is Options.IOTimeout when zero: the same floor as
+	// storage's default I/O timeout, well above a normal statement's time.
+	IOTimeoutDefault = 60 * time.Second
 )
 
 // Options tunes a DB. The zero value is ready to use.
@@ -31,10 +34,12 @@ type Options struct {
 	// WakeTopicDefault ("speculate"), the topic the real submit queue's
 	// planner consumes.
 	WakeTopic string
-	// IOTimeout, when set, bounds each network read and write of the driver
-	// (readTimeout, writeTimeout), so a statement sent into a connection
-	// that hangs returns instead of waiting for TCP to give up. Zero keeps
-	// the DSN's setting.
+	// IOTimeout bounds each network read and write of the driver
+	// (readTimeout, writeTimeout), so a statement or COMMIT sent into a
+	// connection that hangs returns instead of waiting for TCP to give up
+	// (database/sql cannot cancel a COMMIT in flight), and a planner blocked
+	// on the host cannot outlive its lease by hours. Zero means
+	// IOTimeoutDefault; negative keeps the DSN's setting.
 	IOTimeout time.Duration
 	// OnDangling, when set, is called for every membership row
 	// (queue_batch_state) that LiveBatches finds naming a batch that does not
@@ -54,9 +59,6 @@ type Options struct {
 }
 
 func (o Options) validate() error {
-	if o.IOTimeout < 0 {
-		return &mend.ValidationError{Field: "io_timeout", Reason: "must not be negative"}
-	}
 	if o.WakeTopic != "" {
 		if err := mend.ValidateIdentity("wake_topic", o.WakeTopic, true); err != nil {
 			return err
@@ -76,6 +78,7 @@ type DB struct {
 	onDangling func(queue, batchID, state string)
 	log        *slog.Logger
 	now        func() time.Time
+	ioTimeout  time.Duration // the driver's read and write timeout; 0: the DSN's
 }
 
 // Open connects to the submit queue's application database (appDSN) and its
@@ -88,6 +91,10 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	if opts.IOTimeout == 0 {
+		opts.IOTimeout = IOTimeoutDefault
+	}
+	opts.IOTimeout = max(opts.IOTimeout, 0)
 	app, err := openPool(ctx, "app_dsn", appDSN, opts.IOTimeout)
 	if err != nil {
 		return nil, err
@@ -102,6 +109,7 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 		onDangling: opts.OnDangling,
 		log:        log.With("component", "host"),
 		now:        opts.NowFunc,
+		ioTimeout:  opts.IOTimeout,
 	}
 	if d.now == nil {
 		d.now = time.Now

@@ -376,7 +376,7 @@ func (e *crashEnv) killAndRestart(t *testing.T) time.Duration {
 // writer and the reconciler are busy; restart it on the same data. Nothing
 // acknowledged is lost, ambiguous writes resolve through their op IDs, and
 // the reconciler converges: every record done or parked with a reason, and
-// every owed wake-up in the message table exactly once.
+// every owed wake-up in the message table (at least once: wake-ups are at-least-once).
 func TestCrashKeepsAcknowledgedWork(t *testing.T) {
 	t.Parallel()
 	deliveries := sized(300, 1500)
@@ -433,7 +433,7 @@ func TestCrashKeepsAcknowledgedWork(t *testing.T) {
 	}
 	ackedOps, amb, ambCommitted, refused := appends.check(t, e.store)
 	done, parked, wakes := e.checkConverged(t, deliveries)
-	prooff(t, "%d SIGKILLs (restarts took %v); %d deliveries acknowledged after %d failed attempts, none lost; %d appends acknowledged and found, %d ambiguous resolved by op_id (%d committed), %d refused and absent; %d records done, %d parked with a reason, %d wake-ups each present exactly once",
+	prooff(t, "%d SIGKILLs (restarts took %v); %d deliveries acknowledged after %d failed attempts, none lost; %d appends acknowledged and found, %d ambiguous resolved by op_id (%d committed), %d refused and absent; %d records done, %d parked with a reason, %d records woken, each by its own message (at least one per record)",
 		kills, roundAll(restarts), deliveries, intake.failures.Load(), ackedOps, amb, ambCommitted, refused, done, parked, wakes)
 	if amb == 0 && intake.failures.Load() == 0 {
 		t.Errorf("the kills hit nothing in flight: no ambiguous write and no failed delivery")
@@ -450,7 +450,9 @@ func roundAll(ds []time.Duration) []time.Duration {
 
 // checkConverged checks the final state: one record per delivery, each done
 // or parked with a reason, every done record's wake-up in the message table
-// exactly once, and epochs never going down along a record's history.
+// (a message ID is stored at most once; a record may have more than one wake-up,
+// since a crash between a landed publish and its woken event re-sends under a new
+// ID), and epochs never going down along a record's history.
 func (e *crashEnv) checkConverged(t *testing.T, deliveries int) (done, parked, wakes int) {
 	t.Helper()
 	ctx := t.Context()
@@ -493,8 +495,8 @@ func (e *crashEnv) checkConverged(t *testing.T, deliveries int) (done, parked, w
 				t.Errorf("record %s is done by a %s event, want woken (%v)", short(rec.ID), last.Kind, err)
 				continue
 			}
-			if msgs[data.MessageID] != 1 || perRecord[rec.ID.String()] != 1 {
-				t.Errorf("record %s: wake-up %s present %d times, %d wake-ups for the record; want exactly one", short(rec.ID), data.MessageID, msgs[data.MessageID], perRecord[rec.ID.String()])
+			if msgs[data.MessageID] != 1 || perRecord[rec.ID.String()] < 1 {
+				t.Errorf("record %s: wake-up %s present %d times, %d wake-ups for the record; want its woken message once and at least one wake-up", short(rec.ID), data.MessageID, msgs[data.MessageID], perRecord[rec.ID.String()])
 			}
 			wakes++
 		case mend.StateParked:

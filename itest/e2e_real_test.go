@@ -8,6 +8,7 @@ package itest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/sqtest"
-	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/storage"
 )
 
@@ -323,7 +323,7 @@ func TestRetryAfterAmbiguousWakeUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	if last := evs[len(evs)-1]; last.Kind != mend.EventWoken || !strings.Contains(string(last.Data), ups[1].ID) ||
-		ups[1].ID != planner.WakeMessageID(rec.ID, last.Seq-1) {
+		ups[1].ID != fmt.Sprintf("mend/wake/%s/v%d", rec.ID, last.Seq-1) {
 		t.Fatalf("last event %s %s; want woken by %s", last.Kind, last.Data, ups[1].ID)
 	}
 

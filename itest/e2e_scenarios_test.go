@@ -64,7 +64,7 @@ func TestLostWakeUpIsResent(t *testing.T) {
 	// Version 3: created, settled, wake_failed. The refused publish had
 	// version 2's ID, so the re-send cannot be swallowed by its dedupe.
 	ups := w.wakeUps(t, q, true)
-	if len(ups) != 1 || ups[0].Batch.ID != b2 || ups[0].ID != planner.WakeMessageID(rec.ID, 3) {
+	if len(ups) != 1 || ups[0].Batch.ID != b2 || ups[0].ID != "mend/wake/"+rec.ID.String()+"/v3" {
 		t.Fatalf("wake-ups = %+v; want exactly one, for batch 2, at record version 3", ups)
 	}
 	if ups[0].Meta[host.MetaRecordID] != rec.ID.String() {

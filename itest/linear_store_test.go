@@ -345,6 +345,7 @@ type linRun struct {
 	history   []porcupine.Operation
 	ambiguous []linAmbiguous // ambiguous appends, with their op IDs
 	refused   atomic.Int64   // operations that failed with nothing written
+	reused    atomic.Int64   // operations refused for an op ID they never used before: a store bug
 	byKind    [3]atomic.Int64
 }
 
@@ -381,6 +382,12 @@ func linWorkload(routes []linRoute, queue string, keysPerRound, opsPerRound, tot
 		case errors.Is(err, mend.ErrAmbiguous):
 			out = linOutput{Unknown: true}
 			ret = math.MaxInt64
+		case isOpIDReuse(err):
+			// Every well-formed operation carries a fresh op ID, so "already
+			// used" means the store mistook another write for this one: a bug,
+			// never a clean refusal (a CAS without its version check shows up here).
+			run.reused.Add(1)
+			return
 		default:
 			run.refused.Add(1)
 			return
@@ -523,6 +530,9 @@ func TestLinearizableRecordStore(t *testing.T) {
 	routes, faults := linRoutes(t, db, clients, openRealStore(t))
 	run := linWorkload(routes, "lin", keys, opsPerRound, total)
 	faultText := faults.describe(t)
+	if n := run.reused.Load(); n > 0 {
+		t.Errorf("%d well-formed operations were refused as reusing an op ID: the store took another write for theirs", n)
+	}
 
 	// The ambiguous appends are resolved through their op IDs after the run,
 	// only to report what happened: the checker saw them as unknown.
@@ -676,4 +686,10 @@ func TestLinearModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// isOpIDReuse reports the store's refusal of an op ID it has seen before.
+func isOpIDReuse(err error) bool {
+	var ve *mend.ValidationError
+	return errors.As(err, &ve) && ve.Field == "op_id"
 }
