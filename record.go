@@ -88,6 +88,8 @@ func ValidateOpID(op string) error {
 //	   │  ▲               │
 //	   ▼  │               └──────▶ parked ◀── (poison / grace expired)
 //	 waiting ─────────────────────▶ parked ──retry──▶ pending
+//	                                   │
+//	                                   └──resolve──▶ done (an operator closed it)
 type State string
 
 // The states of a record.
@@ -135,6 +137,7 @@ const (
 	EventDone          EventKind = "done"           // finished without a wake-up
 	EventParked        EventKind = "parked"         // handed to an operator
 	EventRetried       EventKind = "retried"        // an operator put a parked record back
+	EventResolved      EventKind = "resolved"       // an operator closed the record by hand; done
 )
 
 // Outcome is the batch outcome a repair drives towards or observed.
