@@ -279,3 +279,30 @@ func ReadSchemaVersion(ctx context.Context, db *sql.DB) (version uint, dirty boo
 	}
 	return uint(v), dirty, nil
 }
+
+// next_attempt_at is set exactly while a record is unfinished (pending,
+// waiting or settled, due or in backoff), so the (next_attempt_at, queue)
+// index range IS NOT NULL holds only those: the cost follows open work.
+const sqlOldestOpen = `-- name: OldestOpen
+SELECT queue, MAX(TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6))) AS age_us
+FROM mend_records WHERE next_attempt_at IS NOT NULL
+GROUP BY queue`
+
+// OldestOpen returns, per queue with unfinished records, how long the
+// oldest of them has existed by the database clock, whether it is due now
+// or waiting out a backoff. Queues with no unfinished record are absent, so
+// zero always means "just recorded", never "none".
+func (d *DB) OldestOpen(ctx context.Context) (map[string]time.Duration, error) {
+	var rows []struct {
+		Queue []byte `db:"queue"`
+		AgeUS int64  `db:"age_us"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlOldestOpen); err != nil {
+		return nil, fmt.Errorf("storage: oldest unfinished records: %w", translate(err))
+	}
+	out := make(map[string]time.Duration, len(rows))
+	for _, r := range rows {
+		out[string(r.Queue)] = time.Duration(max(r.AgeUS, 0)) * time.Microsecond
+	}
+	return out, nil
+}

@@ -32,6 +32,7 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	scrub          *scrubber // secrets seen in DSNs, removed from every line we print
+	logFormat      string    // the parsed --log-format, so the final error line matches the logs
 }
 
 // command is one subcommand.
@@ -110,12 +111,18 @@ func (a *app) exit(name string, err error) int {
 		return exitOK
 	}
 	line := a.scrub.clean(oneLine(err.Error()))
-	fmt.Fprintf(a.stderr, "mend %s: %s\n", name, line)
+	code := exitFailure
 	var ue *usageError
 	if errors.As(err, &ue) {
-		return exitUsage
+		code = exitUsage
 	}
-	return exitFailure
+	if a.logFormat == "json" {
+		// With JSON logs every stderr line is JSON, the last one included.
+		newLogger(a.stderr, "json", slog.LevelError, a.scrub).Error("mend "+name+": "+line, "command", name, "exit_code", code)
+		return code
+	}
+	fmt.Fprintf(a.stderr, "mend %s: %s\n", name, line)
+	return code
 }
 
 // oneLine folds a multi-line error (errors.Join) into one line.
@@ -211,6 +218,8 @@ func (f *flags) parse(args []string) error {
 	if _, err := parseLevel(f.logLevel); err != nil {
 		return err
 	}
+	f.a.logFormat = f.logFormat
+	driverLogger.Store(f.logger().With("component", "mysql"))
 	return nil
 }
 
