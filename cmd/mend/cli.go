@@ -45,15 +45,19 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "up|down|version", "apply, revert or show mend's schema", runMigrate},
+		{"migrate", "up [N]|down [N]|goto V|version|force V|sql", "apply, revert, show or print mend's schema; force records a version by hand", runMigrate},
 		{"run", "", "run the reconciler: repair due records under per-queue leases", runRun},
 		{"status", "", "per queue: records by state, oldest due age, lease holder", runStatus},
 		{"inspect", "", "a record and its full event history (or a queue's records)", runInspect},
 		{"record", "", "record a dead letter by hand (replaying old dead letters)", runRecord},
 		{"import", "", "record every dead letter already in the host's queue database (adopting mend), idempotently", runImport},
-		{"retry", "", "put a parked record back to pending", runRetry},
+		{"retry", "", "put parked records back to pending (one by --record, or a selection)", runRetry},
+		{"resolve", "", "close records by hand, with who and why (one by --record, or a selection)", runResolve},
+		{"lease", "list|history|release", "show lease terms and their history; end a dead holder's term", runLease},
 		{"doctor", "", "check the server, schema and settings, and the host's tables and grants, for what breaks mend", runDoctor},
 		{"demo", "", "run the stuck-queue scenario on a throwaway server and print its timeline", runDemo},
+		{"version", "", "print the binary's version (also: mend --version)", runVersion},
+		{"completion", "bash|zsh", "print a shell completion script", runCompletion},
 	}
 }
 
@@ -69,6 +73,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return exitOK
 	}
 	name := args[0]
+	if name == "--version" || name == "-version" {
+		name, args = "version", append([]string{"version"}, args[1:]...)
+	}
 	for _, c := range commands() {
 		if c.name != name {
 			continue
@@ -91,7 +98,7 @@ func (a *app) usage(w io.Writer) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Every flag has an environment twin: --dsn is MEND_DSN, --lease-ttl is MEND_LEASE_TTL; the flag wins.")
+	fmt.Fprintln(w, "Every flag of every command has an environment twin: --dsn is MEND_DSN, --lease-ttl is MEND_LEASE_TTL; the flag wins.")
 	fmt.Fprintln(w, "Run 'mend <command> -h' for a command's flags. Exit codes: 0 ok, 1 failure, 2 usage error.")
 }
 
@@ -141,6 +148,7 @@ type flags struct {
 	logLevel  string
 	json      bool
 	hasJSON   bool
+	fromEnv   map[string]bool // flags set from their MEND_* twin
 	help      func() // prints the command's usage and flags
 }
 
@@ -167,6 +175,14 @@ func (a *app) newFlags(name, positional, summary string, withJSON bool) *flags {
 	return f
 }
 
+// given reports whether the flag was set on the command line or through
+// its environment twin.
+func (f *flags) given(name string) bool {
+	found := false
+	f.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
+	return found || f.fromEnv[name]
+}
+
 // setDefault changes a flag's default, as -h shows it too.
 func (f *flags) setDefault(name, value string) {
 	_ = f.Set(name, value)
@@ -190,6 +206,10 @@ func (f *flags) parse(args []string) error {
 		if strings.HasSuffix(fl.Name, "dsn") {
 			f.a.scrub.addDSN(v) // a secret even when the flag overrides it
 		}
+		if f.fromEnv == nil {
+			f.fromEnv = map[string]bool{}
+		}
+		f.fromEnv[fl.Name] = true
 		if err := f.Set(fl.Name, v); err != nil {
 			// Only DSN flags hold secrets, and a string flag never fails.
 			envErr = usagef("environment variable %s=%q is not a valid value for --%s (%v)", envName(fl.Name), v, fl.Name, err)

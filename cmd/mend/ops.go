@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -280,13 +281,14 @@ func toEventsJSON(evs []mend.Event) []eventJSON {
 }
 
 func runInspect(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("inspect", "", "Show a record and its full event history. With only --queue, list the queue's newest records.", true)
+	f := a.newFlags("inspect", "", "Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", true)
 	queue := f.String("queue", "", "the queue (optional with --record)")
+	state := f.String("state", "", "list records in this state (pending, waiting, settled, parked, done), across queues unless --queue is given")
 	recordID := f.String("record", "", "record ID (32 hex characters)")
 	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq")
 	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
 	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
-	limit := f.Int("limit", 50, "how many records to list with only --queue")
+	limit := f.Int("limit", 50, "how many records to list (with --queue or --state)")
 	dsn, err := f.parseWithDSN(args)
 	if err != nil {
 		return err
@@ -301,8 +303,12 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		if *queue == "" || *topic == "" {
 			return usagef("--message-id needs --queue and --topic (and --partition if it is not empty)")
 		}
+	case *state != "":
+		if !mend.State(*state).Valid() {
+			return usagef("--state %q is not a record state: pending, waiting, settled, parked or done", *state)
+		}
 	case *queue == "":
-		return usagef("name what to inspect: --record ID, or --queue Q (with --topic and --message-id for one message)")
+		return usagef("name what to inspect: --record ID, --state S, or --queue Q (with --topic and --message-id for one message)")
 	}
 	if *limit < 1 {
 		return usagef("--limit must be at least 1")
@@ -326,12 +332,18 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 				}
 				return err
 			}
+		case *state != "":
+			recs, err := store.RecordsSelect(ctx, storage.RecordFilter{State: mend.State(*state), Queue: *queue, Limit: *limit})
+			if err != nil {
+				return err
+			}
+			return a.printRecordList(f.json, "state "+*state, recs)
 		default:
 			recs, err := store.RecordsList(ctx, *queue, *limit)
 			if err != nil {
 				return err
 			}
-			return a.printRecordList(f.json, *queue, recs)
+			return a.printRecordList(f.json, "queue "+strconv.Quote(*queue), recs)
 		}
 		evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
 		if err != nil {
@@ -356,7 +368,7 @@ func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
 	return tw.Flush()
 }
 
-func (a *app) printRecordList(asJSON bool, queue string, recs []mend.Record) error {
+func (a *app) printRecordList(asJSON bool, what string, recs []mend.Record) error {
 	if asJSON {
 		out := make([]recordJSON, len(recs))
 		for i, r := range recs {
@@ -365,13 +377,13 @@ func (a *app) printRecordList(asJSON bool, queue string, recs []mend.Record) err
 		return writeJSON(a.stdout, out)
 	}
 	if len(recs) == 0 {
-		fmt.Fprintf(a.stdout, "queue %q has no records\n", queue)
+		fmt.Fprintf(a.stdout, "no records (%s)\n", what)
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RECORD\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+	fmt.Fprintln(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
 			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
 	}
 	return tw.Flush()
@@ -420,13 +432,13 @@ func clipLine(s string, n int) string {
 // ---- record ----
 
 func runRecord(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("record", "", "Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message again returns the existing record.", true)
+	f := a.newFlags("record", "", "Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message with the same payload again returns the\nexisting record; with a different payload it is an error that shows both.", true)
 	queue := f.String("queue", "", "the queue (required; cross-checked: the record is filed under the queue the payload names)")
 	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
-	partition := f.String("partition", "", "the partition key (usually the queue)")
+	partition := f.String("partition", "", "the partition key, usually the queue (required; pass --partition '' for an empty one)")
 	messageID := f.String("message-id", "", "the message ID (required)")
-	payloadFile := f.String("payload-file", "", "file holding the payload; - reads stdin")
-	payload := f.String("payload", "", "the payload inline (instead of --payload-file)")
+	payloadFile := f.String("payload-file", "", "file holding the payload; - reads stdin (this or --payload is required)")
+	payload := f.String("payload", "", "the payload inline; - reads stdin (this or --payload-file is required)")
 	failures := f.Int("failure-count", 0, "how often the message failed")
 	lastErr := f.String("last-error", "", "the message's last error")
 	actor := f.String("actor", "operator", "who records it, kept in the event log")
@@ -440,19 +452,35 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 	}
-	if *payload != "" && *payloadFile != "" {
-		return usagef("give --payload or --payload-file, not both")
+	// An omitted partition must not silently mean "": the record's
+	// identity would not match the dead letter's.
+	if !f.given("partition") {
+		return usagef("--partition is required (or MEND_PARTITION): the dead letter's partition key, usually the queue; pass --partition '' if it really is empty")
 	}
-	body := []byte(*payload)
-	if *payloadFile != "" {
-		if *payloadFile == "-" {
-			body, err = io.ReadAll(os.Stdin)
-		} else {
-			body, err = os.ReadFile(*payloadFile)
+	pay := func() ([]byte, error) {
+		switch {
+		case f.given("payload") && f.given("payload-file"):
+			return nil, usagef("give --payload or --payload-file, not both")
+		case *payload == "-" || *payloadFile == "-":
+			b, err := io.ReadAll(os.Stdin)
+			if err != nil {
+				return nil, fmt.Errorf("read the payload from stdin: %w", err)
+			}
+			return b, nil
+		case f.given("payload-file"):
+			b, err := os.ReadFile(*payloadFile)
+			if err != nil {
+				return nil, usagef("--payload-file: %v", err)
+			}
+			return b, nil
+		case f.given("payload"):
+			return []byte(*payload), nil
 		}
-		if err != nil {
-			return usagef("--payload-file: %v", err)
-		}
+		return nil, usagef("the payload is required: --payload TEXT, --payload-file FILE, or - for stdin (without it the record could never be repaired)")
+	}
+	body, err := pay()
+	if err != nil {
+		return err
 	}
 	d := dlq.Delivery{
 		Source:       mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID},
@@ -475,12 +503,19 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 			}
 			return err
 		}
+		if !res.Created && !bytes.Equal(res.Record.Snapshot.Payload, body) {
+			// First writer wins: the stored payload is what will be
+			// repaired, so the operator must know theirs was not taken.
+			return fmt.Errorf("message %q is already recorded as %s with a different payload, which is kept: stored %s, given %s; "+
+				"record the corrected dead letter under a new --message-id (and mend resolve the old record once it is handled)",
+				*messageID, res.Record.ID, quotePayload(res.Record.Snapshot.Payload), quotePayload(body))
+		}
 		if f.json {
 			return writeJSON(a.stdout, map[string]any{"created": res.Created, "record": toRecordJSON(res.Record)})
 		}
 		verb := "recorded"
 		if !res.Created {
-			verb = "already recorded"
+			verb = "already recorded (same payload)"
 		}
 		fmt.Fprintf(a.stdout, "%s %s in queue %q: state %s", verb, res.Record.ID, res.Record.Source.Queue, res.Record.State)
 		if res.Record.State == mend.StateParked {
@@ -491,41 +526,12 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 	})
 }
 
-// ---- retry ----
-
-func runRetry(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("retry", "", "Put a parked record back to pending, due now; the next reconciler pass repairs it.", true)
-	recordID := f.String("record", "", "the parked record's ID (required)")
-	actor := f.String("actor", "operator", "who retries it, kept in the event log")
-	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
+// quotePayload shows a payload in an error line: quoted, clipped, and in
+// hex when it is not text.
+func quotePayload(b []byte) string {
+	if !utf8.Valid(b) {
+		return fmt.Sprintf("(hex) %x", b[:min(len(b), 200)])
 	}
-	if err := requireFlag("record", *recordID); err != nil {
-		return err
-	}
-	id, err := mend.ParseRecordID(*recordID)
-	if err != nil {
-		return usagef("--record: %v", err)
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		before, err := store.RecordFind(ctx, id)
-		if err != nil {
-			return err
-		}
-		rec, err := store.RecordRetry(ctx, storage.RetryParams{ID: id, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
-		if errors.Is(err, storage.ErrNotParked) {
-			return fmt.Errorf("record %s is %s, not parked: only parked records can be retried", id, before.State)
-		}
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "was_parked_for": before.LastError})
-		}
-		fmt.Fprintf(a.stdout, "record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it\n",
-			rec.ID, rec.Source.Queue, clipLine(before.LastError, 200))
-		return nil
-	})
+	return strconv.Quote(clipLine(string(b), 300))
 }
+
