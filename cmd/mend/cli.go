@@ -149,7 +149,7 @@ type flags struct {
 	json      bool
 	hasJSON   bool
 	fromEnv   map[string]bool // flags set from their MEND_* twin
-	help      func() // prints the command's usage and flags
+	help      func()          // prints the command's usage and flags
 }
 
 // newFlags starts a command's flag set with --dsn and the log flags;

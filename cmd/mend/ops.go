@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
@@ -45,9 +48,13 @@ func writeJSON(w io.Writer, v any) error {
 // ---- migrate ----
 
 func runMigrate(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("migrate", "up|down|version|force VERSION ", "Apply (up), revert (down) or show (version) mend's schema, or record a version by hand after repairing a dirty schema (force).", true)
-	yes := f.Bool("yes", false, "confirm 'down', which drops every mend table and its data")
-	// The action (and force's version) may come before or after the flags.
+	f := a.newFlags("migrate", "up [N]|down [N]|goto V|version|force V|sql ",
+		"Apply (up: all, or the next N), revert (down: all, or the last N), move to a version (goto), show the\n"+
+			"version (exit 1 if dirty), record a version by hand after repairing a dirty schema (force), or print the\n"+
+			"migrations as SQL for a DBA who applies them by hand (sql; needs no database).", true)
+	yes := f.Bool("yes", false, "confirm 'down' or a 'goto' below the current version (they drop mend's tables and data), or 'force' on a clean schema")
+	createDB := f.Bool("create-database", false, "up: create the DSN's database first if it does not exist")
+	// The action and its number may come before or after the flags.
 	var pos []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		pos, args = append(pos, args[0]), args[1:]
@@ -56,24 +63,39 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	pos = append(pos, f.Args()...)
-	var action string
-	var rest []string
-	if len(pos) > 0 {
-		action, rest = pos[0], pos[1:]
+	if len(pos) == 0 {
+		return usagef("name an action: mend migrate up [N]|down [N]|goto V|version|force V|sql")
 	}
-	var forceTo int
-	if action == "force" {
-		if len(rest) != 1 {
-			return usagef("'migrate force' needs the version the schema now matches, e.g. mend migrate force 7")
+	action, rest := pos[0], pos[1:]
+	num := -1 // the action's number; -1: none given
+	switch action {
+	case "up", "down", "goto", "force":
+		if len(rest) > 1 {
+			return usagef("unexpected argument %q after %q", rest[1], action+" "+rest[0])
 		}
-		n, err := strconv.Atoi(rest[0])
-		if err != nil || n < 0 {
-			return usagef("'migrate force' needs a version number, got %q", rest[0])
+		if len(rest) == 1 {
+			n, err := strconv.Atoi(rest[0])
+			if err != nil || n < 0 {
+				return usagef("'migrate %s' takes a non-negative number, got %q", action, rest[0])
+			}
+			num = n
+		} else if action == "goto" || action == "force" {
+			return usagef("'migrate %s' needs a version, e.g. mend migrate %s 7", action, action)
 		}
-		forceTo, rest = n, nil
+	case "version", "sql":
+		if len(rest) > 0 {
+			return usagef("unexpected argument %q after %q", rest[0], action)
+		}
+	default:
+		return usagef("unknown action %q; use up, down, goto, version, force or sql", action)
 	}
-	if len(rest) > 0 {
-		return usagef("unexpected argument %q after %q", rest[0], action)
+	list, err := migrations.Mend.List()
+	if err != nil {
+		return err
+	}
+	latest := list[len(list)-1].Version
+	if action == "sql" {
+		return printMigrationSQL(a.stdout, list)
 	}
 	dsn, err := f.needDSN()
 	if err != nil {
@@ -81,51 +103,206 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	cur, dirty, err := schemaVersion(ctx, dsn)
+	if isUnknownDB(err) {
+		if action != "up" || !*createDB {
+			return fmt.Errorf("%s; create it first (CREATE DATABASE %s) or run mend migrate up --create-database", oneLine(err.Error()), dbNameOf(dsn))
+		}
+		if err := createDatabase(ctx, dsn); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "created database %s\n", dbNameOf(dsn))
+		cur, dirty, err = 0, false, nil
+	}
+	if err != nil {
+		return err
+	}
+	if dirty && action != "version" && action != "force" {
+		return fmt.Errorf("mend's schema is dirty at version %d: a migration failed half way; repair it by hand, then mend migrate force <version> (docs/operations.md, 'Dirty schema')", cur)
+	}
+	target := cur
 	switch action {
 	case "up":
-		if err := migrations.Up(ctx, dsn); err != nil {
-			return err
+		target = latest
+		if num >= 0 {
+			target = min(versionAfter(list, cur, num), latest)
 		}
 	case "down":
 		if !*yes {
-			return usagef("'migrate down' drops every mend table and its data; add --yes to confirm")
+			return usagef("'migrate down' drops mend's tables and their data; add --yes to confirm")
 		}
-		if err := migrations.Down(ctx, dsn); err != nil {
-			return err
+		target = 0
+		if num >= 0 {
+			target = versionBefore(list, cur, num)
+		}
+	case "goto":
+		if uint(num) > latest {
+			return usagef("version %d is beyond this binary's latest (%d)", num, latest)
+		}
+		if num != 0 && !slices.ContainsFunc(list, func(m migrations.Migration) bool { return m.Version == uint(num) }) {
+			return usagef("there is no migration %d", num)
+		}
+		target = uint(num)
+		if target < cur && !*yes {
+			return usagef("'migrate goto %d' reverts migrations above it, dropping mend's tables and data; add --yes to confirm", num)
 		}
 	case "force":
-		latest, err := migrations.Mend.Latest()
-		if err != nil {
+		if uint(num) > latest {
+			return usagef("version %d is beyond this binary's latest (%d)", num, latest)
+		}
+		if !dirty && !*yes {
+			return usagef("the schema is clean at version %d: force only records a version after a dirty migration was repaired by hand, and running no migration; add --yes if you really mean it", cur)
+		}
+		if err := migrations.Mend.Force(ctx, dsn, num); err != nil {
 			return err
 		}
-		if forceTo > int(latest) {
-			return usagef("version %d is beyond this binary's latest (%d)", forceTo, latest)
+		fmt.Fprintf(a.stdout, "recorded version %d as clean (no migration ran)\n", num)
+		cur, dirty = uint(num), false
+	}
+	for cur != target {
+		step, m := 1, migrationAt(list, cur, true)
+		if target < cur {
+			step, m = -1, migrationAt(list, cur, false)
 		}
-		if err := migrations.Mend.Force(ctx, dsn, forceTo); err != nil {
+		began := time.Now()
+		if err := migrations.Mend.Step(ctx, dsn, step); err != nil {
 			return err
 		}
-	case "version":
-	case "":
-		return usagef("name an action: mend migrate up|down|version|force VERSION")
-	default:
-		return usagef("unknown action %q; use up, down, version or force", action)
-	}
-	v, dirty, err := migrations.Version(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	latest, err := migrations.Mend.Latest()
-	if err != nil {
-		return err
+		verb := "applied"
+		if step < 0 {
+			verb = "reverted"
+		}
+		fmt.Fprintf(a.stdout, "%s %04d_%s in %s\n", verb, m.Version, m.Name, time.Since(began).Round(time.Millisecond))
+		if cur, dirty, err = schemaVersion(ctx, dsn); err != nil {
+			return err
+		}
 	}
 	if f.json {
-		return writeJSON(a.stdout, map[string]any{"version": v, "latest": latest, "dirty": dirty})
+		if err := writeJSON(a.stdout, map[string]any{"version": cur, "latest": latest, "dirty": dirty}); err != nil {
+			return err
+		}
+	} else {
+		state := "clean"
+		if dirty {
+			state = "DIRTY (a migration failed half way; repair it by hand, then mend migrate force <version>; see docs/operations.md)"
+		}
+		fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", cur, latest, state)
 	}
-	state := "clean"
 	if dirty {
-		state = "DIRTY (a migration failed half way; repair it by hand, then mend migrate force <version>; see docs/operations.md)"
+		return fmt.Errorf("mend's schema is dirty at version %d", cur)
 	}
-	fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", v, latest, state)
+	return nil
+}
+
+// schemaVersion reads the version without creating the bookkeeping table.
+func schemaVersion(ctx context.Context, dsn string) (uint, bool, error) {
+	cfg, err := storage.NormalizeDSN(dsn)
+	if err != nil {
+		return 0, false, usagef("--dsn: %v", err)
+	}
+	db, err := openConfig(ctx, cfg)
+	if err != nil {
+		return 0, false, err
+	}
+	defer db.Close()
+	return storage.ReadSchemaVersion(ctx, db)
+}
+
+// isUnknownDB reports the server's "Unknown database" (1049).
+func isUnknownDB(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1049
+}
+
+func dbNameOf(dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "<database>"
+	}
+	return quoteIdent(cfg.DBName)
+}
+
+// createDatabase creates the DSN's database with the binary collation
+// mend's tables use anyway.
+func createDatabase(ctx context.Context, dsn string) error {
+	cfg, err := storage.NormalizeDSN(dsn)
+	if err != nil {
+		return usagef("--dsn: %v", err)
+	}
+	name := cfg.DBName
+	cfg.DBName = ""
+	db, err := openConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(name)+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		return fmt.Errorf("create database %s: %w", quoteIdent(name), err)
+	}
+	return nil
+}
+
+// migrationAt is the migration that moves the schema from cur: the next one
+// up, or cur's own one down.
+func migrationAt(list []migrations.Migration, cur uint, up bool) migrations.Migration {
+	for i, m := range list {
+		if up && m.Version > cur {
+			return m
+		}
+		if !up && m.Version == cur {
+			return list[i]
+		}
+	}
+	return migrations.Migration{Version: cur, Name: "?"}
+}
+
+// versionAfter is the version n migrations above cur.
+func versionAfter(list []migrations.Migration, cur uint, n int) uint {
+	v := cur
+	for _, m := range list {
+		if n == 0 {
+			break
+		}
+		if m.Version > cur {
+			v, n = m.Version, n-1
+		}
+	}
+	return v
+}
+
+// versionBefore is the version n migrations below cur (0: none applied).
+func versionBefore(list []migrations.Migration, cur uint, n int) uint {
+	var below []uint
+	for _, m := range list {
+		if m.Version < cur {
+			below = append(below, m.Version)
+		}
+	}
+	if n > len(below) {
+		return 0
+	}
+	if n == 0 {
+		return cur
+	}
+	if i := len(below) - n; i >= 0 && i < len(below) {
+		return below[i]
+	}
+	return 0
+}
+
+// printMigrationSQL prints every up migration in order, then the
+// bookkeeping statements mend migrate would run, so a DBA can apply the
+// schema by hand and mend still knows the version.
+func printMigrationSQL(w io.Writer, list []migrations.Migration) error {
+	fmt.Fprintln(w, "-- mend's schema, every migration in order; apply as a user with the DDL grants of docs/operations.md.")
+	for _, m := range list {
+		fmt.Fprintf(w, "\n-- %04d_%s.up.sql\n%s;\n", m.Version, m.Name, strings.TrimRight(strings.TrimSpace(m.Up), ";"))
+	}
+	latest := list[len(list)-1].Version
+	fmt.Fprintf(w, "\n-- Record the version, as mend migrate does.\n"+
+		"CREATE TABLE IF NOT EXISTS %s (version BIGINT NOT NULL PRIMARY KEY, dirty BOOLEAN NOT NULL);\n"+
+		"DELETE FROM %s;\nINSERT INTO %s (version, dirty) VALUES (%d, 0);\n",
+		migrations.Mend.Table, migrations.Mend.Table, migrations.Mend.Table, latest)
 	return nil
 }
 
@@ -534,4 +711,3 @@ func quotePayload(b []byte) string {
 	}
 	return strconv.Quote(clipLine(string(b), 300))
 }
-
