@@ -544,3 +544,36 @@ func TestOldestOpenIncludesBackoff(t *testing.T) {
 		t.Fatal("a queue without records is reported")
 	}
 }
+
+// failAfter is a stdout whose reader goes away after n bytes.
+type failAfter struct{ n int }
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if f.n -= len(p); f.n < 0 {
+		return 0, fmt.Errorf("write |1: broken pipe")
+	}
+	return len(p), nil
+}
+
+// Item 8: when the demo's output closes it stops, removes its database,
+// and says so in one line, not with the context errors it caused.
+func TestDemoStopsCleanlyWhenItsOutputCloses(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	countDemoDBs := func() int {
+		var n int
+		if err := db.SQL(t).QueryRow("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE 'mend\\_demo\\_%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := countDemoDBs()
+	var errOut bytes.Buffer
+	code := Main(context.Background(), []string{"demo", "--dsn", db.Server.RootDSN()}, &failAfter{n: 200}, &errOut, func(string) string { return "" })
+	if code != exitFailure || !strings.Contains(errOut.String(), "output was closed") || strings.Contains(errOut.String(), "context canceled") {
+		t.Fatalf("demo with a closed output = exit %d, stderr %q", code, errOut.String())
+	}
+	if after := countDemoDBs(); after != before {
+		t.Fatalf("the demo left %d database(s) behind", after-before)
+	}
+}
