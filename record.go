@@ -97,6 +97,7 @@ func ValidateOpID(op string) error {
 //	    only an operator can answer (contradiction, spelling variant);
 //	    waiting: once the grace period is over, also when reads fail
 //	parked ──retried (mend retry)──────────────────────────────▶ pending
+//	parked ──resolved (mend resolve: an operator closed it)────▶ done
 //
 // A failed attempt (attempt_failed, wake_failed) or another wait keeps the
 // state and reschedules with backoff. done is final; done records are
@@ -148,6 +149,7 @@ const (
 	EventDone          EventKind = "done"           // finished without a wake-up
 	EventParked        EventKind = "parked"         // handed to an operator
 	EventRetried       EventKind = "retried"        // an operator put a parked record back
+	EventResolved      EventKind = "resolved"       // an operator closed the record by hand; done
 )
 
 // Outcome is the batch outcome a repair drives towards or observed.

@@ -2,11 +2,9 @@ package dlq_test
 
 import (
 	"context"
-	"errors"
 	"log"
 	"strconv"
 
-	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
@@ -74,39 +72,4 @@ func Example_dlqConsumer() {
 		return err == nil
 	}
 	_ = handle
-}
-
-// Example_hostPlanner shows the host's own planner (the speculate consumer)
-// taking the queue's fence, so it never plans a queue while mend's planner
-// repairs it, and letting mend finish due repairs first.
-func Example_hostPlanner() {
-	ctx := context.Background()
-	store, err := storage.Open(ctx, "mend:secret@tcp(127.0.0.1:3306)/mend", storage.Options{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	f, err := fence.New(store, fence.Config{Holder: "speculate-worker-1"})
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	speculate := func(ctx context.Context, queue string) error {
-		lease, err := f.TryAcquire(ctx, queue)
-		if errors.Is(err, mend.ErrLeaseHeld) {
-			return err // redeliver later: someone is planning this queue
-		}
-		if err != nil {
-			return err
-		}
-		defer lease.Release(ctx) //nolint:errcheck // best effort; the term expires anyway
-		// ... plan the queue; stop as soon as lease.Done() closes, and have
-		// every planner write check lease.Term() (fenced writes).
-		select {
-		case <-lease.Done():
-			return mend.ErrLeaseLost
-		default:
-		}
-		return nil
-	}
-	_ = speculate
 }

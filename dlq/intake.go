@@ -47,6 +47,13 @@ type Store interface {
 	RecordCreate(ctx context.Context, p mend.CreateParams) (mend.Record, bool, error)
 }
 
+// RecordReader is the optional part of a Store that lets Record report a
+// record's state after its inline repair. storage.DB implements it.
+type RecordReader interface {
+	// RecordGetByID returns queue's record id as it is now.
+	RecordGetByID(ctx context.Context, queue string, id mend.RecordID) (mend.Record, error)
+}
+
 // Repairer finishes a queue's due records inline, if it can take the
 // queue's fence without waiting. The reconciler implements it.
 type Repairer interface {
@@ -231,8 +238,11 @@ func failureSubjects(raw []byte) ([]mend.Subject, error) {
 
 // Result is what Record did.
 type Result struct {
-	Record  mend.Record // the durable record, as stored
-	Created bool        // false: the delivery was already recorded (a redelivery)
+	// Record is the durable record as stored: after an inline repair that
+	// ran without error, as that repair left it (done, say), when the store
+	// can read a record back (RecordReader); otherwise as created.
+	Record  mend.Record
+	Created bool // false: the delivery was already recorded (a redelivery)
 	// RepairErr is the inline repair's error, if one was tried and failed.
 	// The record is durable regardless; the reconciler will finish it.
 	RepairErr error
@@ -316,9 +326,19 @@ func (in *Intake) Record(ctx context.Context, d Delivery) (Result, error) {
 		"message_id", rec.Source.MessageID, "record_id", rec.ID.String(), "created", created, "state", string(rec.State))
 	res := Result{Record: rec, Created: created}
 	if in.cfg.Repairer != nil && rec.State.Due() {
-		if err := in.cfg.Repairer.TryRepair(ctx, rec.Source.Queue); err != nil && !errors.Is(err, mend.ErrLeaseHeld) {
+		err := in.cfg.Repairer.TryRepair(ctx, rec.Source.Queue)
+		switch {
+		case err != nil && !errors.Is(err, mend.ErrLeaseHeld):
 			res.RepairErr = err
 			in.log.WarnContext(ctx, "inline repair failed; the reconciler will finish it", "queue", rec.Source.Queue, "err", err)
+		case err == nil:
+			// The record is durable either way; a failed read-back only
+			// leaves Result at the state it was created in.
+			if rr, ok := in.store.(RecordReader); ok {
+				if now, err := rr.RecordGetByID(ctx, rec.Source.Queue, rec.ID); err == nil {
+					res.Record = now
+				}
+			}
 		}
 	}
 	return res, nil

@@ -534,4 +534,25 @@ func TestRecord(t *testing.T) {
 			t.Fatalf("parked delivery: %v, calls %v; want no repair attempt", err, calls)
 		}
 	})
+
+	t.Run("after an inline repair the result shows the record as the repair left it", func(t *testing.T) {
+		t.Parallel()
+		var b *bundle
+		rep := repairFunc(func(ctx context.Context, q string) error {
+			// Stands in for the planner: finish the queue's one record.
+			recs, err := b.store.RecordsDue(ctx, q, 10)
+			if err != nil || len(recs) != 1 {
+				return fmt.Errorf("due = %d, %v", len(recs), err)
+			}
+			p := storage.AppendTo(recs[0])
+			p.Kind, p.State, p.Actor, p.OpID = mend.EventDone, mend.StateDone, "test", mend.NewOpID()
+			_, err = b.store.RecordAppend(ctx, p)
+			return err
+		})
+		b = setup(t, dlq.Config{Repairer: rep})
+		res, err := b.in.Record(ctx, delivery(`{"id":"q/batch/1","queue":"q"}`))
+		if err != nil || res.RepairErr != nil || res.Record.State != mend.StateDone {
+			t.Fatalf("Record = state %s, %v, repair %v; want done, as the inline repair left it", res.Record.State, err, res.RepairErr)
+		}
+	})
 }

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -173,4 +175,60 @@ func (s Set) runOnce(ctx context.Context, dsn string, fn func(*migrate.Migrate) 
 	})
 	defer stop()
 	return fn(m)
+}
+
+// Migration is one embedded migration: its version, name and both scripts.
+type Migration struct {
+	Version  uint
+	Name     string // e.g. "create_records"
+	Up, Down string
+}
+
+// List returns the set's migrations in version order.
+func (s Set) List() ([]Migration, error) {
+	entries, err := fs.ReadDir(s.FS, ".")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read embedded files: %w", err)
+	}
+	byVersion := map[uint]*Migration{}
+	var order []uint
+	for _, e := range entries {
+		var v uint
+		var rest string
+		if _, err := fmt.Sscanf(e.Name(), "%d_%s", &v, &rest); err != nil {
+			continue
+		}
+		name, dir, ok := strings.Cut(rest, ".")
+		if !ok {
+			continue
+		}
+		body, err := fs.ReadFile(s.FS, e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("migrations: read %s: %w", e.Name(), err)
+		}
+		m := byVersion[v]
+		if m == nil {
+			m = &Migration{Version: v, Name: name}
+			byVersion[v] = m
+			order = append(order, v)
+		}
+		switch dir {
+		case "up.sql":
+			m.Up = string(body)
+		case "down.sql":
+			m.Down = string(body)
+		}
+	}
+	slices.Sort(order)
+	out := make([]Migration, len(order))
+	for i, v := range order {
+		out[i] = *byVersion[v]
+	}
+	return out, nil
+}
+
+// Step applies one migration up (n = 1) or reverts one (n = -1) from the
+// current version, so a caller can report each as it happens.
+func (s Set) Step(ctx context.Context, dsn string, n int) error {
+	return s.run(ctx, dsn, "step", func(m *migrate.Migrate) error { return m.Steps(n) })
 }

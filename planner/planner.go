@@ -72,6 +72,12 @@ type Hooks struct {
 	OnWake func(queue string, err error)
 	// OnParked runs after a record is parked.
 	OnParked func(queue, reason string)
+	// OnAttemptFailed runs after an attempt on a record failed and was
+	// recorded (rescheduled with backoff, or parked when it was the last):
+	// what names the step that failed ("read batch", "transition batch",
+	// "finish fan-out", "list live batches", "publish wake-up"), a small
+	// fixed set fit for a metric label.
+	OnAttemptFailed func(queue string, id mend.RecordID, what string, err error)
 	// OnFenced runs when a write is refused because the term is stale.
 	OnFenced func(queue string)
 	// BeforeWake runs after a record is settled and before its wake-up is
@@ -372,6 +378,9 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 	}
 	attempt := rec.Attempts + 1
 	msg := what + ": " + cause.Error()
+	if p.cfg.Hooks.OnAttemptFailed != nil {
+		p.cfg.Hooks.OnAttemptFailed(rec.Source.Queue, rec.ID, what, cause)
+	}
 	data := eventData{Error: msg, Attempt: attempt, BatchID: rec.Target.BatchID}
 	// Waiting records count their checks in Attempts (for backoff) and are
 	// bounded by Grace instead, also when the checks themselves fail.
@@ -459,6 +468,9 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 			return pubErr
 		}
 		st.WakeFailed++
+		if p.cfg.Hooks.OnAttemptFailed != nil {
+			p.cfg.Hooks.OnAttemptFailed(queue, rec.ID, "publish wake-up", pubErr)
+		}
 		data.Error = pubErr.Error()
 		p.log.WarnContext(ctx, "wake-up publish failed; will re-send", "queue", queue, "record_id", rec.ID.String(), "message_id", w.MessageID, "err", pubErr)
 		if attempt >= p.cfg.MaxAttempts {

@@ -156,7 +156,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	// The fence does not hold on a multi-primary cluster: refuse it before
 	// anything is written. (Statement-based binlogs fail loudly on the first
 	// write; mend doctor reports them.)
-	vars, err := d.serverVars(ctx)
+	vars, err := serverVars(ctx, d.db.DB)
 	if err == nil {
 		err = checkMultiPrimary(vars)
 	}

@@ -38,7 +38,7 @@ type LeaseStatus struct {
 	// negative when the term has ended.
 	Remaining time.Duration
 	// Ended says how the latest term ended, once it has: LeaseEndReleased,
-	// or LeaseEndExpired for a term that ran out by the database clock
+	// LeaseEndOperator (mend lease release), or LeaseEndExpired for a term that ran out by the database clock
 	// without a release (its holder died, hung or lost the database), also
 	// before a later acquire closes it in mend_lease_history. Empty while
 	// the term is live or the queue was never held.
@@ -267,8 +267,8 @@ func (r leaseRow) status() LeaseStatus {
 	}
 	switch {
 	case st.Term.Epoch == 0 || st.Live():
-	case r.EndedHow == LeaseEndReleased:
-		st.Ended = LeaseEndReleased
+	case r.EndedHow == LeaseEndReleased || r.EndedHow == LeaseEndOperator:
+		st.Ended = r.EndedHow
 	default:
 		// Not released and past expires_at: history closes it only at the
 		// next acquire, but it ended when it ran out.

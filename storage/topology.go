@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 
@@ -31,8 +32,12 @@ SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'group_replication_sin
 //
 // Returns an error matching ErrTopology (and mend.ErrInvalid) naming the
 // setting to change.
-func (d *DB) CheckTopology(ctx context.Context) error {
-	vars, err := d.serverVars(ctx)
+func (d *DB) CheckTopology(ctx context.Context) error { return CheckTopology(ctx, d.db.DB) }
+
+// CheckTopology is (*DB).CheckTopology on any connection pool to the server,
+// for mend doctor, which inspects a server before mend's schema is there.
+func CheckTopology(ctx context.Context, db *sql.DB) error {
+	vars, err := serverVars(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -42,8 +47,8 @@ func (d *DB) CheckTopology(ctx context.Context) error {
 	return checkBinlog(vars)
 }
 
-func (d *DB) serverVars(ctx context.Context) (map[string]string, error) {
-	rows, err := d.db.QueryContext(ctx, sqlTopology)
+func serverVars(ctx context.Context, db *sql.DB) (map[string]string, error) {
+	rows, err := db.QueryContext(ctx, sqlTopology)
 	if err != nil {
 		return nil, fmt.Errorf("storage: read server settings: %w", translate(err))
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +31,7 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	scrub          *scrubber // secrets seen in DSNs, removed from every line we print
+	logFormat      string    // the parsed --log-format, so the final error line matches the logs
 }
 
 // command is one subcommand.
@@ -44,15 +44,19 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "up|down|version", "apply, revert or show mend's schema", runMigrate},
+		{"migrate", "up [N]|down [N]|goto V|version|force V|sql", "apply, revert, show or print mend's schema; force records a version by hand", runMigrate},
 		{"run", "", "run the reconciler: repair due records under per-queue leases", runRun},
 		{"status", "", "per queue: records by state, oldest due age, lease holder", runStatus},
 		{"inspect", "", "a record and its full event history (or a queue's records)", runInspect},
 		{"record", "", "record a dead letter by hand (replaying old dead letters)", runRecord},
 		{"import", "", "record every dead letter already in the host's queue database (adopting mend), idempotently", runImport},
-		{"retry", "", "put a parked record back to pending", runRetry},
+		{"retry", "", "put parked records back to pending (one by --record, or a selection)", runRetry},
+		{"resolve", "", "close records by hand, with who and why (one by --record, or a selection)", runResolve},
+		{"lease", "list|history|release", "show lease terms and their history; end a dead holder's term", runLease},
 		{"doctor", "", "check the server, schema and settings, and the host's tables and grants, for what breaks mend", runDoctor},
 		{"demo", "", "run the stuck-queue scenario on a throwaway server and print its timeline", runDemo},
+		{"version", "", "print the binary's version (also: mend --version)", runVersion},
+		{"completion", "bash|zsh", "print a shell completion script", runCompletion},
 	}
 }
 
@@ -68,6 +72,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return exitOK
 	}
 	name := args[0]
+	if name == "--version" || name == "-version" {
+		name, args = "version", append([]string{"version"}, args[1:]...)
+	}
 	for _, c := range commands() {
 		if c.name != name {
 			continue
@@ -90,7 +97,7 @@ func (a *app) usage(w io.Writer) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Every flag has an environment twin: --dsn is MEND_DSN, --lease-ttl is MEND_LEASE_TTL; the flag wins.")
+	fmt.Fprintln(w, "Every flag of every command has an environment twin: --dsn is MEND_DSN, --lease-ttl is MEND_LEASE_TTL; the flag wins.")
 	fmt.Fprintln(w, "Run 'mend <command> -h' for a command's flags. Exit codes: 0 ok, 1 failure, 2 usage error.")
 }
 
@@ -110,12 +117,18 @@ func (a *app) exit(name string, err error) int {
 		return exitOK
 	}
 	line := a.scrub.clean(oneLine(err.Error()))
-	fmt.Fprintf(a.stderr, "mend %s: %s\n", name, line)
+	code := exitFailure
 	var ue *usageError
 	if errors.As(err, &ue) {
-		return exitUsage
+		code = exitUsage
 	}
-	return exitFailure
+	if a.logFormat == "json" {
+		// With JSON logs every stderr line is JSON, the last one included.
+		newLogger(a.stderr, "json", slog.LevelError, a.scrub).Error("mend "+name+": "+line, "command", name, "exit_code", code)
+		return code
+	}
+	fmt.Fprintf(a.stderr, "mend %s: %s\n", name, line)
+	return code
 }
 
 // oneLine folds a multi-line error (errors.Join) into one line.
@@ -134,7 +147,8 @@ type flags struct {
 	logLevel  string
 	json      bool
 	hasJSON   bool
-	help      func() // prints the command's usage and flags
+	fromEnv   map[string]bool // flags set from their MEND_* twin
+	help      func()          // prints the command's usage and flags
 }
 
 // newFlags starts a command's flag set with --dsn and the log flags;
@@ -160,6 +174,14 @@ func (a *app) newFlags(name, positional, summary string, withJSON bool) *flags {
 	return f
 }
 
+// given reports whether the flag was set on the command line or through
+// its environment twin.
+func (f *flags) given(name string) bool {
+	found := false
+	f.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
+	return found || f.fromEnv[name]
+}
+
 // setDefault changes a flag's default, as -h shows it too.
 func (f *flags) setDefault(name, value string) {
 	_ = f.Set(name, value)
@@ -183,6 +205,10 @@ func (f *flags) parse(args []string) error {
 		if strings.HasSuffix(fl.Name, "dsn") {
 			f.a.scrub.addDSN(v) // a secret even when the flag overrides it
 		}
+		if f.fromEnv == nil {
+			f.fromEnv = map[string]bool{}
+		}
+		f.fromEnv[fl.Name] = true
 		if err := f.Set(fl.Name, v); err != nil {
 			// Only DSN flags hold secrets, and a string flag never fails.
 			envErr = usagef("environment variable %s=%q is not a valid value for --%s (%v)", envName(fl.Name), v, fl.Name, err)
@@ -211,6 +237,8 @@ func (f *flags) parse(args []string) error {
 	if _, err := parseLevel(f.logLevel); err != nil {
 		return err
 	}
+	f.a.logFormat = f.logFormat
+	driverLogger.Store(f.logger().With("component", "mysql"))
 	return nil
 }
 
@@ -266,15 +294,6 @@ func requireFlag(name, value string) error {
 		return usagef("--%s is required (or %s)", name, envName(name))
 	}
 	return nil
-}
-
-// defaultHolder names this process in lease rows: hostname-pid.
-func defaultHolder() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "mend"
-	}
-	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 // fmtAge prints a duration for people: "-" for zero, else rounded.

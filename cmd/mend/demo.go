@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -47,7 +50,7 @@ var demoRequests = map[string][]string{
 	demoBatch2: {demoQueue + "/3"},
 }
 
-func runDemo(ctx context.Context, a *app, args []string) error {
+func runDemo(ctx context.Context, a *app, args []string) (err error) {
 	f := a.newFlags("demo", "", "Build the stuck-queue scenario on a throwaway database, let mend repair it, and print the timeline.\n"+
 		"Without --dsn it starts a throwaway server (a Docker container, else a local mariadbd/mysqld) and removes it afterwards;\n"+
 		"with --dsn (or MEND_TEST_DSN) it creates and drops its own database on that server. Exit 0 only if the queue was repaired.", false)
@@ -56,9 +59,29 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	if err := f.parseNoArgs(args); err != nil {
 		return err
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
 	defer cancel()
-	out := a.stdout
+	// A reader that goes away (mend demo | head -3) must stop the demo, not
+	// kill it before it removes its server and database: with SIGPIPE
+	// caught, a write to the closed pipe fails instead, and the output
+	// cancels the run and swallows every later line.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	out := &demoOutput{w: a.stdout, cancel: cancel}
+	a = &app{stdout: out, stderr: a.stderr, getenv: a.getenv, scrub: a.scrub, logFormat: a.logFormat}
+	defer func() {
+		// Cleanup ran by now (the defers above this one run later, so
+		// say it from the deferred errors only): name what stopped the
+		// demo instead of the context errors it caused.
+		switch {
+		case out.closed():
+			err = errors.New("the output was closed, so the demo stopped; its database and server were removed")
+		case parent.Err() != nil:
+			err = errors.New("interrupted; the demo's database and server were removed")
+		}
+	}()
 	fmt.Fprintln(out, "mend demo: a quiet submit queue gets stuck, and mend repairs it")
 	fmt.Fprintln(out)
 
@@ -89,6 +112,8 @@ func runDemo(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The drop runs after the run returns, so the deferred message above
+	// (registered earlier) runs after it, once everything is removed.
 	defer func() {
 		if err := drop(); err != nil {
 			fmt.Fprintf(a.stderr, "mend demo: %s\n", a.scrub.clean(err.Error()))
@@ -494,4 +519,32 @@ func (d *demo) verify(ctx context.Context) error {
 	d.say("OK: %s was woken by message %q, sent under epoch %d after the first publish failed;", demoBatch2, wokenID, wokenEpoch)
 	d.say("    the strict speculate consumer accepts it, and record %s is done. Repaired in %.2fs.", d.rec.ID, time.Since(d.start).Seconds())
 	return nil
+}
+
+// demoOutput is the demo's stdout: after the first failed write (the
+// reader went away) it cancels the demo and drops everything else.
+type demoOutput struct {
+	w      io.Writer
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	err    error
+}
+
+func (o *demoOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		return len(p), nil
+	}
+	if _, err := o.w.Write(p); err != nil {
+		o.err = err
+		o.cancel()
+	}
+	return len(p), nil
+}
+
+func (o *demoOutput) closed() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err != nil
 }

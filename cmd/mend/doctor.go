@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -63,13 +64,17 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	f := a.newFlags("doctor", "", "Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
 		"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", true)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
-	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build")
+	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build; default: --dsn")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
 	if err := f.parseNoArgs(args); err != nil {
 		return err
 	}
 	if f.dsn == "" {
 		return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
+	}
+	// The same defaults as mend run's: doctor checks what run would use.
+	if *hostDSN == "" {
+		*hostDSN = f.dsn
 	}
 	if *queueDSN == "" {
 		*queueDSN = *hostDSN
@@ -158,12 +163,24 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	defer mendDB.Close()
 
 	checks = append(checks, checkServer(ctx, raw))
-	checks = append(checks, checkSchema(ctx, dsn))
+	checks = append(checks, checkTopology(ctx, raw))
+	checks = append(checks, checkSchema(ctx, raw))
 	checks = append(checks, checkSQLMode(ctx, raw))
 	checks = append(checks, checkIdentityColumns(ctx, raw)...)
+	checks = append(checks, checkMendGrants(ctx, raw, cfg.DBName))
 	checks = append(checks, checkTimeZone(ctx, mendDB))
 	checks = append(checks, checkLockWait(ctx, raw, mendDB, cfg, ttl))
 	return checks, target
+}
+
+// checkTopology refuses what the fence cannot hold on: a multi-primary
+// cluster, and statement-based binary logging (READ COMMITTED writes fail).
+func checkTopology(ctx context.Context, db *sql.DB) check {
+	if err := storage.CheckTopology(ctx, db); err != nil {
+		return check{Name: "topology", Status: checkFail, Detail: err.Error(),
+			Fix: "point mend at a single primary (replicas for reads only) with binlog_format=ROW or MIXED"}
+	}
+	return check{Name: "topology", Status: checkOK, Detail: "a single primary; no statement-based binary log"}
 }
 
 func openConfig(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
@@ -205,12 +222,14 @@ func checkServer(ctx context.Context, db *sql.DB) check {
 	return check{Name: "server", Status: checkOK, Detail: detail}
 }
 
-func checkSchema(ctx context.Context, dsn string) check {
+// checkSchema reads the version without golang-migrate, whose reader
+// creates its bookkeeping table in whatever database it opens.
+func checkSchema(ctx context.Context, db *sql.DB) check {
 	latest, err := migrations.Mend.Latest()
 	if err != nil {
 		return check{Name: "schema", Status: checkFail, Detail: err.Error()}
 	}
-	v, dirty, err := migrations.Version(ctx, dsn)
+	v, dirty, err := storage.ReadSchemaVersion(ctx, db)
 	switch {
 	case err != nil:
 		return check{Name: "schema", Status: checkFail, Detail: "cannot read the schema version: " + err.Error()}
@@ -345,4 +364,77 @@ func checkLockWait(ctx context.Context, raw, mendDB *sql.DB, cfg *mysql.Config, 
 			Fix:    fmt.Sprintf("set %s=%d in the DSN, or raise --lease-ttl above %s", lockWaitParam, defaultLockWait(ttl), wait)}
 	}
 	return check{Name: "lock wait timeout", Status: checkOK, Detail: fmt.Sprintf("%s (%s), below the lease TTL %s", wait, source, ttl)}
+}
+
+// mendTables are mend's tables with the privileges mend run needs on each
+// (docs/operations.md, "Least-privilege grants"), each probed by EXPLAIN of
+// a statement that needs exactly it and executes nothing.
+var mendTables = []hostTable{
+	{name: "mend_records", privs: []hostPriv{
+		{"SELECT", "EXPLAIN SELECT record_id FROM mend_records WHERE FALSE", "every read of a record"},
+		{"INSERT", "EXPLAIN INSERT INTO mend_records (record_id) VALUES (NULL)", "create-if-absent"},
+		{"UPDATE", "EXPLAIN UPDATE mend_records SET version = 0 WHERE FALSE", "every state change, and create-if-absent's ON DUPLICATE KEY UPDATE"},
+		{"DELETE", "EXPLAIN DELETE FROM mend_records WHERE FALSE", "retention pruning"},
+	}},
+	{name: "mend_events", privs: []hostPriv{
+		{"SELECT", "EXPLAIN SELECT record_id FROM mend_events WHERE FALSE", "history and op lookups"},
+		{"INSERT", "EXPLAIN INSERT INTO mend_events (record_id) VALUES (NULL)", "every event"},
+		{"DELETE", "EXPLAIN DELETE FROM mend_events WHERE FALSE", "retention pruning"},
+	}},
+	{name: "mend_leases", privs: []hostPriv{
+		{"SELECT", "EXPLAIN SELECT queue FROM mend_leases WHERE FALSE", "the fence check of every write"},
+		{"INSERT", "EXPLAIN INSERT INTO mend_leases (queue) VALUES (NULL)", "a queue's first lease"},
+		{"UPDATE", "EXPLAIN UPDATE mend_leases SET epoch = 0 WHERE FALSE", "acquire, renew and release"},
+	}},
+	{name: "mend_lease_history", privs: []hostPriv{
+		{"SELECT", "EXPLAIN SELECT queue FROM mend_lease_history WHERE FALSE", "closing a term"},
+		{"INSERT", "EXPLAIN INSERT INTO mend_lease_history (queue) VALUES (NULL)", "a row per term"},
+		{"UPDATE", "EXPLAIN UPDATE mend_lease_history SET holder = '' WHERE FALSE", "closing a term"},
+	}},
+	{name: "mend_schema_migrations", privs: []hostPriv{
+		{"SELECT", "EXPLAIN SELECT version FROM mend_schema_migrations WHERE FALSE", "readiness and doctor compare the schema version"},
+	}},
+}
+
+// checkMendGrants probes every privilege mend run needs on its own tables,
+// so a read-only or half-granted user fails here rather than on the first
+// write of a repair.
+func checkMendGrants(ctx context.Context, db *sql.DB, schema string) check {
+	var user string
+	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&user); err != nil {
+		return check{Name: "grants", Status: checkFail, Detail: "cannot read the current user: " + err.Error()}
+	}
+	grantee := quoteAccount(user)
+	var problems, fixes []string
+	for _, t := range mendTables {
+		var missing []string
+		for _, p := range t.privs {
+			_, err := db.ExecContext(ctx, p.probe)
+			switch {
+			case err == nil:
+			case deniedError(err):
+				missing = append(missing, p.name)
+				problems = append(problems, fmt.Sprintf("%s on %s (%s)", p.name, t.name, p.why))
+			case mysqlErrNumber(err) == 1146:
+				return check{Name: "grants", Status: checkFail, Detail: "mend's tables are missing, so their grants cannot be checked", Fix: "run: mend migrate up"}
+			default:
+				return check{Name: "grants", Status: checkFail, Detail: fmt.Sprintf("cannot check %s on %s: %v", p.name, t.name, err)}
+			}
+		}
+		if len(missing) > 0 {
+			fixes = append(fixes, fmt.Sprintf("GRANT %s ON %s.%s TO %s", strings.Join(missing, ", "), quoteIdent(schema), quoteIdent(t.name), grantee))
+		}
+	}
+	if len(problems) > 0 {
+		return check{Name: "grants", Status: checkFail, Detail: grantee + " lacks " + strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}
+	}
+	return check{Name: "grants", Status: checkOK, Detail: grantee + " holds every privilege mend run needs on mend's tables"}
+}
+
+func mysqlErrNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -110,4 +111,23 @@ func newLogger(w io.Writer, format string, level slog.Level, scrub *scrubber) *s
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// driverLogger is where the MySQL driver's own messages go (packet errors,
+// bad connections): the command's logger once its flags are parsed, so
+// they are text or JSON like every other line. main installs driverLog as
+// the driver's logger once, before any connection; the driver has no
+// per-connection logger, and replacing its global later would race.
+var driverLogger atomic.Pointer[slog.Logger]
+
+// driverLog adapts the driver's Print-style logger to driverLogger.
+type driverLog struct{ fallback io.Writer }
+
+func (d driverLog) Print(v ...any) {
+	msg := strings.TrimSpace(fmt.Sprint(v...))
+	if log := driverLogger.Load(); log != nil {
+		log.Warn(msg)
+		return
+	}
+	fmt.Fprintln(d.fallback, "mysql:", msg)
 }

@@ -13,12 +13,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 func main() {
 	// The first SIGINT or SIGTERM cancels ctx: `run` stops taking queues,
 	// abandons in-flight work cleanly and releases its leases. A second
 	// signal kills the process the default way.
+	_ = mysql.SetLogger(driverLog{fallback: os.Stderr}) // before any connection; see driverLogger
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()

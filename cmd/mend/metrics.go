@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
 	"github.com/mendq/mend/storage"
@@ -39,6 +42,30 @@ type metrics struct {
 	plannerRun   prometheus.Histogram
 	reconcilePas prometheus.Histogram
 	dangling     *prometheus.CounterVec
+	attemptsFail *prometheus.CounterVec
+	buildInfo    *prometheus.GaugeVec
+
+	seenMu sync.Mutex
+	seen   map[string]bool // queues whose labelled counters exist
+}
+
+// attemptSteps are the planner's failing steps (planner.Hooks.OnAttemptFailed),
+// as the reason label of mend_attempt_failures_total.
+var attemptSteps = map[string]string{
+	"read batch":        "read_batch",
+	"transition batch":  "transition_batch",
+	"finish fan-out":    "finish_fanout",
+	"list live batches": "list_live_batches",
+	"publish wake-up":   "publish_wakeup",
+}
+
+// attemptReason is the metric label for a failing step; an unknown one
+// (a newer planner) is "other", so the label set stays bounded.
+func attemptReason(what string) string {
+	if r, ok := attemptSteps[what]; ok {
+		return r
+	}
+	return "other"
 }
 
 func newMetrics() *metrics {
@@ -68,11 +95,61 @@ func newMetrics() *metrics {
 		dangling: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_host_dangling_membership_rows_total",
 			Help: "Host membership rows (queue_batch_state) seen naming a batch that does not exist, by queue. The host's own planner fails on such a row; mend skips it, but an operator should delete it."},
 			[]string{"queue"}),
+		attemptsFail: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_attempt_failures_total",
+			Help: "Repair attempts that failed and were rescheduled or parked, by queue and the step that failed."},
+			[]string{"queue", "reason"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mend_build_info",
+			Help: "Always 1; the labels say which mend binary is running."}, []string{"version", "revision", "goversion"}),
+		seen: map[string]bool{},
 	}
 	m.reg.MustRegister(m.settles, m.wakeups, m.parked, m.fenced, m.leaseAcq, m.leaseLost, m.renewFailed,
-		m.queueRuns, m.plannerRun, m.reconcilePas, m.dangling,
+		m.queueRuns, m.plannerRun, m.reconcilePas, m.dangling, m.attemptsFail, m.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bi := readBuildInfo()
+	m.buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
+	// Counters with fixed label values exist from the start, at zero, so
+	// rate() and absent() work before the first event.
+	for _, outcome := range []mend.BatchState{mend.BatchFailed, mend.BatchSucceeded, mend.BatchCancelled, ""} {
+		for _, div := range []string{"false", "true"} {
+			m.settles.WithLabelValues(outcomeLabel(outcome), div)
+		}
+	}
+	m.queueRuns.WithLabelValues("ok")
+	m.queueRuns.WithLabelValues("error")
 	return m
+}
+
+// outcomeLabel names a settled outcome; the planner settles a batch the
+// host does not have with no outcome, shown as not_found.
+func outcomeLabel(o mend.BatchState) string {
+	if o == "" {
+		return "not_found"
+	}
+	return string(o)
+}
+
+// touchQueue creates every queue-labelled counter of queue at zero the first
+// time the queue is seen (at start-up from mend's tables, or when this
+// process first works on it), so a counter that never moved is 0 rather
+// than absent.
+func (m *metrics) touchQueue(queue string) {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if m.seen[queue] {
+		return
+	}
+	m.seen[queue] = true
+	m.wakeups.WithLabelValues(queue, "sent")
+	m.wakeups.WithLabelValues(queue, "failed")
+	m.parked.WithLabelValues(queue)
+	m.fenced.WithLabelValues(queue)
+	m.leaseAcq.WithLabelValues(queue)
+	m.leaseLost.WithLabelValues(queue)
+	m.dangling.WithLabelValues(queue)
+	for _, r := range attemptSteps {
+		m.attemptsFail.WithLabelValues(queue, r)
+	}
+	m.attemptsFail.WithLabelValues(queue, "other")
 }
 
 // onDangling is host.Options.OnDangling: it counts each dangling row the
@@ -82,7 +159,7 @@ func (m *metrics) onDangling(queue, _, _ string) { m.dangling.WithLabelValues(qu
 func (m *metrics) plannerHooks() planner.Hooks {
 	return planner.Hooks{
 		OnSettled: func(_ string, outcome mend.BatchState, divergent bool) {
-			m.settles.WithLabelValues(string(outcome), strconv.FormatBool(divergent)).Inc()
+			m.settles.WithLabelValues(outcomeLabel(outcome), strconv.FormatBool(divergent)).Inc()
 		},
 		OnWake: func(queue string, err error) {
 			result := "sent"
@@ -93,6 +170,10 @@ func (m *metrics) plannerHooks() planner.Hooks {
 		},
 		OnParked: func(queue, _ string) { m.parked.WithLabelValues(queue).Inc() },
 		OnFenced: func(queue string) { m.fenced.WithLabelValues(queue).Inc() },
+		OnAttemptFailed: func(queue string, _ mend.RecordID, what string, _ error) {
+			m.touchQueue(queue)
+			m.attemptsFail.WithLabelValues(queue, attemptReason(what)).Inc()
+		},
 	}
 }
 
@@ -112,8 +193,11 @@ func (m *metrics) reconcileHooks() reconcile.Hooks {
 
 func (m *metrics) fenceHooks() fence.Hooks {
 	return fence.Hooks{
-		OnAcquired: func(t mend.Term) { m.leaseAcq.WithLabelValues(t.Queue).Inc() },
-		OnLost:     func(t mend.Term, _ error) { m.leaseLost.WithLabelValues(t.Queue).Inc() },
+		OnAcquired: func(t mend.Term) {
+			m.touchQueue(t.Queue)
+			m.leaseAcq.WithLabelValues(t.Queue).Inc()
+		},
+		OnLost: func(t mend.Term, _ error) { m.leaseLost.WithLabelValues(t.Queue).Inc() },
 		OnRenew: func(_ mend.Term, _ time.Duration, err error) {
 			if err != nil {
 				m.renewFailed.Inc()
@@ -125,6 +209,7 @@ func (m *metrics) fenceHooks() fence.Hooks {
 // statusSource is the store as the SQL collector needs it.
 type statusSource interface {
 	Status(ctx context.Context) ([]storage.QueueStatus, error)
+	OldestOpen(ctx context.Context) (map[string]time.Duration, error)
 }
 
 // sqlCollector reads record and lease gauges from the database at scrape
@@ -135,6 +220,7 @@ type sqlCollector struct {
 	store   statusSource
 	timeout time.Duration
 	log     *slog.Logger
+	onQueue func(queue string) // each queue the scrape saw (metrics.touchQueue)
 
 	up, records, due, oldest, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
 }
@@ -145,7 +231,7 @@ func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) 
 		up:         prometheus.NewDesc("mend_status_up", "1 if the last scrape could read mend's tables, else 0.", nil, nil),
 		records:    prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time.", []string{"queue", "state"}, nil),
 		due:        prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
-		oldest:     prometheus.NewDesc("mend_oldest_due_seconds", "How long the longest-overdue record of the queue has been due, by the database clock; 0 when nothing is due.", []string{"queue"}, nil),
+		oldest:     prometheus.NewDesc("mend_oldest_due_seconds", "How long the queue's oldest unfinished record (pending, waiting or settled, in backoff or due) has been owed a repair, by the database clock; absent when the queue has none.", []string{"queue"}, nil),
 		leaseHeld:  prometheus.NewDesc("mend_lease_held", "1 if the queue's lease term is current by the database clock.", []string{"queue"}, nil),
 		leaseEpoch: prometheus.NewDesc("mend_lease_epoch", "The queue's latest lease epoch.", []string{"queue"}, nil),
 		leaseLeft:  prometheus.NewDesc("mend_lease_seconds_left", "Seconds until the queue's lease term expires by the database clock (negative: expired).", []string{"queue"}, nil),
@@ -169,13 +255,24 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
 	}
+	oldest, err := c.store.OldestOpen(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read the oldest unfinished records", "err", err)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	for _, q := range st {
+		if c.onQueue != nil {
+			c.onQueue(q.Queue)
+		}
 		for _, s := range allStates {
 			ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(q.Counts[s]), q.Queue, string(s))
 		}
 		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(q.Due), q.Queue)
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Queue)
+		if age, ok := oldest[q.Queue]; ok {
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age.Seconds(), q.Queue)
+		}
 		if l := q.Lease; l != nil {
 			held := 0.0
 			if l.Live() {
@@ -188,14 +285,35 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// pinger is the database as /readyz needs it.
-type pinger interface {
-	PingContext(ctx context.Context) error
+// readiness reports whether mend run can do its work: mend's database
+// answers and holds the schema this binary needs, clean. A replica whose
+// every pass would fail on a missing table is not ready.
+func readiness(db *sql.DB) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := db.PingContext(ctx); err != nil {
+			return fmt.Errorf("database unreachable: %w", err)
+		}
+		v, dirty, err := storage.ReadSchemaVersion(ctx, db)
+		if err != nil {
+			return err
+		}
+		latest, err := migrations.Mend.Latest()
+		if err != nil {
+			return err
+		}
+		switch {
+		case dirty:
+			return fmt.Errorf("mend's schema is dirty at version %d (see mend migrate)", v)
+		case v != latest:
+			return fmt.Errorf("mend's schema is at version %d, this binary needs %d (run mend migrate up)", v, latest)
+		}
+		return nil
+	}
 }
 
 // newHTTPHandler serves /metrics, /healthz (the process answers) and
-// /readyz (the database answers).
-func newHTTPHandler(m *metrics, db pinger, scrub *scrubber) http.Handler {
+// /readyz (ready reports nil).
+func newHTTPHandler(m *metrics, ready func(context.Context) error, scrub *scrubber) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -204,8 +322,8 @@ func newHTTPHandler(m *metrics, db pinger, scrub *scrubber) http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := db.PingContext(ctx); err != nil {
-			http.Error(w, scrub.clean("database unreachable: "+oneLine(err.Error())), http.StatusServiceUnavailable)
+		if err := ready(ctx); err != nil {
+			http.Error(w, scrub.clean("not ready: "+oneLine(err.Error())), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

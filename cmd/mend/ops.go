@@ -1,17 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
@@ -44,9 +49,13 @@ func writeJSON(w io.Writer, v any) error {
 // ---- migrate ----
 
 func runMigrate(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("migrate", "up|down|version|force VERSION ", "Apply (up), revert (down) or show (version) mend's schema, or record a version by hand after repairing a dirty schema (force).", true)
-	yes := f.Bool("yes", false, "confirm 'down', which drops every mend table and its data")
-	// The action (and force's version) may come before or after the flags.
+	f := a.newFlags("migrate", "up [N]|down [N]|goto V|version|force V|sql ",
+		"Apply (up: all, or the next N), revert (down: all, or the last N), move to a version (goto), show the\n"+
+			"version (exit 1 if dirty), record a version by hand after repairing a dirty schema (force), or print the\n"+
+			"migrations as SQL for a DBA who applies them by hand (sql; needs no database).", true)
+	yes := f.Bool("yes", false, "confirm 'down' or a 'goto' below the current version (they drop mend's tables and data), or 'force' on a clean schema")
+	createDB := f.Bool("create-database", false, "up: create the DSN's database first if it does not exist")
+	// The action and its number may come before or after the flags.
 	var pos []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		pos, args = append(pos, args[0]), args[1:]
@@ -55,24 +64,39 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	pos = append(pos, f.Args()...)
-	var action string
-	var rest []string
-	if len(pos) > 0 {
-		action, rest = pos[0], pos[1:]
+	if len(pos) == 0 {
+		return usagef("name an action: mend migrate up [N]|down [N]|goto V|version|force V|sql")
 	}
-	var forceTo int
-	if action == "force" {
-		if len(rest) != 1 {
-			return usagef("'migrate force' needs the version the schema now matches, e.g. mend migrate force 7")
+	action, rest := pos[0], pos[1:]
+	num := -1 // the action's number; -1: none given
+	switch action {
+	case "up", "down", "goto", "force":
+		if len(rest) > 1 {
+			return usagef("unexpected argument %q after %q", rest[1], action+" "+rest[0])
 		}
-		n, err := strconv.Atoi(rest[0])
-		if err != nil || n < 0 {
-			return usagef("'migrate force' needs a version number, got %q", rest[0])
+		if len(rest) == 1 {
+			n, err := strconv.Atoi(rest[0])
+			if err != nil || n < 0 {
+				return usagef("'migrate %s' takes a non-negative number, got %q", action, rest[0])
+			}
+			num = n
+		} else if action == "goto" || action == "force" {
+			return usagef("'migrate %s' needs a version, e.g. mend migrate %s 7", action, action)
 		}
-		forceTo, rest = n, nil
+	case "version", "sql":
+		if len(rest) > 0 {
+			return usagef("unexpected argument %q after %q", rest[0], action)
+		}
+	default:
+		return usagef("unknown action %q; use up, down, goto, version, force or sql", action)
 	}
-	if len(rest) > 0 {
-		return usagef("unexpected argument %q after %q", rest[0], action)
+	list, err := migrations.Mend.List()
+	if err != nil {
+		return err
+	}
+	latest := list[len(list)-1].Version
+	if action == "sql" {
+		return printMigrationSQL(a.stdout, list)
 	}
 	dsn, err := f.needDSN()
 	if err != nil {
@@ -80,51 +104,206 @@ func runMigrate(ctx context.Context, a *app, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	cur, dirty, err := schemaVersion(ctx, dsn)
+	if isUnknownDB(err) {
+		if action != "up" || !*createDB {
+			return fmt.Errorf("%s; create it first (CREATE DATABASE %s) or run mend migrate up --create-database", oneLine(err.Error()), dbNameOf(dsn))
+		}
+		if err := createDatabase(ctx, dsn); err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "created database %s\n", dbNameOf(dsn))
+		cur, dirty, err = 0, false, nil
+	}
+	if err != nil {
+		return err
+	}
+	if dirty && action != "version" && action != "force" {
+		return fmt.Errorf("mend's schema is dirty at version %d: a migration failed half way; repair it by hand, then mend migrate force <version> (docs/operations.md, 'Dirty schema')", cur)
+	}
+	target := cur
 	switch action {
 	case "up":
-		if err := migrations.Up(ctx, dsn); err != nil {
-			return err
+		target = latest
+		if num >= 0 {
+			target = min(versionAfter(list, cur, num), latest)
 		}
 	case "down":
 		if !*yes {
-			return usagef("'migrate down' drops every mend table and its data; add --yes to confirm")
+			return usagef("'migrate down' drops mend's tables and their data; add --yes to confirm")
 		}
-		if err := migrations.Down(ctx, dsn); err != nil {
-			return err
+		target = 0
+		if num >= 0 {
+			target = versionBefore(list, cur, num)
+		}
+	case "goto":
+		if uint(num) > latest {
+			return usagef("version %d is beyond this binary's latest (%d)", num, latest)
+		}
+		if num != 0 && !slices.ContainsFunc(list, func(m migrations.Migration) bool { return m.Version == uint(num) }) {
+			return usagef("there is no migration %d", num)
+		}
+		target = uint(num)
+		if target < cur && !*yes {
+			return usagef("'migrate goto %d' reverts migrations above it, dropping mend's tables and data; add --yes to confirm", num)
 		}
 	case "force":
-		latest, err := migrations.Mend.Latest()
-		if err != nil {
+		if uint(num) > latest {
+			return usagef("version %d is beyond this binary's latest (%d)", num, latest)
+		}
+		if !dirty && !*yes {
+			return usagef("the schema is clean at version %d: force only records a version after a dirty migration was repaired by hand, and running no migration; add --yes if you really mean it", cur)
+		}
+		if err := migrations.Mend.Force(ctx, dsn, num); err != nil {
 			return err
 		}
-		if forceTo > int(latest) {
-			return usagef("version %d is beyond this binary's latest (%d)", forceTo, latest)
+		fmt.Fprintf(a.stdout, "recorded version %d as clean (no migration ran)\n", num)
+		cur, dirty = uint(num), false
+	}
+	for cur != target {
+		step, m := 1, migrationAt(list, cur, true)
+		if target < cur {
+			step, m = -1, migrationAt(list, cur, false)
 		}
-		if err := migrations.Mend.Force(ctx, dsn, forceTo); err != nil {
+		began := time.Now()
+		if err := migrations.Mend.Step(ctx, dsn, step); err != nil {
 			return err
 		}
-	case "version":
-	case "":
-		return usagef("name an action: mend migrate up|down|version|force VERSION")
-	default:
-		return usagef("unknown action %q; use up, down, version or force", action)
-	}
-	v, dirty, err := migrations.Version(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	latest, err := migrations.Mend.Latest()
-	if err != nil {
-		return err
+		verb := "applied"
+		if step < 0 {
+			verb = "reverted"
+		}
+		fmt.Fprintf(a.stdout, "%s %04d_%s in %s\n", verb, m.Version, m.Name, time.Since(began).Round(time.Millisecond))
+		if cur, dirty, err = schemaVersion(ctx, dsn); err != nil {
+			return err
+		}
 	}
 	if f.json {
-		return writeJSON(a.stdout, map[string]any{"version": v, "latest": latest, "dirty": dirty})
+		if err := writeJSON(a.stdout, map[string]any{"version": cur, "latest": latest, "dirty": dirty}); err != nil {
+			return err
+		}
+	} else {
+		state := "clean"
+		if dirty {
+			state = "DIRTY (a migration failed half way; repair it by hand, then mend migrate force <version>; see docs/operations.md)"
+		}
+		fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", cur, latest, state)
 	}
-	state := "clean"
 	if dirty {
-		state = "DIRTY (a migration failed half way; repair it by hand, then mend migrate force <version>; see docs/operations.md)"
+		return fmt.Errorf("mend's schema is dirty at version %d", cur)
 	}
-	fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", v, latest, state)
+	return nil
+}
+
+// schemaVersion reads the version without creating the bookkeeping table.
+func schemaVersion(ctx context.Context, dsn string) (uint, bool, error) {
+	cfg, err := storage.NormalizeDSN(dsn)
+	if err != nil {
+		return 0, false, usagef("--dsn: %v", err)
+	}
+	db, err := openConfig(ctx, cfg)
+	if err != nil {
+		return 0, false, err
+	}
+	defer db.Close()
+	return storage.ReadSchemaVersion(ctx, db)
+}
+
+// isUnknownDB reports the server's "Unknown database" (1049).
+func isUnknownDB(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1049
+}
+
+func dbNameOf(dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "<database>"
+	}
+	return quoteIdent(cfg.DBName)
+}
+
+// createDatabase creates the DSN's database with the binary collation
+// mend's tables use anyway.
+func createDatabase(ctx context.Context, dsn string) error {
+	cfg, err := storage.NormalizeDSN(dsn)
+	if err != nil {
+		return usagef("--dsn: %v", err)
+	}
+	name := cfg.DBName
+	cfg.DBName = ""
+	db, err := openConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(name)+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		return fmt.Errorf("create database %s: %w", quoteIdent(name), err)
+	}
+	return nil
+}
+
+// migrationAt is the migration that moves the schema from cur: the next one
+// up, or cur's own one down.
+func migrationAt(list []migrations.Migration, cur uint, up bool) migrations.Migration {
+	for i, m := range list {
+		if up && m.Version > cur {
+			return m
+		}
+		if !up && m.Version == cur {
+			return list[i]
+		}
+	}
+	return migrations.Migration{Version: cur, Name: "?"}
+}
+
+// versionAfter is the version n migrations above cur.
+func versionAfter(list []migrations.Migration, cur uint, n int) uint {
+	v := cur
+	for _, m := range list {
+		if n == 0 {
+			break
+		}
+		if m.Version > cur {
+			v, n = m.Version, n-1
+		}
+	}
+	return v
+}
+
+// versionBefore is the version n migrations below cur (0: none applied).
+func versionBefore(list []migrations.Migration, cur uint, n int) uint {
+	var below []uint
+	for _, m := range list {
+		if m.Version < cur {
+			below = append(below, m.Version)
+		}
+	}
+	if n > len(below) {
+		return 0
+	}
+	if n == 0 {
+		return cur
+	}
+	if i := len(below) - n; i >= 0 && i < len(below) {
+		return below[i]
+	}
+	return 0
+}
+
+// printMigrationSQL prints every up migration in order, then the
+// bookkeeping statements mend migrate would run, so a DBA can apply the
+// schema by hand and mend still knows the version.
+func printMigrationSQL(w io.Writer, list []migrations.Migration) error {
+	fmt.Fprintln(w, "-- mend's schema, every migration in order; apply as a user with the DDL grants of docs/operations.md.")
+	for _, m := range list {
+		fmt.Fprintf(w, "\n-- %04d_%s.up.sql\n%s;\n", m.Version, m.Name, strings.TrimRight(strings.TrimSpace(m.Up), ";"))
+	}
+	latest := list[len(list)-1].Version
+	fmt.Fprintf(w, "\n-- Record the version, as mend migrate does.\n"+
+		"CREATE TABLE IF NOT EXISTS %s (version BIGINT NOT NULL PRIMARY KEY, dirty BOOLEAN NOT NULL);\n"+
+		"DELETE FROM %s;\nINSERT INTO %s (version, dirty) VALUES (%d, 0);\n",
+		migrations.Mend.Table, migrations.Mend.Table, migrations.Mend.Table, latest)
 	return nil
 }
 
@@ -196,7 +375,9 @@ func printStatus(w io.Writer, st []storage.QueueStatus) error {
 			case l.Live():
 				lease = fmt.Sprintf("held by %s, epoch %d, %s left", l.Term.Holder, l.Term.Epoch, fmtAge(l.Remaining))
 			case l.Term.Epoch > 0:
-				lease = fmt.Sprintf("free (last epoch %d, %s)", l.Term.Epoch, l.Term.Holder)
+				// How the last term ended: released, ended by an operator, or
+				// expired (ran out without a release: a dead or hung holder).
+				lease = fmt.Sprintf("free (last epoch %d, %s, %s)", l.Term.Epoch, l.Term.Holder, cmp.Or(l.Ended, "ended"))
 			}
 		}
 		c := q.Counts
@@ -280,13 +461,14 @@ func toEventsJSON(evs []mend.Event) []eventJSON {
 }
 
 func runInspect(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("inspect", "", "Show a record and its full event history. With only --queue, list the queue's newest records.", true)
+	f := a.newFlags("inspect", "", "Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", true)
 	queue := f.String("queue", "", "the queue (optional with --record)")
+	state := f.String("state", "", "list records in this state (pending, waiting, settled, parked, done), across queues unless --queue is given")
 	recordID := f.String("record", "", "record ID (32 hex characters)")
 	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq")
 	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
 	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
-	limit := f.Int("limit", 50, "how many records to list with only --queue")
+	limit := f.Int("limit", 50, "how many records to list (with --queue or --state)")
 	dsn, err := f.parseWithDSN(args)
 	if err != nil {
 		return err
@@ -301,8 +483,12 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 		if *queue == "" || *topic == "" {
 			return usagef("--message-id needs --queue and --topic (and --partition if it is not empty)")
 		}
+	case *state != "":
+		if !mend.State(*state).Valid() {
+			return usagef("--state %q is not a record state: pending, waiting, settled, parked or done", *state)
+		}
 	case *queue == "":
-		return usagef("name what to inspect: --record ID, or --queue Q (with --topic and --message-id for one message)")
+		return usagef("name what to inspect: --record ID, --state S, or --queue Q (with --topic and --message-id for one message)")
 	}
 	if *limit < 1 {
 		return usagef("--limit must be at least 1")
@@ -326,12 +512,18 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 				}
 				return err
 			}
+		case *state != "":
+			recs, err := store.RecordsSelect(ctx, storage.RecordFilter{State: mend.State(*state), Queue: *queue, Limit: *limit})
+			if err != nil {
+				return err
+			}
+			return a.printRecordList(f.json, "state "+*state, recs)
 		default:
 			recs, err := store.RecordsList(ctx, *queue, *limit)
 			if err != nil {
 				return err
 			}
-			return a.printRecordList(f.json, *queue, recs)
+			return a.printRecordList(f.json, "queue "+strconv.Quote(*queue), recs)
 		}
 		evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
 		if err != nil {
@@ -356,7 +548,7 @@ func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
 	return tw.Flush()
 }
 
-func (a *app) printRecordList(asJSON bool, queue string, recs []mend.Record) error {
+func (a *app) printRecordList(asJSON bool, what string, recs []mend.Record) error {
 	if asJSON {
 		out := make([]recordJSON, len(recs))
 		for i, r := range recs {
@@ -365,13 +557,13 @@ func (a *app) printRecordList(asJSON bool, queue string, recs []mend.Record) err
 		return writeJSON(a.stdout, out)
 	}
 	if len(recs) == 0 {
-		fmt.Fprintf(a.stdout, "queue %q has no records\n", queue)
+		fmt.Fprintf(a.stdout, "no records (%s)\n", what)
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RECORD\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+	fmt.Fprintln(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
 			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
 	}
 	return tw.Flush()
@@ -420,13 +612,13 @@ func clipLine(s string, n int) string {
 // ---- record ----
 
 func runRecord(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("record", "", "Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message again returns the existing record.", true)
+	f := a.newFlags("record", "", "Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message with the same payload again returns the\nexisting record; with a different payload it is an error that shows both.", true)
 	queue := f.String("queue", "", "the queue (required; cross-checked: the record is filed under the queue the payload names)")
 	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
-	partition := f.String("partition", "", "the partition key (usually the queue)")
+	partition := f.String("partition", "", "the partition key, usually the queue (required; pass --partition '' for an empty one)")
 	messageID := f.String("message-id", "", "the message ID (required)")
-	payloadFile := f.String("payload-file", "", "file holding the payload; - reads stdin")
-	payload := f.String("payload", "", "the payload inline (instead of --payload-file)")
+	payloadFile := f.String("payload-file", "", "file holding the payload; - reads stdin (this or --payload is required)")
+	payload := f.String("payload", "", "the payload inline; - reads stdin (this or --payload-file is required)")
 	failures := f.Int("failure-count", 0, "how often the message failed")
 	lastErr := f.String("last-error", "", "the message's last error")
 	actor := f.String("actor", "operator", "who records it, kept in the event log")
@@ -440,19 +632,35 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 	}
-	if *payload != "" && *payloadFile != "" {
-		return usagef("give --payload or --payload-file, not both")
+	// An omitted partition must not silently mean "": the record's
+	// identity would not match the dead letter's.
+	if !f.given("partition") {
+		return usagef("--partition is required (or MEND_PARTITION): the dead letter's partition key, usually the queue; pass --partition '' if it really is empty")
 	}
-	body := []byte(*payload)
-	if *payloadFile != "" {
-		if *payloadFile == "-" {
-			body, err = io.ReadAll(os.Stdin)
-		} else {
-			body, err = os.ReadFile(*payloadFile)
+	pay := func() ([]byte, error) {
+		switch {
+		case f.given("payload") && f.given("payload-file"):
+			return nil, usagef("give --payload or --payload-file, not both")
+		case *payload == "-" || *payloadFile == "-":
+			b, err := io.ReadAll(os.Stdin)
+			if err != nil {
+				return nil, fmt.Errorf("read the payload from stdin: %w", err)
+			}
+			return b, nil
+		case f.given("payload-file"):
+			b, err := os.ReadFile(*payloadFile)
+			if err != nil {
+				return nil, usagef("--payload-file: %v", err)
+			}
+			return b, nil
+		case f.given("payload"):
+			return []byte(*payload), nil
 		}
-		if err != nil {
-			return usagef("--payload-file: %v", err)
-		}
+		return nil, usagef("the payload is required: --payload TEXT, --payload-file FILE, or - for stdin (without it the record could never be repaired)")
+	}
+	body, err := pay()
+	if err != nil {
+		return err
 	}
 	d := dlq.Delivery{
 		Source:       mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID},
@@ -475,12 +683,19 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 			}
 			return err
 		}
+		if !res.Created && !bytes.Equal(res.Record.Snapshot.Payload, body) {
+			// First writer wins: the stored payload is what will be
+			// repaired, so the operator must know theirs was not taken.
+			return fmt.Errorf("message %q is already recorded as %s with a different payload, which is kept: stored %s, given %s; "+
+				"record the corrected dead letter under a new --message-id (and mend resolve the old record once it is handled)",
+				*messageID, res.Record.ID, quotePayload(res.Record.Snapshot.Payload), quotePayload(body))
+		}
 		if f.json {
 			return writeJSON(a.stdout, map[string]any{"created": res.Created, "record": toRecordJSON(res.Record)})
 		}
 		verb := "recorded"
 		if !res.Created {
-			verb = "already recorded"
+			verb = "already recorded (same payload)"
 		}
 		fmt.Fprintf(a.stdout, "%s %s in queue %q: state %s", verb, res.Record.ID, res.Record.Source.Queue, res.Record.State)
 		if res.Record.State == mend.StateParked {
@@ -491,41 +706,11 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 	})
 }
 
-// ---- retry ----
-
-func runRetry(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("retry", "", "Put a parked record back to pending, due now; the next reconciler pass repairs it.", true)
-	recordID := f.String("record", "", "the parked record's ID (required)")
-	actor := f.String("actor", "operator", "who retries it, kept in the event log")
-	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
+// quotePayload shows a payload in an error line: quoted, clipped, and in
+// hex when it is not text.
+func quotePayload(b []byte) string {
+	if !utf8.Valid(b) {
+		return fmt.Sprintf("(hex) %x", b[:min(len(b), 200)])
 	}
-	if err := requireFlag("record", *recordID); err != nil {
-		return err
-	}
-	id, err := mend.ParseRecordID(*recordID)
-	if err != nil {
-		return usagef("--record: %v", err)
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		before, err := store.RecordFind(ctx, id)
-		if err != nil {
-			return err
-		}
-		rec, err := store.RecordRetry(ctx, storage.RetryParams{ID: id, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
-		if errors.Is(err, storage.ErrNotParked) {
-			return fmt.Errorf("record %s is %s, not parked: only parked records can be retried", id, before.State)
-		}
-		if err != nil {
-			return err
-		}
-		if f.json {
-			return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "was_parked_for": before.LastError})
-		}
-		fmt.Fprintf(a.stdout, "record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it\n",
-			rec.ID, rec.Source.Queue, clipLine(before.LastError, 200))
-		return nil
-	})
+	return strconv.Quote(clipLine(string(b), 300))
 }

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/mendq/mend"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/planner"
@@ -47,6 +50,10 @@ func (c runConfig) validate() error {
 		return usagef("--grace must be positive")
 	case c.RetryBase < 0 || c.RetryMax < 0 || (c.RetryBase > 0 && c.RetryMax > 0 && c.RetryBase > c.RetryMax):
 		return usagef("--retry-base and --retry-max must not be negative, and the base not above the max")
+	case c.Retention == 0:
+		// Zero would read as "keep nothing", which the pruner cannot mean
+		// safely, or as "the default", which it does not say.
+		return usagef("--retention 0 is ambiguous: give how long done records are kept (e.g. 336h), or a negative value to keep them forever")
 	}
 	return nil
 }
@@ -56,7 +63,7 @@ func runRun(ctx context.Context, a *app, args []string) error {
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build); default: --dsn")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
-	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if a queue's repair failed")
+	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
 	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
@@ -100,7 +107,8 @@ type service struct {
 func (s *service) close() error { return errors.Join(s.host.Close(), s.store.Close()) }
 
 // wire connects to the databases and builds the reconciler.
-func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics) (*service, error) {
+// Failed attempts are reported to failed (when set) as well as to m.
+func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed *attemptLog) (*service, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// A client that hangs mid-transaction must not hold the lease row (and
@@ -130,6 +138,9 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics) (*serv
 	var rh reconcile.Hooks
 	if m != nil {
 		fh, ph, rh = m.fenceHooks(), m.plannerHooks(), m.reconcileHooks()
+	}
+	if failed != nil {
+		ph.OnAttemptFailed = chainAttemptFailed(ph.OnAttemptFailed, failed.add)
 	}
 	if s.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: log, Hooks: fh}); err != nil {
 		return fail(usagef("lease settings: %v", err))
@@ -162,14 +173,20 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	if c.MetricsAddr != "" {
 		m = newMetrics()
 	}
-	svc, err := wire(ctx, c, log, m)
+	var failed *attemptLog
+	if c.Once {
+		failed = &attemptLog{}
+	}
+	svc, err := wire(ctx, c, log, m, failed)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, svc.close()) }()
 	if m != nil {
-		m.reg.MustRegister(newSQLCollector(ctx, svc.store, clog))
-		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, svc.store.SQL(), scrub))
+		col := newSQLCollector(ctx, svc.store, clog)
+		col.onQueue = m.touchQueue
+		m.reg.MustRegister(col)
+		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, readiness(svc.store.SQL()), scrub))
 		if err != nil {
 			return err
 		}
@@ -192,6 +209,11 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		clog.Info("pass done", "queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
 			"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed, "done", r.Done,
 			"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned)
+		// For cron a pass is a success only if nothing it tried failed: a
+		// failed attempt is rescheduled, but someone should look.
+		if err := failed.err(); err != nil {
+			return err
+		}
 		if ps.Failed > 0 {
 			return fmt.Errorf("%d queue(s) could not be repaired this pass; see the log above", ps.Failed)
 		}
@@ -205,4 +227,48 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	svc.rec.Stop()
 	clog.Info("stopped cleanly")
 	return nil
+}
+
+// attemptLog collects the attempts that failed during one pass, so that
+// run --once can say which records failed and exit 1.
+type attemptLog struct {
+	mu     sync.Mutex
+	failed []string
+}
+
+// maxNamed bounds how many failed records run --once names in its error.
+const maxNamed = 5
+
+func (l *attemptLog) add(queue string, id mend.RecordID, what string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failed = append(l.failed, fmt.Sprintf("record %s (queue %q): %s: %v", id, queue, what, err))
+}
+
+// err is nil when no attempt failed, else one line naming the records.
+func (l *attemptLog) err() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failed) == 0 {
+		return nil
+	}
+	named := l.failed[:min(len(l.failed), maxNamed)]
+	more := ""
+	if n := len(l.failed) - len(named); n > 0 {
+		more = fmt.Sprintf("; and %d more (see the log)", n)
+	}
+	return fmt.Errorf("%d repair attempt(s) failed this pass and are retried later: %s%s", len(l.failed), strings.Join(named, "; "), more)
+}
+
+func chainAttemptFailed(fns ...func(string, mend.RecordID, string, error)) func(string, mend.RecordID, string, error) {
+	return func(queue string, id mend.RecordID, what string, err error) {
+		for _, fn := range fns {
+			if fn != nil {
+				fn(queue, id, what, err)
+			}
+		}
+	}
 }

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/storage"
+)
+
+// ---- retry and resolve ----
+
+// selection is how retry and resolve pick their records: one by --record,
+// or every record matching --queue, --state and --reason-contains, shown
+// first (a dry run) and changed only with --yes.
+type selection struct {
+	record, queue, state, contains *string
+	limit                          *int
+	yes                            *bool
+}
+
+func addSelection(f *flags, verb string) *selection {
+	return &selection{
+		record:   f.String("record", "", "the record's ID (32 hex characters); or select several with --queue, --state, --reason-contains"),
+		queue:    f.String("queue", "", "select the records of this queue"),
+		state:    f.String("state", string(mend.StateParked), "select records in this state"),
+		contains: f.String("reason-contains", "", "select records whose last error (why they were parked) contains this text, case-sensitively"),
+		limit:    f.Int("limit", 1000, "at most this many selected records"),
+		yes:      f.Bool("yes", false, "with a selection: "+verb+" the records listed (without it, only list them and count)"),
+	}
+}
+
+// pick returns the records to act on and whether this is only a dry run.
+func (s *selection) pick(ctx context.Context, store *storage.DB, f *flags) ([]mend.Record, bool, error) {
+	if *s.record != "" {
+		if f.given("queue") || f.given("reason-contains") || f.given("state") {
+			return nil, false, usagef("give --record, or a selection (--queue, --state, --reason-contains), not both")
+		}
+		id, err := mend.ParseRecordID(*s.record)
+		if err != nil {
+			return nil, false, usagef("--record: %v", err)
+		}
+		rec, err := store.RecordFind(ctx, id)
+		if err != nil {
+			return nil, false, err
+		}
+		return []mend.Record{rec}, false, nil
+	}
+	if !f.given("queue") && !f.given("reason-contains") && !f.given("state") {
+		return nil, false, usagef("name the records: --record ID, or select with --queue Q, --state S and/or --reason-contains TEXT")
+	}
+	if *s.limit < 1 {
+		return nil, false, usagef("--limit must be at least 1")
+	}
+	recs, err := store.RecordsSelect(ctx, storage.RecordFilter{State: mend.State(*s.state), Queue: *s.queue,
+		ReasonContains: *s.contains, Limit: *s.limit})
+	if errors.Is(err, mend.ErrInvalid) {
+		return nil, false, usagef("%v", err)
+	}
+	return recs, !*s.yes, err
+}
+
+// listSelection prints a dry run: what would be changed, and how to do it.
+func (a *app) listSelection(verb string, recs []mend.Record, skip func(mend.Record) string) {
+	n := 0
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RECORD\tQUEUE\tSTATE\tLAST ERROR")
+	for _, r := range recs {
+		note := clipLine(r.LastError, 100)
+		if why := skip(r); why != "" {
+			note = "SKIPPED: " + why
+		} else {
+			n++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, note)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(a.stdout, "would %s %d of %d selected record(s); add --yes to do it\n", verb, n, len(recs))
+}
+
+// noTarget says why a retry cannot help a record: it has nothing to repair.
+func noTarget(r mend.Record) string {
+	if r.Target.BatchID == "" || r.Target.Desired == mend.OutcomeNone {
+		return "its dead letter names no batch to repair (undecodable or not mend's topic); a retry would only fail again"
+	}
+	return ""
+}
+
+func runRetry(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("retry", "", "Put parked records back to pending, due now; the next reconciler pass repairs them.\n"+
+		"A record whose dead letter names nothing to repair is refused: record a corrected copy, then mend resolve it.", true)
+	sel := addSelection(f, "retry")
+	actor := f.String("actor", "operator", "who retries, kept in the event log")
+	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
+	dsn, err := f.parseWithDSN(args)
+	if err != nil {
+		return err
+	}
+	if *sel.state != string(mend.StateParked) {
+		return usagef("--state must be parked: only parked records can be retried")
+	}
+	skip := func(r mend.Record) string {
+		if r.State != mend.StateParked {
+			return fmt.Sprintf("it is %s, not parked: only parked records can be retried", r.State)
+		}
+		return noTarget(r)
+	}
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		recs, dry, err := sel.pick(ctx, store, f)
+		if err != nil {
+			return err
+		}
+		if dry {
+			a.listSelection("retry", recs, skip)
+			return nil
+		}
+		return a.each(f.json, "retry", recs, skip, func(r mend.Record) (mend.Record, error) {
+			return store.RecordRetry(ctx, storage.RetryParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+		}, func(before, after mend.Record) string {
+			return fmt.Sprintf("record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it",
+				after.ID, after.Source.Queue, clipLine(before.LastError, 200))
+		})
+	})
+}
+
+func runResolve(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("resolve", "", "Close records by hand once their repair was done another way (or is not needed): each gets a resolved\n"+
+		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", true)
+	sel := addSelection(f, "resolve")
+	actor := f.String("actor", "operator", "who resolves, kept in the event log")
+	reason := f.String("reason", "", "why the record is closed by hand (required), kept in the event log")
+	dsn, err := f.parseWithDSN(args)
+	if err != nil {
+		return err
+	}
+	if err := requireFlag("reason", *reason); err != nil {
+		return err
+	}
+	if *sel.state == string(mend.StateDone) {
+		return usagef("--state done: done records are closed already")
+	}
+	skip := func(r mend.Record) string {
+		if r.State == mend.StateDone {
+			return "it is done already"
+		}
+		return ""
+	}
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		recs, dry, err := sel.pick(ctx, store, f)
+		if err != nil {
+			return err
+		}
+		if dry {
+			a.listSelection("resolve", recs, skip)
+			return nil
+		}
+		return a.each(f.json, "resolve", recs, skip, func(r mend.Record) (mend.Record, error) {
+			return store.RecordResolve(ctx, storage.ResolveParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+		}, func(before, after mend.Record) string {
+			return fmt.Sprintf("record %s in queue %q is resolved (it was %s: %s)", after.ID, after.Source.Queue, before.State, clipLine(before.LastError, 200))
+		})
+	})
+}
+
+// each applies do to every record that skip lets through and reports each
+// result. A single record (--record) that is skipped is an error; in a
+// selection, skipped records are listed and counted, and the command fails
+// only if a change itself failed.
+func (a *app) each(asJSON bool, verb string, recs []mend.Record, skip func(mend.Record) string,
+	do func(mend.Record) (mend.Record, error), say func(before, after mend.Record) string) error {
+	type result struct {
+		Record  recordJSON `json:"record"`
+		WasFor  string     `json:"previous_error,omitempty"`
+		Skipped string     `json:"skipped,omitempty"`
+		Error   string     `json:"error,omitempty"`
+	}
+	var out []result
+	var failed, skipped int
+	for _, r := range recs {
+		if why := skip(r); why != "" {
+			if len(recs) == 1 {
+				return fmt.Errorf("record %s: cannot %s: %s", r.ID, verb, why)
+			}
+			skipped++
+			out = append(out, result{Record: toRecordJSON(r), Skipped: why})
+			if !asJSON {
+				fmt.Fprintf(a.stdout, "skipped %s: %s\n", r.ID, why)
+			}
+			continue
+		}
+		after, err := do(r)
+		if err != nil {
+			if len(recs) == 1 {
+				return err
+			}
+			failed++
+			out = append(out, result{Record: toRecordJSON(r), Error: err.Error()})
+			if !asJSON {
+				fmt.Fprintf(a.stdout, "FAILED %s: %s\n", r.ID, a.scrub.clean(oneLine(err.Error())))
+			}
+			continue
+		}
+		out = append(out, result{Record: toRecordJSON(after), WasFor: r.LastError})
+		if !asJSON {
+			fmt.Fprintln(a.stdout, say(r, after))
+		}
+	}
+	if asJSON {
+		if out == nil {
+			out = []result{}
+		}
+		if err := writeJSON(a.stdout, out); err != nil {
+			return err
+		}
+	} else if len(recs) != 1 {
+		fmt.Fprintf(a.stdout, "%s: %d done, %d skipped, %d failed (of %d selected)\n", verb, len(recs)-skipped-failed, skipped, failed, len(recs))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d record(s) could not be changed; see the list above", failed, len(recs))
+	}
+	return nil
+}
+
+// ---- lease ----
+
+func runLease(ctx context.Context, a *app, args []string) error {
+	f := a.newFlags("lease", "list|history|release ", "Show the queues' lease terms (list), a queue's past terms (history), or end a dead holder's term now\n"+
+		"(release --queue Q --epoch E): only that exact term ends, recorded as ended by the operator; its holder's\n"+
+		"writes are refused from then on, and the next replica takes the queue with a higher epoch.", true)
+	queue := f.String("queue", "", "the queue (history, release)")
+	epoch := f.Int64("epoch", 0, "release: the epoch of the term to end, as lease list shows it")
+	limit := f.Int("limit", 50, "history: at most this many terms, newest first")
+	var pos []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	pos = append(pos, f.Args()...)
+	if len(pos) != 1 {
+		return usagef("name one action: mend lease list|history|release")
+	}
+	action := pos[0]
+	switch action {
+	case "list":
+	case "history":
+		if err := requireFlag("queue", *queue); err != nil {
+			return err
+		}
+		if *limit < 1 {
+			return usagef("--limit must be at least 1")
+		}
+	case "release":
+		if err := requireFlag("queue", *queue); err != nil {
+			return err
+		}
+		if *epoch < 1 {
+			return usagef("--epoch is required (or MEND_EPOCH): the term to end, as mend lease list shows it")
+		}
+	default:
+		return usagef("unknown action %q; use list, history or release", action)
+	}
+	dsn, err := f.needDSN()
+	if err != nil {
+		return err
+	}
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		switch action {
+		case "list":
+			leases, err := store.LeaseList(ctx)
+			if err != nil {
+				return err
+			}
+			return a.printLeases(f.json, leases)
+		case "history":
+			terms, err := store.LeaseHistory(ctx, *queue, *limit)
+			if errors.Is(err, mend.ErrInvalid) {
+				return usagef("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			return a.printLeaseHistory(f.json, *queue, terms)
+		}
+		term, err := store.LeaseEndByOperator(ctx, *queue, *epoch)
+		if errors.Is(err, mend.ErrLeaseLost) {
+			return fmt.Errorf("queue %q has no live term at epoch %d (it ended already, or a newer term replaced it; see mend lease list): nothing changed", *queue, *epoch)
+		}
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndOperator})
+		}
+		fmt.Fprintf(a.stdout, "ended the term of %q at epoch %d on queue %q; its writes are refused from now on, and the next replica takes the queue at epoch %d or later\n",
+			term.Holder, term.Epoch, term.Queue, term.Epoch+1)
+		return nil
+	})
+}
+
+func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
+	if asJSON {
+		out := make([]map[string]any, len(leases))
+		for i, l := range leases {
+			out[i] = map[string]any{"queue": l.Term.Queue, "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
+				"seconds_left": max(l.Remaining.Seconds(), 0), "expires_at": l.ExpiresAt.Format(time.RFC3339Nano)}
+		}
+		return writeJSON(a.stdout, out)
+	}
+	if len(leases) == 0 {
+		fmt.Fprintln(a.stdout, "no queue was ever leased")
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tSTATUS\tHOLDER\tEPOCH\tTIME LEFT")
+	for _, l := range leases {
+		status, left := "free", "-"
+		switch {
+		case l.Term.Epoch == 0:
+			status = "never held"
+		case l.Live():
+			status, left = "held", fmtAge(l.Remaining)
+		case l.Ended != "":
+			status = l.Ended // released, expired (ran out without a release), or by an operator
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
+	}
+	return tw.Flush()
+}
+
+func (a *app) printLeaseHistory(asJSON bool, queue string, terms []storage.LeaseTerm) error {
+	if asJSON {
+		out := make([]map[string]any, len(terms))
+		for i, t := range terms {
+			m := map[string]any{"queue": t.Term.Queue, "epoch": t.Term.Epoch, "holder": t.Term.Holder,
+				"acquired_at": t.AcquiredAt.Format(time.RFC3339Nano), "ended_at": nil, "ended_how": t.EndedHow}
+			if t.EndedAt != nil {
+				m["ended_at"] = t.EndedAt.Format(time.RFC3339Nano)
+			}
+			out[i] = m
+		}
+		return writeJSON(a.stdout, out)
+	}
+	if len(terms) == 0 {
+		fmt.Fprintf(a.stdout, "queue %q has no lease history\n", queue)
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EPOCH\tHOLDER\tACQUIRED (UTC)\tENDED (UTC)\tHOW")
+	for _, t := range terms {
+		ended, how := "-", "(current, or expired and not yet replaced)"
+		if t.EndedAt != nil {
+			ended, how = t.EndedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EndedHow
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", t.Term.Epoch, t.Term.Holder, t.AcquiredAt.UTC().Format("2006-01-02 15:04:05.000"), ended, how)
+	}
+	return tw.Flush()
+}
