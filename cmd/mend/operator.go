@@ -21,6 +21,7 @@ type selection struct {
 	record, queue, state, contains *string
 	limit                          *int
 	yes                            *bool
+	id                             mend.RecordID // parsed --record, set by check
 }
 
 func addSelection(f *flags, verb string) *selection {
@@ -34,27 +35,38 @@ func addSelection(f *flags, verb string) *selection {
 	}
 }
 
-// pick returns the records to act on and whether this is only a dry run.
-func (s *selection) pick(ctx context.Context, store *storage.DB, f *flags) ([]mend.Record, bool, error) {
+// check validates the selection's flags, before anything connects: a bad
+// record ID or a mixed selection is a usage error, never a database error.
+func (s *selection) check(f *flags) error {
 	if *s.record != "" {
 		if f.given("queue") || f.given("reason-contains") || f.given("state") {
-			return nil, false, usagef("give --record, or a selection (--queue, --state, --reason-contains), not both")
+			return usagef("give --record, or a selection (--queue, --state, --reason-contains), not both")
 		}
 		id, err := mend.ParseRecordID(*s.record)
 		if err != nil {
-			return nil, false, usagef("--record: %v", err)
+			return usagef("--record: %v", err)
 		}
-		rec, err := store.RecordFind(ctx, id)
+		s.id = id
+		return nil
+	}
+	if !f.given("queue") && !f.given("reason-contains") && !f.given("state") {
+		return usagef("name the records: --record ID, or select with --queue Q, --state S and/or --reason-contains TEXT")
+	}
+	if *s.limit < 1 {
+		return usagef("--limit must be at least 1")
+	}
+	return nil
+}
+
+// pick returns the records to act on and whether this is only a dry run.
+// Call check first.
+func (s *selection) pick(ctx context.Context, store *storage.DB) ([]mend.Record, bool, error) {
+	if *s.record != "" {
+		rec, err := store.RecordFind(ctx, s.id)
 		if err != nil {
 			return nil, false, err
 		}
 		return []mend.Record{rec}, false, nil
-	}
-	if !f.given("queue") && !f.given("reason-contains") && !f.given("state") {
-		return nil, false, usagef("name the records: --record ID, or select with --queue Q, --state S and/or --reason-contains TEXT")
-	}
-	if *s.limit < 1 {
-		return nil, false, usagef("--limit must be at least 1")
 	}
 	recs, err := store.RecordsSelect(ctx, storage.RecordFilter{State: mend.State(*s.state), Queue: *s.queue,
 		ReasonContains: *s.contains, Limit: *s.limit})
@@ -100,6 +112,9 @@ func runRetry(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := sel.check(f); err != nil {
+		return err
+	}
 	if *sel.state != string(mend.StateParked) {
 		return usagef("--state must be parked: only parked records can be retried")
 	}
@@ -110,7 +125,7 @@ func runRetry(ctx context.Context, a *app, args []string) error {
 		return noTarget(r)
 	}
 	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		recs, dry, err := sel.pick(ctx, store, f)
+		recs, dry, err := sel.pick(ctx, store)
 		if err != nil {
 			return err
 		}
@@ -137,6 +152,9 @@ func runResolve(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := sel.check(f); err != nil {
+		return err
+	}
 	if err := requireFlag("reason", *reason); err != nil {
 		return err
 	}
@@ -150,7 +168,7 @@ func runResolve(ctx context.Context, a *app, args []string) error {
 		return ""
 	}
 	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		recs, dry, err := sel.pick(ctx, store, f)
+		recs, dry, err := sel.pick(ctx, store)
 		if err != nil {
 			return err
 		}
