@@ -107,7 +107,18 @@ type DB struct {
 // DATETIME(6) columns are UTC), client-side interpolation (one round trip per
 // statement) and a strict sql_mode. It refuses clientFoundRows=true, which
 // would make a no-op upsert look like an insert.
-func NormalizeDSN(dsn string) (*mysql.Config, error) { return mysqlx.NormalizeDSN("dsn", dsn) }
+//
+// It also turns multiStatements on: the store sends a write transaction's
+// statements together (see batchTx for why that is safe). The host adapter's
+// pools keep it off.
+func NormalizeDSN(dsn string) (*mysql.Config, error) {
+	cfg, err := mysqlx.NormalizeDSN("dsn", dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MultiStatements = true
+	return cfg, nil
+}
 
 // Open connects to the database named in dsn (see NormalizeDSN) and checks
 // that it answers and is not a multi-primary cluster (ErrTopology; see
