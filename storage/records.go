@@ -202,46 +202,16 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	if err := validateCreate(&p, d.maxPayload); err != nil {
 		return mend.Record{}, false, err
 	}
-	// An absurd count is no reason to lose the dead letter: store the most
-	// the column holds and keep the reported value in the created event.
-	cd := createdData{State: p.State, BatchID: p.Target.BatchID, Desired: p.Target.Desired, Reason: p.Reason}
-	if p.Snapshot.FailureCount > maxFailureCount {
-		cd.FailureCountReported = p.Snapshot.FailureCount
-		cd.Note = fmt.Sprintf("failure_count %d is over %d; stored clamped", p.Snapshot.FailureCount, maxFailureCount)
-		p.Snapshot.FailureCount = maxFailureCount
-	}
-	subjects := p.Snapshot.Subjects
-	if subjects == nil {
-		subjects = []mend.Subject{}
-	}
-	// JSON goes out as a string: with interpolateParams a []byte is sent as
-	// _binary'...', which MySQL 8 refuses for a JSON column.
-	subjectsJSON, err := json.Marshal(subjects)
+	c, err := prepareCreate(p)
 	if err != nil {
-		return mend.Record{}, false, fmt.Errorf("storage: encode subjects: %w", err)
+		return mend.Record{}, false, err
 	}
-	data, err := json.Marshal(cd)
-	if err != nil {
-		return mend.Record{}, false, fmt.Errorf("storage: encode event: %w", err)
-	}
-	var failedAt sql.NullTime
-	if !p.Snapshot.FailedAt.IsZero() {
-		failedAt = sql.NullTime{Time: p.Snapshot.FailedAt.UTC(), Valid: true}
-	}
-	payload := p.Snapshot.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	key := p.Source.Key()
+	p, key := c.p, c.key
 	err = d.withBatchTx(ctx, "RecordCreate", p.OpID, func(ctx context.Context, tx *batchTx) error {
 		id := mend.NewRecordID()
 		var row createdRow
-		err := tx.query(ctx, sqlRecordCreate, []any{
-			id[:], p.Source.Queue, key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, p.Snapshot.OriginalTopic, payload,
-			p.Snapshot.FailureCount, p.Snapshot.LastError, failedAt, string(subjectsJSON), p.Target.BatchID, string(p.Target.Desired),
-			string(p.State), p.State.Due(), p.Reason,
-			id[:], p.Source.Queue, p.Actor, p.OpID, string(data),
-			p.Source.Queue, key[:]}, scanOne(&row))
+		args := append(c.rowArgs(id), id[:], p.Source.Queue, p.Actor, p.OpID, c.data, p.Source.Queue, key[:])
+		err := tx.query(ctx, sqlRecordCreate, args, scanOne(&row))
 		switch {
 		case mysqlErrNumber(err) == errDupEntry:
 			// The record ID is new and the insert is an upsert, so the
@@ -268,6 +238,68 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 		return mend.Record{}, false, fmt.Errorf("storage: create record: %w", err)
 	}
 	return rec, created, nil
+}
+
+// createArgs is a validated CreateParams encoded for the INSERT.
+type createArgs struct {
+	p            CreateParams // FailureCount clamped, payload never nil
+	key          [32]byte
+	subjectsJSON string
+	data         string // the created event's JSON
+	failedAt     sql.NullTime
+}
+
+// prepareCreate encodes p, validated, for the INSERT.
+func prepareCreate(p CreateParams) (createArgs, error) {
+	// An absurd count is no reason to lose the dead letter: store the most
+	// the column holds and keep the reported value in the created event.
+	cd := createdData{State: p.State, BatchID: p.Target.BatchID, Desired: p.Target.Desired, Reason: p.Reason}
+	if p.Snapshot.FailureCount > maxFailureCount {
+		cd.FailureCountReported = p.Snapshot.FailureCount
+		cd.Note = fmt.Sprintf("failure_count %d is over %d; stored clamped", p.Snapshot.FailureCount, maxFailureCount)
+		p.Snapshot.FailureCount = maxFailureCount
+	}
+	subjects := p.Snapshot.Subjects
+	if subjects == nil {
+		subjects = []mend.Subject{}
+	}
+	// JSON goes out as a string: with interpolateParams a []byte is sent as
+	// _binary'...', which MySQL 8 refuses for a JSON column.
+	subjectsJSON, err := json.Marshal(subjects)
+	if err != nil {
+		return createArgs{}, fmt.Errorf("storage: encode subjects: %w", err)
+	}
+	data, err := json.Marshal(cd)
+	if err != nil {
+		return createArgs{}, fmt.Errorf("storage: encode event: %w", err)
+	}
+	c := createArgs{key: p.Source.Key(), subjectsJSON: string(subjectsJSON), data: string(data)}
+	if !p.Snapshot.FailedAt.IsZero() {
+		c.failedAt = sql.NullTime{Time: p.Snapshot.FailedAt.UTC(), Valid: true}
+	}
+	if p.Snapshot.Payload == nil {
+		p.Snapshot.Payload = []byte{}
+	}
+	c.p = p
+	return c, nil
+}
+
+// rowArgs are the arguments of one recordInsertRow, for record ID id.
+func (c *createArgs) rowArgs(id mend.RecordID) []any {
+	p := &c.p
+	return []any{id[:], p.Source.Queue, c.key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, p.Snapshot.OriginalTopic, p.Snapshot.Payload,
+		p.Snapshot.FailureCount, p.Snapshot.LastError, c.failedAt, c.subjectsJSON, p.Target.BatchID, string(p.Target.Desired),
+		string(p.State), p.State.Due(), p.Reason}
+}
+
+// size estimates the bytes the row adds to a statement: every byte of a
+// value may be escaped to two.
+func (c *createArgs) size() int {
+	p := &c.p
+	n := len(p.Source.Queue) + len(p.Source.Topic) + len(p.Source.Partition) + len(p.Source.MessageID) + len(p.Snapshot.OriginalTopic) +
+		len(p.Snapshot.Payload) + len(p.Snapshot.LastError) + len(c.subjectsJSON) + len(p.Target.BatchID) + len(p.Reason) +
+		len(p.Actor) + len(p.OpID) + len(c.data)
+	return 2*n + 512
 }
 
 const sqlRecordGetBySource = `-- name: RecordGetBySource
