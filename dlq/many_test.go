@@ -66,7 +66,7 @@ func TestRecordMany(t *testing.T) {
 				bad,
 				b.deadLetter(t, "speculate", "q", "junk", `not json`, failure()).Delivery(),
 				earlier.Delivery(), // redelivered
-				first, // twice in the batch
+				first,              // twice in the batch
 			}
 			res, err := in.RecordMany(ctx, ds)
 			if err != nil {
