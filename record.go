@@ -238,6 +238,15 @@ type CreateParams struct {
 	Actor  string // who recorded it, e.g. "intake"; required
 }
 
+// CreateResult is what a batch create did with one CreateParams.
+type CreateResult struct {
+	Record  Record // the stored record, when Err is nil
+	Created bool   // this call created it; false: it existed (or an earlier item of the batch named the same source)
+	// Err is this item's own failure (a *ValidationError, ErrIdentityMismatch),
+	// decided without affecting the other items.
+	Err error
+}
+
 // AppendParams describes one event to append to a record as a compare-and-set
 // on its version, and the projection values the event leaves behind.
 type AppendParams struct {

@@ -14,6 +14,14 @@
 // can be acknowledged. If a Repairer is configured, Record then tries to
 // finish the repair inline under the queue's lease, without waiting for it.
 //
+// In a storm (a broker or database outage dead-letters thousands of
+// messages at once), Intake.RecordMany records many deliveries in one
+// transaction, a few round trips per several hundred, with the same
+// guarantees per delivery and a result per delivery: a bad one gets its own
+// error and never costs the others. mend import records each page of rows
+// with it. A store without the batch method (ManyStore) is used one
+// delivery at a time.
+//
 // # State model
 //
 //	delivery ──batch topic, decoded──────────────▶ record pending (due now)
@@ -28,7 +36,10 @@
 // host's 65,535-byte BLOB) is a *mend.ValidationError before anything
 // reaches MySQL: do not acknowledge. A build lookup that fails (as opposed
 // to finding no build) fails Record too, so the delivery is redelivered.
-// An ambiguous create is resolved by creating again (it is idempotent). A
+// An ambiguous create is resolved by creating again (it is idempotent); so
+// is an ambiguous batch. RecordMany puts per-delivery failures in each
+// result's Err and returns an error only when the batch as a whole failed
+// (acknowledge nothing of it then). A
 // failed inline repair never fails Record: the record is durable and the
 // periodic reconciler finishes it.
 package dlq

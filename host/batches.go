@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/mendq/mend"
 )
@@ -143,7 +142,7 @@ func (d *DB) BatchTransition(ctx context.Context, queue, batchID string, fromVer
 
 	// The old state names the membership row to delete, and a terminal
 	// batch must be refused; the real protocol's caller has read the batch
-	// for the same reasons.
+	// for the same reasons. BatchTransitionFrom spares this read.
 	b, err := d.readBatch(ctx, queue, batchID)
 	if err != nil {
 		return mend.Batch{}, wrap(err)
@@ -151,30 +150,67 @@ func (d *DB) BatchTransition(ctx context.Context, queue, batchID string, fromVer
 	if err := checkFrom(b, fromVersion); err != nil {
 		return mend.Batch{}, wrap(err)
 	}
-	from := b.State
-	res, err := d.exec(ctx, d.app, "BatchTransition", sqlBatchCAS, to, fromVersion+1, queue, batchID, fromVersion, from)
+	b, err = d.transition(ctx, b, to)
 	if err != nil {
 		return mend.Batch{}, wrap(err)
+	}
+	return b, nil
+}
+
+// BatchTransitionFrom is BatchTransition from b, the batch as BatchGet
+// returned it, without reading it again: the compare-and-set names b's
+// version and state, which pin the row exactly (a version is only ever
+// bumped together with the state), so a batch that moved since is a
+// conflict, as it would be after a fresh read. It implements
+// planner.BatchesAsRead; the errors are BatchTransition's.
+func (d *DB) BatchTransitionFrom(ctx context.Context, b mend.Batch, to mend.BatchState) (mend.Batch, error) {
+	if err := validateBatchKey(b.Queue, b.ID); err != nil {
+		return mend.Batch{}, err
+	}
+	if !validBatchState(to) {
+		return mend.Batch{}, &mend.ValidationError{Field: "state", Reason: fmt.Sprintf("%q is not a batch state", to)}
+	}
+	if b.Version < 1 || b.Version >= maxVersion {
+		return mend.Batch{}, &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("is %d; must be between 1 and %d so that the next version fits the host's INT column", b.Version, maxVersion-1)}
+	}
+	wrap := func(err error) error { return fmt.Errorf("host: transition batch %q to %s: %w", b.ID, to, err) }
+	if err := checkFrom(b, b.Version); err != nil {
+		return mend.Batch{}, wrap(err)
+	}
+	b, err := d.transition(ctx, b, to)
+	if err != nil {
+		return mend.Batch{}, wrap(err)
+	}
+	return b, nil
+}
+
+// transition runs the three steps of the real Transition from b, a live
+// batch as read, to state to.
+func (d *DB) transition(ctx context.Context, b mend.Batch, to mend.BatchState) (mend.Batch, error) {
+	from, fromVersion := b.State, b.Version
+	res, err := d.exec(ctx, d.app, "BatchTransition", sqlBatchCAS, to, fromVersion+1, b.Queue, b.ID, fromVersion, from)
+	if err != nil {
+		return mend.Batch{}, err
 	}
 	// Counting changed rows is enough: the version always changes.
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		// Tell a vanished row from a moved one by reading again: a missing
 		// row is never a conflict.
-		now, rerr := d.readBatch(ctx, queue, batchID)
+		now, rerr := d.readBatch(ctx, b.Queue, b.ID)
 		if rerr != nil {
-			return mend.Batch{}, wrap(errors.Join(rerr, err))
+			return mend.Batch{}, errors.Join(rerr, err)
 		}
 		if cerr := checkFrom(now, fromVersion); cerr != nil {
-			return mend.Batch{}, wrap(cerr)
+			return mend.Batch{}, cerr
 		}
-		return mend.Batch{}, wrap(errors.Join(fmt.Errorf("%w: batch changed under the compare-and-set (%d rows changed)", mend.ErrConflict, n), err))
+		return mend.Batch{}, errors.Join(fmt.Errorf("%w: batch changed under the compare-and-set (%d rows changed)", mend.ErrConflict, n), err)
 	}
-	if _, err := d.exec(ctx, d.app, "MembershipEnsure", sqlMembershipEnsure, queue, to, batchID); err != nil {
-		return mend.Batch{}, wrap(fmt.Errorf("batch moved, membership row of %s not written: %w", to, err))
+	if _, err := d.exec(ctx, d.app, "MembershipEnsure", sqlMembershipEnsure, b.Queue, to, b.ID); err != nil {
+		return mend.Batch{}, fmt.Errorf("batch moved, membership row of %s not written: %w", to, err)
 	}
 	if from != to {
-		if _, err := d.exec(ctx, d.app, "MembershipDelete", sqlMembershipDelete, queue, from, batchID); err != nil {
-			return mend.Batch{}, wrap(fmt.Errorf("batch moved, membership row of %s not deleted: %w", from, err))
+		if _, err := d.exec(ctx, d.app, "MembershipDelete", sqlMembershipDelete, b.Queue, from, b.ID); err != nil {
+			return mend.Batch{}, fmt.Errorf("batch moved, membership row of %s not deleted: %w", from, err)
 		}
 	}
 	b.State, b.Version = to, fromVersion+1
@@ -195,38 +231,37 @@ func checkFrom(b mend.Batch, fromVersion int64) error {
 // LiveBatchesMax bounds LiveBatches' limit.
 const LiveBatchesMax = 10000
 
-// hydrateChunk is how many batches one hydration statement reads.
+// hydrateChunk is how many member requests one fan-out statement reads and
+// moves.
 const hydrateChunk = 64
 
-const sqlLiveMembership = `-- name: LiveMembership
-SELECT queue, state, batch_id FROM queue_batch_state WHERE queue = ? AND state IN (?, ?, ?, ?)`
-
-// sqlHydrate reads batches by primary key; the caller appends one
-// placeholder per ID and the closing parenthesis.
-const sqlHydrate = `-- name: BatchHydrate
-SELECT queue, id, state FROM batch WHERE queue = ? AND id IN (`
-
-const sqlBatchProbe = `-- name: BatchProbe
-SELECT queue, id FROM batch WHERE queue = ? AND id = ?`
+// sqlLiveBatches is the real ListByStates in one statement: the membership
+// rows of the live states, each joined with its batch by primary key. The
+// join is the collation's; the adapter compares the bytes.
+const sqlLiveBatches = `-- name: LiveBatches
+SELECT m.queue, m.state, m.batch_id, b.queue AS batch_queue, b.id, b.state AS batch_state
+FROM queue_batch_state m LEFT JOIN batch b ON b.queue = m.queue AND b.id = m.batch_id
+WHERE m.queue = ? AND m.state IN (?, ?, ?, ?)`
 
 // LiveBatches returns up to limit IDs of the queue's live batches (created,
 // speculating, merging, cancelling), smallest first in byte order, as the
 // real ListByStates finds them: the membership rows of the live states,
 // deduplicated, each batch hydrated by primary key and kept only if its own
 // batch.state is live and its stored queue and ID are byte-equal to the
-// membership row's. Stale rows are paged past, so limit live batches are
+// membership row's. Stale rows are skipped, so limit live batches are
 // returned whenever that many exist. A live batch without a membership row
 // is invisible here, as it is to the host's own planner.
 //
 // A membership row naming no batch (dangling) is reported to
 // Options.OnDangling and the log and skipped; unlike the real ListByStates
-// it does not fail the call. The order is decided in Go, never by the
-// server's collation, which is neither byte order nor stable across MySQL
-// and MariaDB.
+// it does not fail the call. A row whose batch the collation matched under
+// another spelling is logged and skipped. The order is decided in Go, never
+// by the server's collation, which is neither byte order nor stable across
+// MySQL and MariaDB.
 //
-// Cost: one read of the queue's live-state membership rows (the same rows
-// the host's planner reads on every run), then primary-key reads in chunks
-// of hydrateChunk IDs, in byte order, until limit live batches are found.
+// Cost: one statement, reading the queue's live-state membership rows (the
+// same rows the host's planner reads on every run) joined with their
+// batches by primary key.
 //
 // Returns a *mend.ValidationError for a bad queue or a limit outside
 // 1..LiveBatchesMax.
@@ -237,127 +272,76 @@ func (d *DB) LiveBatches(ctx context.Context, queue string, limit int) ([]string
 	if limit < 1 || limit > LiveBatchesMax {
 		return nil, &mend.ValidationError{Field: "limit", Reason: fmt.Sprintf("is %d; must be between 1 and %d", limit, LiveBatchesMax)}
 	}
-	states, err := d.liveMembership(ctx, queue)
-	if err != nil {
-		return nil, fmt.Errorf("host: live batches: %w", err)
-	}
-	ids := make([]string, 0, len(states))
-	for id := range states {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids) // Go compares strings by bytes
-	live := []string{}
-	for chunk := range slices.Chunk(ids, hydrateChunk) {
-		found, err := d.hydrate(ctx, queue, chunk)
-		if err != nil {
-			return nil, fmt.Errorf("host: live batches: %w", err)
-		}
-		for _, id := range chunk {
-			state, ok := found[id]
-			if !ok {
-				if err := d.reportMissing(ctx, queue, id, states[id]); err != nil {
-					return nil, fmt.Errorf("host: live batches: %w", err)
-				}
-				continue
-			}
-			if !state.Live() {
-				continue // a stale membership row: the batch moved on
-			}
-			if live = append(live, id); len(live) == limit {
-				return live, nil
-			}
-		}
-	}
-	return live, nil
-}
-
-// liveMembership lists the queue's membership rows of the live states,
-// keyed by the exact bytes of batch_id, with the states each is listed
-// under. Rows whose queue is spelled differently belong, to mend, to
-// another queue and are left out.
-func (d *DB) liveMembership(ctx context.Context, queue string) (map[string][]string, error) {
 	args := []any{queue}
 	for _, s := range mend.LiveBatchStates {
 		args = append(args, string(s))
 	}
-	rows, err := d.app.QueryContext(ctx, sqlLiveMembership, args...)
+	rows, err := d.app.QueryContext(ctx, sqlLiveBatches, args...)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("host: live batches: %w", translate(err))
 	}
 	defer rows.Close()
-	out := map[string][]string{}
+	type member struct {
+		states   []string
+		found    bool // a batch row byte-equal to the membership row
+		live     bool
+		variants []string // batch rows the collation matched under another spelling
+	}
+	members := map[string]*member{}
 	for rows.Next() {
 		var q, state, id string
-		if err := rows.Scan(&q, &state, &id); err != nil {
-			return nil, translate(err)
+		var bq, bid, bstate sql.NullString
+		if err := rows.Scan(&q, &state, &id, &bq, &bid, &bstate); err != nil {
+			return nil, fmt.Errorf("host: live batches: %w", translate(err))
 		}
 		if q != queue {
-			continue
+			continue // another queue, to mend's byte-exact eyes
 		}
-		out[id] = append(out[id], state)
+		m := members[id]
+		if m == nil {
+			m = &member{}
+			members[id] = m
+		}
+		m.states = append(m.states, state)
+		switch {
+		case !bid.Valid:
+		case bq.String == queue && bid.String == id:
+			m.found, m.live = true, mend.BatchState(bstate.String).Live()
+		default:
+			m.variants = append(m.variants, bq.String+"/"+bid.String)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("host: live batches: %w", translate(err))
 	}
-	return out, nil
-}
-
-// hydrate reads the batches named by ids and returns the state of each one
-// whose stored queue and ID are byte-equal to what was asked. A row the
-// collation matched under another spelling is left out.
-func (d *DB) hydrate(ctx context.Context, queue string, ids []string) (map[string]mend.BatchState, error) {
-	args := make([]any, 0, len(ids)+1)
-	args = append(args, queue)
+	ids := make([]string, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // Go compares strings by bytes
+	live := []string{}
 	for _, id := range ids {
-		args = append(args, id)
-	}
-	query := sqlHydrate + strings.Repeat("?, ", len(ids)-1) + "?)"
-	rows, err := d.app.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, translate(err)
-	}
-	defer rows.Close()
-	out := make(map[string]mend.BatchState, len(ids))
-	for rows.Next() {
-		var q, id string
-		var state mend.BatchState
-		if err := rows.Scan(&q, &id, &state); err != nil {
-			return nil, translate(err)
-		}
-		if q == queue {
-			out[id] = state
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, translate(err)
-	}
-	return out, nil
-}
-
-// reportMissing looks at a membership row whose batch hydration did not
-// find under the exact same bytes. Either no batch answers to it at all (a
-// dangling row, reported to OnDangling) or the collation matches a batch
-// spelled differently (a spelling variant, logged). Both are skipped. It
-// is one primary-key read per such row, so its cost follows the number of
-// broken rows met, not the size of the queue.
-func (d *DB) reportMissing(ctx context.Context, queue, batchID string, states []string) error {
-	var storedQueue, stored string
-	err := d.app.QueryRowContext(ctx, sqlBatchProbe, queue, batchID).Scan(&storedQueue, &stored)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		for _, s := range states {
-			d.log.WarnContext(ctx, "membership row names no batch; skipped", "queue", queue, "batch_id", batchID, "state", s)
-			if d.onDangling != nil {
-				d.onDangling(queue, batchID, s)
+		m := members[id]
+		switch {
+		case m.found && m.live:
+			if live = append(live, id); len(live) == limit {
+				return live, nil
+			}
+		case m.found:
+			// a stale membership row: the batch moved on
+		case len(m.variants) > 0:
+			d.log.WarnContext(ctx, "membership row names a batch spelled differently; skipped",
+				"queue", queue, "batch_id", id, "stored", m.variants, "states", m.states)
+		default:
+			for _, s := range m.states {
+				d.log.WarnContext(ctx, "membership row names no batch; skipped", "queue", queue, "batch_id", id, "state", s)
+				if d.onDangling != nil {
+					d.onDangling(queue, id, s)
+				}
 			}
 		}
-		return nil
-	case err != nil:
-		return translate(err)
 	}
-	d.log.WarnContext(ctx, "membership row names a batch spelled differently; skipped",
-		"queue", queue, "batch_id", batchID, "stored_queue", storedQueue, "stored_batch_id", stored, "states", states)
-	return nil
+	return live, nil
 }
 
 const sqlBuildGet = `-- name: BuildBatch

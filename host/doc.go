@@ -64,11 +64,26 @@
 // dlq.subject.<type>). A request already in the target state gets its log
 // published again; one in another terminal state is left alone. The
 // gateway's winner rule (versioned terminal statuses win, the higher
-// request_version first) makes the republish harmless.
+// request_version first) makes the republish harmless. The effect is the
+// real loop's, but the statements are batched: one read of all members,
+// one compare-and-set statement naming each member to move with its
+// version, one multi-row publish of their logs; anything unusual (a
+// member matched under another spelling, a compare-and-set that did not
+// move every member it named) falls back to the one-request-at-a-time path.
 //
-// LiveBatches is the real ListByStates made robust: membership rows of the
-// live states, deduplicated, hydrated by primary key in chunks, kept when
-// the batch's own state is live, sorted by bytes in Go.
+// BatchTransitionFrom and BatchFinishFrom (planner.BatchesAsRead) act on a
+// batch as BatchGet returned it, sparing the read BatchTransition and
+// BatchFinish begin with: the compare-and-set names the version and state
+// read, so a batch that moved since is a conflict exactly as after a fresh
+// read, and a terminal batch never changes. A repair on the planner's path
+// costs seven host statements: BatchGet, the three of Transition, the
+// member read, their compare-and-set and their logs' publish (plus
+// LiveBatches and Wake).
+//
+// LiveBatches is the real ListByStates made robust, in one statement: the
+// membership rows of the live states joined with their batches by primary
+// key, kept when the batch's own state is live and its key byte-equal,
+// deduplicated and sorted by bytes in Go.
 //
 // Wake publishes to "speculate" (Options.WakeTopic), partition key the
 // queue, the real BatchID payload {"id": "<batch>", "queue": "<queue>"}

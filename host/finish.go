@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -119,6 +120,10 @@ func logMetadata(cause mend.Snapshot) map[string]string {
 // makes a second publish of the same ID a no-op. Calling BatchFinish again
 // therefore changes nothing.
 //
+// The members are read together, moved with one compare-and-set statement
+// and their RequestLog entries published with one insert (see fanOut); the
+// effect is that of the real one-request-at-a-time loop.
+//
 // A request row the host's collation matched under another spelling is
 // skipped, never written, and reported: the other members are finished and
 // the call then returns a *mend.SpellingError naming both spellings.
@@ -131,32 +136,42 @@ func (d *DB) BatchFinish(ctx context.Context, queue, batchID string, cause mend.
 	if err := validateBatchKey(queue, batchID); err != nil {
 		return err
 	}
-	wrap := func(err error) error { return fmt.Errorf("host: finish batch %q: %w", batchID, err) }
 	b, err := d.readBatch(ctx, queue, batchID)
 	if err != nil {
-		return wrap(err)
+		return fmt.Errorf("host: finish batch %q: %w", batchID, err)
 	}
+	return d.finish(ctx, b, cause, true)
+}
+
+// BatchFinishFrom is BatchFinish of b, a terminal batch as BatchGet or
+// BatchTransitionFrom returned it, without reading it again: a terminal
+// batch never changes state or members. moved says BatchTransitionFrom has
+// just written the membership row of b.State, so the EnsureRecord step is
+// left out. It implements planner.BatchesAsRead; the errors are
+// BatchFinish's.
+func (d *DB) BatchFinishFrom(ctx context.Context, b mend.Batch, cause mend.Snapshot, moved bool) error {
+	if err := validateBatchKey(b.Queue, b.ID); err != nil {
+		return err
+	}
+	return d.finish(ctx, b, cause, !moved)
+}
+
+func (d *DB) finish(ctx context.Context, b mend.Batch, cause mend.Snapshot, ensure bool) error {
+	wrap := func(err error) error { return fmt.Errorf("host: finish batch %q: %w", b.ID, err) }
 	target, ok := requestTarget(b.State)
 	if !ok {
 		return wrap(fmt.Errorf("%w: batch is %s, not terminal", mend.ErrInvalid, b.State))
 	}
-	if _, err := d.exec(ctx, d.app, "EnsureRecord", sqlMembershipEnsure, queue, b.State, batchID); err != nil {
-		return wrap(fmt.Errorf("ensure membership row: %w", err))
+	if ensure {
+		if _, err := d.exec(ctx, d.app, "EnsureRecord", sqlMembershipEnsure, b.Queue, b.State, b.ID); err != nil {
+			return wrap(fmt.Errorf("ensure membership row: %w", err))
+		}
 	}
-	f := fanout{queue: queue, target: target, meta: logMetadata(cause)}
+	f := fanout{queue: b.Queue, target: target, meta: logMetadata(cause)}
 	if b.State == mend.BatchFailed {
 		f.lastError = cause.LastError
 	}
-	var errs []error
-	for _, rid := range b.Requests {
-		if err := d.finishRequest(ctx, f, rid); err != nil {
-			if ctx.Err() != nil {
-				return wrap(err)
-			}
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := d.fanOut(ctx, f, b.Requests); err != nil {
 		return wrap(err)
 	}
 	return nil
@@ -168,6 +183,18 @@ type fanout struct {
 	meta                     map[string]string
 }
 
+// sqlRequestsGet reads member requests by primary key; the caller appends
+// one placeholder per ID and the closing parenthesis.
+const sqlRequestsGet = `-- name: RequestsGet
+SELECT queue, id, state, version FROM request WHERE queue = ? AND id IN (`
+
+// sqlRequestsCAS is the compare-and-set of several requests in one
+// statement; the caller appends one "(id = ? AND version = ?)" per request,
+// joined by OR, and the closing parenthesis. With every version pinned,
+// version + 1 is the real absolute version.
+const sqlRequestsCAS = `-- name: RequestsFinish
+UPDATE request SET state = ?, version = version + 1 WHERE queue = ? AND (`
+
 const sqlRequestGet = `-- name: RequestGet
 SELECT queue, id, state, version FROM request WHERE queue = ? AND id = ?`
 
@@ -176,6 +203,149 @@ SELECT queue, id, state, version FROM request WHERE queue = ? AND id = ?`
 const sqlRequestCAS = `-- name: RequestFinish
 UPDATE request SET state = ?, version = ? WHERE queue = ? AND id = ? AND version = ?`
 
+// fanOut finishes the member requests ids. The common case costs three
+// statements for the whole batch, whatever its size up to hydrateChunk
+// members: one read of all members, one compare-and-set of those to
+// move, one publish of their RequestLog entries. Anything unusual (a row
+// the collation matched under another spelling, a compare-and-set that
+// did not move every row it named) falls back to finishRequest, one
+// request at a time, which reads again and decides.
+func (d *DB) fanOut(ctx context.Context, f fanout, ids []string) error {
+	var errs []error
+	seen := make(map[string]bool, len(ids))
+	var valid []string
+	for _, rid := range ids {
+		if err := mend.ValidateIdentity("request_id", rid, true); err != nil {
+			errs = append(errs, fmt.Errorf("request %q listed in contains: %w", rid, err))
+			continue
+		}
+		if !seen[rid] {
+			seen[rid] = true
+			valid = append(valid, rid)
+		}
+	}
+	for chunk := range slices.Chunk(valid, hydrateChunk) {
+		if err := d.fanOutChunk(ctx, f, chunk); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type requestRow struct {
+	queue, id, state string
+	version          int64
+}
+
+func (d *DB) fanOutChunk(ctx context.Context, f fanout, ids []string) error {
+	rows, err := d.readRequests(ctx, f.queue, ids)
+	if err != nil {
+		return err
+	}
+	asked := make(map[string]bool, len(ids))
+	for _, rid := range ids {
+		asked[rid] = true
+	}
+	exact := make(map[string]requestRow, len(rows))
+	oddRows := false
+	for _, r := range rows {
+		if r.queue == f.queue && asked[r.id] {
+			exact[r.id] = r
+		} else {
+			// A row the collation matched for an ID spelled otherwise:
+			// which ID it answers to is for the careful path to find out.
+			oddRows = true
+		}
+	}
+	var slow, move []string
+	var publish []logEntry
+	versions := map[string]int64{}
+	for _, rid := range ids {
+		r, ok := exact[rid]
+		switch {
+		case !ok && oddRows:
+			slow = append(slow, rid)
+		case !ok:
+			// as the real fan-out: a missing request is skipped
+		case r.state == f.target:
+			publish = append(publish, logEntry{rid, r.version})
+		case requestTerminal(r.state):
+			// another outcome is already final; never overwrite it
+		case r.version < 1 || r.version >= maxVersion:
+			slow = append(slow, rid) // reports the version it cannot move
+		default:
+			move = append(move, rid)
+			versions[rid] = r.version
+		}
+	}
+	if len(move) > 0 {
+		args := []any{f.target, f.queue}
+		conds := make([]string, len(move))
+		for i, rid := range move {
+			conds[i] = "(id = ? AND version = ?)"
+			args = append(args, rid, versions[rid])
+		}
+		res, err := d.exec(ctx, d.app, "RequestsFinish", sqlRequestsCAS+strings.Join(conds, " OR ")+")", args...)
+		if err != nil {
+			return fmt.Errorf("finish requests: %w", err)
+		}
+		if n, err := res.RowsAffected(); err == nil && n == int64(len(move)) {
+			for _, rid := range move {
+				publish = append(publish, logEntry{rid, versions[rid] + 1})
+			}
+		} else {
+			// Some moved under us: each is read again and decided alone.
+			slow = append(slow, move...)
+		}
+	}
+	var errs []error
+	if len(publish) > 0 {
+		if err := d.publishLogs(ctx, f, publish); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, rid := range slow {
+		if err := d.finishRequest(ctx, f, rid); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readRequests reads the requests ids of queue, as the collation matches
+// them.
+func (d *DB) readRequests(ctx context.Context, queue string, ids []string) ([]requestRow, error) {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, queue)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	rows, err := d.app.QueryContext(ctx, sqlRequestsGet+strings.Repeat("?, ", len(ids)-1)+"?)", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read requests: %w", translate(err))
+	}
+	defer rows.Close()
+	var out []requestRow
+	for rows.Next() {
+		var r requestRow
+		if err := rows.Scan(&r.queue, &r.id, &r.state, &r.version); err != nil {
+			return nil, fmt.Errorf("read requests: %w", translate(err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read requests: %w", translate(err))
+	}
+	return out, nil
+}
+
+// finishRequest finishes one member request, reading it first.
 func (d *DB) finishRequest(ctx context.Context, f fanout, rid string) error {
 	if err := mend.ValidateIdentity("request_id", rid, true); err != nil {
 		return fmt.Errorf("request %q listed in contains: %w", rid, err)
@@ -215,29 +385,47 @@ func (d *DB) finishRequest(ctx context.Context, f fanout, rid string) error {
 	}
 }
 
-// publishLog publishes the request's RequestLog entry. A last_error too
-// long for the payload column is cut, marked with "…", rather than let one
-// long failure message block the fan-out.
+// logEntry is a request whose RequestLog is to be published at version.
+type logEntry struct {
+	rid     string
+	version int64
+}
+
+// publishLog publishes one request's RequestLog entry.
 func (d *DB) publishLog(ctx context.Context, f fanout, rid string, version int64) error {
-	entry := requestLog{
-		RequestID: rid, Queue: f.queue, TimestampMS: d.nowMS(), Type: "status", Status: f.target,
-		RequestVersion: version, LastError: f.lastError, Metadata: f.meta,
-	}
-	var payload []byte
-	for range 4 {
-		var err error
-		if payload, err = json.Marshal(entry); err != nil {
-			return err
+	return d.publishLogs(ctx, f, []logEntry{{rid, version}})
+}
+
+// publishLogs publishes the entries' RequestLog messages in one insert. A
+// last_error too long for the payload column is cut, marked with "…",
+// rather than let one long failure message block the fan-out.
+func (d *DB) publishLogs(ctx context.Context, f fanout, entries []logEntry) error {
+	msgs := make([]message, 0, len(entries))
+	for _, e := range entries {
+		entry := requestLog{
+			RequestID: e.rid, Queue: f.queue, TimestampMS: d.nowMS(), Type: "status", Status: f.target,
+			RequestVersion: e.version, LastError: f.lastError, Metadata: f.meta,
 		}
-		over := len(payload) - MaxPayloadBytes
-		if over <= 0 || entry.LastError == "" {
-			break
+		var payload []byte
+		for range 4 {
+			var err error
+			if payload, err = json.Marshal(entry); err != nil {
+				return err
+			}
+			over := len(payload) - MaxPayloadBytes
+			if over <= 0 || entry.LastError == "" {
+				break
+			}
+			entry.LastError = cut(entry.LastError, len(entry.LastError)-over-len("…")) + "…"
 		}
-		entry.LastError = cut(entry.LastError, len(entry.LastError)-over-len("…")) + "…"
+		msgs = append(msgs, message{topic: LogTopic, partition: e.rid, id: e.rid + "/" + f.target, payload: payload})
 	}
-	// publish refuses a payload that still does not fit.
-	if err := d.publish(ctx, "RequestLog", LogTopic, rid, rid+"/"+f.target, payload, nil); err != nil {
-		return fmt.Errorf("publish log of request %q: %w", rid, err)
+	// publishMany refuses a payload that still does not fit.
+	if err := d.publishMany(ctx, "RequestLog", msgs); err != nil {
+		if len(entries) == 1 {
+			return fmt.Errorf("publish log of request %q: %w", entries[0].rid, err)
+		}
+		return fmt.Errorf("publish logs of %d requests: %w", len(entries), err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/mendq/mend"
 )
@@ -79,32 +80,61 @@ INSERT INTO queue_messages (topic, id, payload, metadata, partition_key, created
 VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, '', '', NULL)
 ON DUPLICATE KEY UPDATE topic = topic`
 
+// message is one row to publish.
+type message struct {
+	topic, partition, id string
+	payload              []byte
+	meta                 map[string]string
+}
+
 // publish inserts one message. meta nil or empty is stored as NULL, as the
 // real store does.
 func (d *DB) publish(ctx context.Context, op, topic, partition, id string, payload []byte, meta map[string]string) error {
-	if err := mend.ValidateIdentity("topic", topic, true); err != nil {
-		return err
-	}
-	if err := mend.ValidateIdentity("partition_key", partition, false); err != nil {
-		return err
-	}
-	if err := mend.ValidateIdentity("message_id", id, true); err != nil {
-		return err
-	}
-	if len(payload) > MaxPayloadBytes {
-		return &mend.ValidationError{Field: "payload", Reason: fmt.Sprintf("is %d bytes; queue_messages.payload holds at most %d", len(payload), MaxPayloadBytes)}
-	}
-	var metaArg any // NULL
-	if len(meta) > 0 {
-		b, err := json.Marshal(meta)
-		if err != nil {
-			return err
-		}
-		metaArg = string(b)
-	}
+	return d.publishMany(ctx, op, []message{{topic: topic, partition: partition, id: id, payload: payload, meta: meta}})
+}
+
+// sqlPublishRow is one more row of sqlPublish's VALUES list.
+const sqlPublishRow = `, (?, ?, ?, ?, ?, ?, ?, 0, 0, '', '', NULL)`
+
+// publishMany inserts msgs with one statement, each row exactly as publish
+// would insert it alone: the real store's dedupe applies per row, and the
+// statement is atomic.
+func (d *DB) publishMany(ctx context.Context, op string, msgs []message) error {
 	// Epoch milliseconds from the client clock, as the real store writes
 	// them; nothing compares them with mend's database clock.
 	now := d.nowMS()
-	_, err := d.exec(ctx, d.queue, op, sqlPublish, topic, id, payload, metaArg, partition, now, now)
+	args := make([]any, 0, 7*len(msgs))
+	for _, m := range msgs {
+		if err := mend.ValidateIdentity("topic", m.topic, true); err != nil {
+			return err
+		}
+		if err := mend.ValidateIdentity("partition_key", m.partition, false); err != nil {
+			return err
+		}
+		if err := mend.ValidateIdentity("message_id", m.id, true); err != nil {
+			return err
+		}
+		if len(m.payload) > MaxPayloadBytes {
+			return &mend.ValidationError{Field: "payload", Reason: fmt.Sprintf("is %d bytes; queue_messages.payload holds at most %d", len(m.payload), MaxPayloadBytes)}
+		}
+		var metaArg any // NULL
+		if len(m.meta) > 0 {
+			b, err := json.Marshal(m.meta)
+			if err != nil {
+				return err
+			}
+			metaArg = string(b)
+		}
+		args = append(args, m.topic, m.id, m.payload, metaArg, m.partition, now, now)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	query := sqlPublish
+	if len(msgs) > 1 {
+		i := strings.Index(query, "\nON DUPLICATE KEY")
+		query = query[:i] + strings.Repeat(sqlPublishRow, len(msgs)-1) + query[i:]
+	}
+	_, err := d.exec(ctx, d.queue, op, query, args...)
 	return err
 }

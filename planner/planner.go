@@ -315,13 +315,20 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 			waited = rec.StateAge
 		}
 		d := Decide(Input{Desired: rec.Target.Desired, Batch: batch, Waited: waited, Grace: p.cfg.Grace})
+		moved := false // this pass's transition made the batch terminal
 		data := eventData{Action: d.Action.String(), Outcome: d.Outcome, Divergent: d.Divergent, Reason: d.Reason, BatchID: rec.Target.BatchID}
 		switch d.Action {
 		case ActTransition:
 			if err := alive(ctx, lease); err != nil {
 				return rec, false, err
 			}
-			_, err := p.cfg.Batches.BatchTransition(ctx, queue, batch.ID, batch.Version, d.To)
+			var err error
+			if asRead, ok := p.cfg.Batches.(BatchesAsRead); ok {
+				*batch, err = asRead.BatchTransitionFrom(ctx, *batch, d.To)
+				moved = err == nil
+			} else {
+				_, err = p.cfg.Batches.BatchTransition(ctx, queue, batch.ID, batch.Version, d.To)
+			}
 			var spelling *mend.SpellingError
 			switch {
 			case errors.Is(err, mend.ErrConflict):
@@ -335,7 +342,12 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 		case ActFinish:
 			// The snapshot is the cause the host's users see on each
 			// member request (its last error and failure context).
-			err := p.cfg.Batches.BatchFinish(ctx, queue, batch.ID, rec.Snapshot)
+			var err error
+			if asRead, ok := p.cfg.Batches.(BatchesAsRead); ok {
+				err = asRead.BatchFinishFrom(ctx, *batch, rec.Snapshot, moved)
+			} else {
+				err = p.cfg.Batches.BatchFinish(ctx, queue, batch.ID, rec.Snapshot)
+			}
 			var spelling *mend.SpellingError
 			switch {
 			case errors.As(err, &spelling):

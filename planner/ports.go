@@ -48,6 +48,23 @@ type Batches interface {
 	LiveBatches(ctx context.Context, queue string, limit int) ([]string, error)
 }
 
+// BatchesAsRead is implemented by a Batches that can act on a batch as the
+// planner has just read it, sparing the host the read that BatchTransition
+// and BatchFinish otherwise begin with. The planner uses it when its
+// Batches has it; package host does.
+type BatchesAsRead interface {
+	// BatchTransitionFrom is BatchTransition from b, the batch as BatchGet
+	// returned it: the compare-and-set expects b's state and version, and
+	// its errors are BatchTransition's.
+	BatchTransitionFrom(ctx context.Context, b mend.Batch, to mend.BatchState) (mend.Batch, error)
+	// BatchFinishFrom is BatchFinish of b, a terminal batch as BatchGet or
+	// BatchTransitionFrom returned it; a terminal batch never changes, so
+	// the read still holds. moved says BatchTransitionFrom has just made it
+	// terminal and written its membership row, which BatchFinish would
+	// otherwise write again. Its errors are BatchFinish's.
+	BatchFinishFrom(ctx context.Context, b mend.Batch, cause mend.Snapshot, moved bool) error
+}
+
 // Waker publishes wake-ups to the queue's planner topic.
 type Waker interface {
 	// Wake publishes w. It is idempotent by w.MessageID: publishing an ID

@@ -107,7 +107,18 @@ type DB struct {
 // DATETIME(6) columns are UTC), client-side interpolation (one round trip per
 // statement) and a strict sql_mode. It refuses clientFoundRows=true, which
 // would make a no-op upsert look like an insert.
-func NormalizeDSN(dsn string) (*mysql.Config, error) { return mysqlx.NormalizeDSN("dsn", dsn) }
+//
+// It also turns multiStatements on: the store sends a write transaction's
+// statements together (see batchTx for why that is safe). The host adapter's
+// pools keep it off.
+func NormalizeDSN(dsn string) (*mysql.Config, error) {
+	cfg, err := mysqlx.NormalizeDSN("dsn", dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MultiStatements = true
+	return cfg, nil
+}
 
 // Open connects to the database named in dsn (see NormalizeDSN) and checks
 // that it answers and is not a multi-primary cluster (ErrTopology; see
@@ -129,6 +140,19 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		// race with this one.
 		mysqlx.ForceParam(cfg, "wait_timeout", strconv.Itoa(int((opts.SessionIdleTimeout+time.Second-1)/time.Second)))
 	}
+	// Every transaction runs READ COMMITTED. The level is set once per
+	// connection, when it is made, through the session variable this
+	// server has (its name differs between MySQL and MariaDB), so that
+	// beginning a transaction is one statement, not two.
+	probe, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, &mend.ValidationError{Field: "dsn", Reason: err.Error()}
+	}
+	isoVar, err := mysqlx.IsolationVariable(ctx, probe)
+	if err != nil {
+		return nil, fmt.Errorf("storage: connect to %s: %w", cfg.Addr, translate(err))
+	}
+	mysqlx.SetReadCommitted(cfg, isoVar)
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, &mend.ValidationError{Field: "dsn", Reason: err.Error()}
@@ -188,12 +212,13 @@ func translate(err error) error {
 // txFunc is the body of one transaction.
 type txFunc func(ctx context.Context, tx *sqlx.Tx) error
 
-// withTx runs fn in one READ COMMITTED transaction and commits it, through
-// mysqlx.Run: deadlocks rerun the transaction (bounded, jittered), any error
+// withTx runs fn in one transaction and commits it, through mysqlx.Run. It
+// is READ COMMITTED because every connection of the pool is (see Open), so
+// beginning it is the one START TRANSACTION round trip. Deadlocks rerun the transaction (bounded, jittered), any error
 // before COMMIT rolls the whole transaction back, and a COMMIT that fails
 // without an answer from the server is a *mend.AmbiguousError naming opID.
 func (d *DB) withTx(ctx context.Context, op, opID string, fn txFunc) error {
 	r := mysqlx.Runner{DeadlockRetries: d.retries, Translate: translate, BeforeCommit: d.beforeCommit}
-	begin := func(ctx context.Context) (*sqlx.Tx, error) { return d.db.BeginTxx(ctx, mysqlx.ReadCommitted) }
+	begin := func(ctx context.Context) (*sqlx.Tx, error) { return d.db.BeginTxx(ctx, nil) }
 	return mysqlx.Run(ctx, r, begin, op, opID, fn)
 }

@@ -7,8 +7,14 @@
 // A DB holds reconciliation records (mend_records, the projection) and their
 // append-only history (mend_events, the log). It works on MySQL 8.0+ and
 // MariaDB 10.6+ with one set of statements. Every exported method is one
-// READ COMMITTED transaction; times that other processes compare come from
-// the database clock (NOW(6), UTC).
+// READ COMMITTED transaction (lease renew and release: one autocommit
+// statement); times that other processes compare come from the database
+// clock (NOW(6), UTC). Every connection is READ COMMITTED from the moment it
+// is made (the session variable, found once per Open), so no transaction
+// pays a SET TRANSACTION round trip. A write transaction travels as one
+// multi-statement packet (START TRANSACTION and its statements) plus COMMIT:
+// two round trips for an intake or an append, fenced or not, three for a
+// lease acquire; RecordCreateMany records a whole batch the same way.
 //
 // # State model
 //

@@ -66,10 +66,16 @@ func validateAppend(p *AppendParams) error {
 	return mend.ValidateOpID(p.OpID)
 }
 
-// The SET list is evaluated left to right on both MySQL and MariaDB, so
-// state_since compares against the old state before state is assigned.
-const sqlRecordAdvance = `-- name: RecordAdvance
-UPDATE mend_records SET
+// The statements of an append, sent as one packet (see batchTx). The SET
+// list of a single-table UPDATE is evaluated left to right on both MySQL and
+// MariaDB, so state_since compares against the old state before state is
+// assigned (a multi-table UPDATE promises no order, hence the fence as a
+// subquery rather than a join). ROW_COUNT() of the UPDATE is kept in a
+// session variable: the event is inserted only if the projection moved,
+// and the final SELECT reports whether it did. The variable is set before
+// every use on the connection, so a value left from an earlier packet is
+// never read.
+const appendAdvance = `UPDATE mend_records SET
 	version = version + 1,
 	state_since = IF(state = ?, state_since, NOW(6)),
 	state = ?,
@@ -80,12 +86,35 @@ UPDATE mend_records SET
 	updated_at = NOW(6)
 WHERE record_id = ? AND queue = ? AND version = ?`
 
+const appendEvent = `SET @mend_changed = ROW_COUNT();
+INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
+SELECT ?, ?, ?, ?, ?, ?, ?, ?, NOW(6) FROM DUAL WHERE @mend_changed = 1;
+SELECT @mend_changed AS changed`
+
+const sqlRecordAppend = `-- name: RecordAppend
+START TRANSACTION;
+` + appendAdvance + `;
+` + appendEvent
+
+// The fenced append first reads the lease row LOCK IN SHARE MODE, which a
+// takeover (FOR UPDATE) must wait for until this transaction ends, and
+// reports it; the UPDATE checks the same term again in its own WHERE, so
+// nothing is written unless the term is current. The lease row cannot
+// change between the two while the shared lock is held; it can only run
+// out, and the UPDATE's later NOW(6) then refuses.
+const sqlRecordAppendFenced = `-- name: RecordAppendFenced
+START TRANSACTION;
+` + sqlLeaseCheckStmt + `;
+` + appendAdvance + ` AND EXISTS (SELECT 1 FROM mend_leases WHERE queue = ? AND holder = ? AND epoch = ? AND expires_at > NOW(6));
+` + appendEvent
+
 const sqlRecordProbe = `-- name: RecordProbe
 SELECT record_id, version FROM mend_records WHERE queue = ? AND (record_id = ? OR source_key = ?)`
 
 // RecordAppend appends an event to a record and updates its projection in
 // one transaction, as a compare-and-set from p.Version to p.Version+1. It
-// returns the new version.
+// returns the new version. It costs two round trips: the statements, then
+// COMMIT (a miss costs a probe and a ROLLBACK more).
 //
 // Returns ErrConflict if the version moved (re-read and decide again),
 // ErrNotFound if the queue holds no record with that ID or source identity,
@@ -99,48 +128,64 @@ func (d *DB) RecordAppend(ctx context.Context, p AppendParams) (int64, error) {
 	if err := validateAppend(&p); err != nil {
 		return 0, err
 	}
-	body := func(ctx context.Context, tx *sqlx.Tx) error { return appendTx(ctx, tx, p) }
-	var err error
-	if p.Fence != nil {
-		err = d.withFencedTx(ctx, *p.Fence, "RecordAppend", p.OpID, body)
-	} else {
-		err = d.withTx(ctx, "RecordAppend", p.OpID, body)
-	}
+	err := d.withBatchTx(ctx, "RecordAppend", p.OpID, func(ctx context.Context, tx *batchTx) error { return appendTx(ctx, tx, p) })
 	if err != nil {
 		return 0, fmt.Errorf("storage: append %s to record %s: %w", p.Kind, p.RecordID, err)
 	}
 	return p.Version + 1, nil
 }
 
-// appendTx is the body of an append; fenced writes run it after the lease
-// check in the same transaction.
-func appendTx(ctx context.Context, tx *sqlx.Tx, p AppendParams) error {
-	res, err := tx.ExecContext(ctx, sqlRecordAdvance,
-		string(p.State), string(p.State), p.Attempts, p.LastError, p.Epoch,
+// appendTx sends an append's statements and explains a miss.
+func appendTx(ctx context.Context, tx *batchTx, p AppendParams) error {
+	args := []any{string(p.State), string(p.State), p.Attempts, p.LastError, p.Epoch,
 		p.State.Due(), p.RetryIn.Microseconds(),
-		p.RecordID[:], p.Source.Queue, p.Version)
-	if err != nil {
-		return fmt.Errorf("update projection: %w", err)
+		p.RecordID[:], p.Source.Queue, p.Version}
+	eventArgs := []any{p.RecordID[:], p.Version + 1, p.Source.Queue, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data)}
+	var changed struct {
+		N int64 `db:"changed"`
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("update projection: %w", err)
+	var (
+		lease leaseCheckRow
+		found bool
+		err   error
+	)
+	if p.Fence == nil {
+		err = tx.query(ctx, sqlRecordAppend, append(args, eventArgs...), scanOne(&changed))
+	} else {
+		t := *p.Fence
+		all := append([]any{t.Queue}, args...)
+		all = append(all, t.Queue, t.Holder, t.Epoch)
+		err = tx.query(ctx, sqlRecordAppendFenced, append(all, eventArgs...), scanOptional(&lease, &found), scanOne(&changed))
 	}
-	if n == 0 {
-		return probeMiss(ctx, tx, p)
-	}
-	_, err = tx.ExecContext(ctx, sqlEventInsert, p.RecordID[:], p.Version+1, p.Source.Queue,
-		string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data))
 	if mysqlErrNumber(err) == errDupEntry {
 		// The projection row is locked by our update, so seq cannot be
 		// taken concurrently: the duplicate is the op ID.
 		return opIDUsed(p.OpID, p.Source.Queue)
 	}
 	if err != nil {
-		return fmt.Errorf("insert event: %w", err)
+		return fmt.Errorf("append: %w", err)
 	}
-	return nil
+	if changed.N == 1 {
+		return nil
+	}
+	if p.Fence != nil {
+		if err := lease.check(*p.Fence, found); err != nil {
+			return err
+		}
+	}
+	err = probeMiss(ctx, tx.conn, p)
+	if p.Fence != nil && errors.Is(err, errVersionMatched) {
+		// The record was at the expected version and the term was current
+		// at the lease read: it ran out before the UPDATE's check.
+		return fmt.Errorf("%w: term of %q at epoch %d on queue %q expired by the database clock during the write",
+			mend.ErrFenced, p.Fence.Holder, p.Fence.Epoch, p.Fence.Queue)
+	}
+	return err
 }
+
+// errVersionMatched is probeMiss's answer when the record is at the
+// expected version after all: the CAS was refused for another reason.
+var errVersionMatched = errors.New("storage: record is at the expected version")
 
 // opIDUsed is the error for an op ID another operation already wrote.
 func opIDUsed(opID, queue string) error {
@@ -148,9 +193,9 @@ func opIDUsed(opID, queue string) error {
 }
 
 // probeMiss explains why a CAS matched no row.
-func probeMiss(ctx context.Context, tx *sqlx.Tx, p AppendParams) error {
+func probeMiss(ctx context.Context, q sqlx.QueryerContext, p AppendParams) error {
 	key := p.Source.Key()
-	rows, err := tx.QueryContext(ctx, sqlRecordProbe, p.Source.Queue, p.RecordID[:], key[:])
+	rows, err := q.QueryContext(ctx, sqlRecordProbe, p.Source.Queue, p.RecordID[:], key[:])
 	if err != nil {
 		return fmt.Errorf("probe record: %w", err)
 	}
@@ -163,6 +208,9 @@ func probeMiss(ctx context.Context, tx *sqlx.Tx, p AppendParams) error {
 			return fmt.Errorf("probe record: %w", err)
 		}
 		if string(id) == string(p.RecordID[:]) {
+			if version == p.Version {
+				return errVersionMatched
+			}
 			return fmt.Errorf("%w: record is at version %d, not %d", mend.ErrConflict, version, p.Version)
 		}
 		other = true

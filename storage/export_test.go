@@ -1,5 +1,11 @@
 package storage
 
+import (
+	"context"
+
+	"github.com/jmoiron/sqlx"
+)
+
 // SetBeforeCommit installs a hook that runs just before COMMIT is sent.
 func SetBeforeCommit(d *DB, f func(op string)) { d.beforeCommit = f }
 
@@ -19,4 +25,10 @@ func CheckTopologyVars(vars map[string]string) error {
 		return err
 	}
 	return checkBinlog(vars)
+}
+
+// InTx runs fn in one of the store's own transactions, begun the way every
+// store transaction is.
+func InTx(d *DB, ctx context.Context, fn func(ctx context.Context, tx *sqlx.Tx) error) error {
+	return d.withTx(ctx, "test", "", fn)
 }

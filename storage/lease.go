@@ -8,8 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/mendq/mend"
 )
 
@@ -76,26 +74,25 @@ func validateTerm(term mend.Term) error {
 }
 
 // The lease row is created free (expired at birth, epoch 0) the first time a
-// queue is contended. It is never deleted: the epoch lives in it.
-const sqlLeaseEnsure = `-- name: LeaseEnsure
+// queue is contended. It is never deleted: the epoch lives in it. NOW(6) is
+// the statement's start, so after a lock wait it is early: a term judged
+// expired is surely expired, one judged live may have just run out.
+const sqlLeaseLock = `-- name: LeaseLock
+START TRANSACTION;
 INSERT INTO mend_leases (queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions)
 VALUES (?, '', 0, NOW(6), NOW(6), NOW(6), 0)
-ON DUPLICATE KEY UPDATE queue = queue`
-
-// NOW(6) is the statement's start, so after a lock wait it is early: a term
-// judged expired is surely expired, one judged live may have just run out.
-const sqlLeaseLock = `-- name: LeaseLock
+ON DUPLICATE KEY UPDATE queue = queue;
 SELECT holder, epoch, expires_at, TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
 FROM mend_leases WHERE queue = ? FOR UPDATE`
 
-// Closes the term being replaced at the moment it ran out by the database
-// clock, so history terms never overlap.
-const sqlLeaseHistoryExpire = `-- name: LeaseHistoryExpire
+// The second packet of an acquire, with the row locked by the first: close
+// the term being replaced at the moment it ran out by the database clock
+// (so history terms never overlap), take the row with the next epoch,
+// report whether the take matched, and open the new term in history.
+const sqlLeaseTake = `-- name: LeaseTake
 UPDATE mend_lease_history h JOIN mend_leases l ON h.queue = l.queue AND h.epoch = l.epoch
 SET h.ended_at = l.expires_at, h.ended_how = 'expired'
-WHERE l.queue = ? AND h.ended_at IS NULL`
-
-const sqlLeaseTake = `-- name: LeaseTake
+WHERE l.queue = ? AND h.ended_at IS NULL;
 UPDATE mend_leases SET
 	holder = ?,
 	epoch = epoch + 1,
@@ -103,9 +100,8 @@ UPDATE mend_leases SET
 	renewed_at = NOW(6),
 	expires_at = NOW(6) + INTERVAL ? MICROSECOND,
 	transitions = transitions + 1
-WHERE queue = ? AND epoch = ?`
-
-const sqlLeaseHistoryOpen = `-- name: LeaseHistoryOpen
+WHERE queue = ? AND epoch = ?;
+SELECT ROW_COUNT() AS taken;
 INSERT INTO mend_lease_history (queue, epoch, holder, acquired_at)
 SELECT queue, epoch, holder, acquired_at FROM mend_leases WHERE queue = ?`
 
@@ -130,38 +126,33 @@ func (d *DB) LeaseAcquire(ctx context.Context, queue, holder string, ttl time.Du
 		return mend.Term{}, err
 	}
 	term := mend.Term{Queue: queue, Holder: holder}
-	err := d.withTx(ctx, "LeaseAcquire", "", func(ctx context.Context, tx *sqlx.Tx) error {
-		if _, err := tx.ExecContext(ctx, sqlLeaseEnsure, queue); err != nil {
-			return fmt.Errorf("create lease row: %w", err)
-		}
+	// Three round trips: create-and-lock, take, COMMIT.
+	err := d.withBatchTx(ctx, "LeaseAcquire", "", func(ctx context.Context, tx *batchTx) error {
 		var cur struct {
 			Holder      []byte    `db:"holder"`
 			Epoch       int64     `db:"epoch"`
 			ExpiresAt   time.Time `db:"expires_at"`
 			RemainingUS int64     `db:"remaining_us"`
 		}
-		if err := tx.GetContext(ctx, &cur, sqlLeaseLock, queue); err != nil {
+		if err := tx.query(ctx, sqlLeaseLock, []any{queue, queue}, scanOne(&cur)); err != nil {
 			return fmt.Errorf("lock lease row: %w", err)
 		}
 		if cur.Epoch > 0 && cur.RemainingUS > 0 {
 			return &mend.HeldError{Queue: queue, Holder: string(cur.Holder), Epoch: cur.Epoch,
 				ExpiresAt: cur.ExpiresAt, Remaining: time.Duration(cur.RemainingUS) * time.Microsecond}
 		}
-		if _, err := tx.ExecContext(ctx, sqlLeaseHistoryExpire, queue); err != nil {
-			return fmt.Errorf("close previous term: %w", err)
+		var taken struct {
+			N int64 `db:"taken"`
 		}
-		res, err := tx.ExecContext(ctx, sqlLeaseTake, holder, ttl.Microseconds(), queue, cur.Epoch)
-		if err != nil {
+		// A duplicate (queue, epoch) in history would mean an epoch
+		// reused: the lease row was deleted by hand. The error refuses
+		// rather than fork history.
+		if err := tx.query(ctx, sqlLeaseTake, []any{queue, holder, ttl.Microseconds(), queue, cur.Epoch, queue}, scanOne(&taken)); err != nil {
 			return fmt.Errorf("take lease: %w", err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
+		if taken.N != 1 {
 			// The row is locked by us: anything else is a broken invariant.
-			return errors.Join(fmt.Errorf("take lease: %d rows changed, want 1", n), err)
-		}
-		if _, err := tx.ExecContext(ctx, sqlLeaseHistoryOpen, queue); err != nil {
-			// A duplicate (queue, epoch) would mean an epoch reused: the
-			// lease row was deleted by hand. Refuse rather than fork history.
-			return fmt.Errorf("record term in history: %w", err)
+			return fmt.Errorf("take lease: %d rows changed, want 1", taken.N)
 		}
 		term.Epoch = cur.Epoch + 1
 		return nil
@@ -193,22 +184,26 @@ func (d *DB) LeaseRenew(ctx context.Context, term mend.Term, ttl time.Duration) 
 	if err := validateTTL(ttl); err != nil {
 		return err
 	}
-	err := d.withTx(ctx, "LeaseRenew", "", func(ctx context.Context, tx *sqlx.Tx) error {
-		return execCurrentTerm(ctx, tx, sqlLeaseRenew, ttl.Microseconds(), term.Queue, term.Holder, term.Epoch)
-	})
-	if err != nil {
+	if err := d.execCurrentTerm(ctx, sqlLeaseRenew, ttl.Microseconds(), term.Queue, term.Holder, term.Epoch); err != nil {
 		return fmt.Errorf("storage: renew lease (%s): %w", term, err)
 	}
 	return nil
 }
 
-// execCurrentTerm runs an UPDATE whose WHERE matches only the current, unexpired term.
-// Returns ErrLeaseLost if it matched no row. Each such statement sets a column to NOW(6),
-// so a matched row is always a changed row even without clientFoundRows.
-func execCurrentTerm(ctx context.Context, tx *sqlx.Tx, query string, args ...any) error {
-	res, err := tx.ExecContext(ctx, query, args...)
+// execCurrentTerm runs an UPDATE whose WHERE matches only the current,
+// unexpired term, as one autocommit statement: one round trip, atomic on
+// its own. Returns ErrLeaseLost if it matched no row. Each such statement
+// sets a column to NOW(6), so a matched row is always a changed row even
+// without clientFoundRows. A connection that fails with the statement in
+// flight may have applied it: that is ErrAmbiguous, not ErrUnavailable.
+func (d *DB) execCurrentTerm(ctx context.Context, query string, args ...any) error {
+	res, err := d.db.ExecContext(ctx, query, args...)
 	if err != nil {
-		return err
+		t := translate(err)
+		if errors.Is(t, mend.ErrUnavailable) {
+			return fmt.Errorf("%w: the statement may or may not have been applied: %w", mend.ErrAmbiguous, err)
+		}
+		return t
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -237,10 +232,7 @@ func (d *DB) LeaseRelease(ctx context.Context, term mend.Term) error {
 	if err := validateTerm(term); err != nil {
 		return err
 	}
-	err := d.withTx(ctx, "LeaseRelease", "", func(ctx context.Context, tx *sqlx.Tx) error {
-		return execCurrentTerm(ctx, tx, sqlLeaseRelease, term.Queue, term.Holder, term.Epoch)
-	})
-	if err != nil {
+	if err := d.execCurrentTerm(ctx, sqlLeaseRelease, term.Queue, term.Holder, term.Epoch); err != nil {
 		return fmt.Errorf("storage: release lease (%s): %w", term, err)
 	}
 	return nil
@@ -307,39 +299,22 @@ func (d *DB) LeaseGet(ctx context.Context, queue string) (LeaseStatus, error) {
 // NOW(6) is the statement's start; after waiting for a takeover's lock the
 // read sees the new term and refuses. While this shared lock is held no
 // takeover can commit, so the transaction's writes precede any later term's.
-const sqlLeaseCheck = `-- name: LeaseCheck
-SELECT holder, epoch, expires_at > NOW(6) AS live
+const sqlLeaseCheckStmt = `SELECT holder, epoch, expires_at > NOW(6) AS live
 FROM mend_leases WHERE queue = ? LOCK IN SHARE MODE`
 
-// withFencedTx runs fn in one transaction that first checks, under a shared
-// lock on the queue's lease row, that term is the current, unexpired term.
-// The lock is held until commit, so a takeover (which needs the row
-// exclusively) waits for this transaction and a later term's writes follow
-// it. Every planner write goes through here.
-//
-// Returns an error matching ErrFenced, with nothing written, if the term is
-// not current; withTx never retries it.
-func (d *DB) withFencedTx(ctx context.Context, term mend.Term, op, opID string, fn txFunc) error {
-	return d.withTx(ctx, op, opID, func(ctx context.Context, tx *sqlx.Tx) error {
-		if err := checkFence(ctx, tx, term); err != nil {
-			return err
-		}
-		return fn(ctx, tx)
-	})
+// leaseCheckRow is the lease row as a fenced write reads it.
+type leaseCheckRow struct {
+	Holder []byte `db:"holder"`
+	Epoch  int64  `db:"epoch"`
+	Live   bool   `db:"live"`
 }
 
-func checkFence(ctx context.Context, tx *sqlx.Tx, term mend.Term) error {
-	var cur struct {
-		Holder []byte `db:"holder"`
-		Epoch  int64  `db:"epoch"`
-		Live   bool   `db:"live"`
-	}
-	err := tx.GetContext(ctx, &cur, sqlLeaseCheck, term.Queue)
+// check says whether term may write, given the lease row read (found
+// false: the queue has no lease row). A mismatch matches ErrFenced.
+func (cur leaseCheckRow) check(term mend.Term, found bool) error {
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case !found:
 		return fmt.Errorf("%w: queue %q has no lease (writer claims epoch %d)", mend.ErrFenced, term.Queue, term.Epoch)
-	case err != nil:
-		return fmt.Errorf("check lease: %w", err)
 	case string(cur.Holder) != term.Holder || cur.Epoch != term.Epoch:
 		return fmt.Errorf("%w: writer %q at epoch %d, but the lease on queue %q is at epoch %d held by %q",
 			mend.ErrFenced, term.Holder, term.Epoch, term.Queue, cur.Epoch, cur.Holder)

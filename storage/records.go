@@ -157,16 +157,33 @@ const maxFailureCount = math.MaxInt32
 
 // The no-op ODKU makes a duplicate report zero rows affected, which tells the
 // loser apart; INSERT IGNORE would also hide truncation and other errors.
-const sqlRecordCreate = `-- name: RecordCreate
-INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, original_topic, payload,
+const recordInsert = `INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, original_topic, payload,
 	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
 	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, IF(?, NOW(6), NULL), ?, 0, NOW(6), NOW(6), NOW(6))
+VALUES `
+
+const recordInsertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, IF(?, NOW(6), NULL), ?, 0, NOW(6), NOW(6), NOW(6))`
+
+const recordInsertODKU = `
 ON DUPLICATE KEY UPDATE record_id = record_id`
 
-const sqlEventInsert = `-- name: EventInsert
+// One packet (see batchTx): the insert, its created event only if the row
+// is new (ROW_COUNT() is 1 for an insert and 0 for the no-op update), and
+// the read back with whether this call created the row.
+const sqlRecordCreate = `-- name: RecordCreate
+START TRANSACTION;
+` + recordInsert + recordInsertRow + recordInsertODKU + `;
+SET @mend_changed = ROW_COUNT();
 INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`
+SELECT ?, 1, ?, 'created', 0, ?, ?, ?, NOW(6) FROM DUAL WHERE @mend_changed = 1;
+SELECT @mend_changed AS created, ` + recordColumns + ` FROM mend_records WHERE queue = ? AND source_key = ?`
+
+// createdRow is the read back of a create: the record and whether the
+// statement before it inserted it.
+type createdRow struct {
+	Created int64 `db:"created"`
+	recordRow
+}
 
 // RecordCreate creates the record for p.Source if none exists, together with
 // its created event, in one transaction. It returns the stored record and
@@ -185,6 +202,55 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	if err := validateCreate(&p, d.maxPayload); err != nil {
 		return mend.Record{}, false, err
 	}
+	c, err := prepareCreate(p)
+	if err != nil {
+		return mend.Record{}, false, err
+	}
+	p, key := c.p, c.key
+	err = d.withBatchTx(ctx, "RecordCreate", p.OpID, func(ctx context.Context, tx *batchTx) error {
+		id := mend.NewRecordID()
+		var row createdRow
+		args := append(c.rowArgs(id), id[:], p.Source.Queue, p.Actor, p.OpID, c.data, p.Source.Queue, key[:])
+		err := tx.query(ctx, sqlRecordCreate, args, scanOne(&row))
+		switch {
+		case mysqlErrNumber(err) == errDupEntry:
+			// The record ID is new and the insert is an upsert, so the
+			// duplicate is the created event's op ID.
+			return opIDUsed(p.OpID, p.Source.Queue)
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("read back: %w: no record for %s after the insert", mend.ErrNotFound, p.Source)
+		case err != nil:
+			return fmt.Errorf("create record: %w", err)
+		}
+		if err := row.checkIdentity(p.Source); err != nil {
+			return fmt.Errorf("read back: %w", err)
+		}
+		if rec, err = row.record(); err != nil {
+			return fmt.Errorf("read back: %w", err)
+		}
+		created = row.Created == 1
+		if created && rec.ID != id {
+			return fmt.Errorf("storage: inserted record %s but read back %s", id, rec.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return mend.Record{}, false, fmt.Errorf("storage: create record: %w", err)
+	}
+	return rec, created, nil
+}
+
+// createArgs is a validated CreateParams encoded for the INSERT.
+type createArgs struct {
+	p            CreateParams // FailureCount clamped, payload never nil
+	key          [32]byte
+	subjectsJSON string
+	data         string // the created event's JSON
+	failedAt     sql.NullTime
+}
+
+// prepareCreate encodes p, validated, for the INSERT.
+func prepareCreate(p CreateParams) (createArgs, error) {
 	// An absurd count is no reason to lose the dead letter: store the most
 	// the column holds and keep the reported value in the created event.
 	cd := createdData{State: p.State, BatchID: p.Target.BatchID, Desired: p.Target.Desired, Reason: p.Reason}
@@ -201,59 +267,39 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	// _binary'...', which MySQL 8 refuses for a JSON column.
 	subjectsJSON, err := json.Marshal(subjects)
 	if err != nil {
-		return mend.Record{}, false, fmt.Errorf("storage: encode subjects: %w", err)
+		return createArgs{}, fmt.Errorf("storage: encode subjects: %w", err)
 	}
 	data, err := json.Marshal(cd)
 	if err != nil {
-		return mend.Record{}, false, fmt.Errorf("storage: encode event: %w", err)
+		return createArgs{}, fmt.Errorf("storage: encode event: %w", err)
 	}
-	var failedAt sql.NullTime
+	c := createArgs{key: p.Source.Key(), subjectsJSON: string(subjectsJSON), data: string(data)}
 	if !p.Snapshot.FailedAt.IsZero() {
-		failedAt = sql.NullTime{Time: p.Snapshot.FailedAt.UTC(), Valid: true}
+		c.failedAt = sql.NullTime{Time: p.Snapshot.FailedAt.UTC(), Valid: true}
 	}
-	payload := p.Snapshot.Payload
-	if payload == nil {
-		payload = []byte{}
+	if p.Snapshot.Payload == nil {
+		p.Snapshot.Payload = []byte{}
 	}
-	key := p.Source.Key()
-	err = d.withTx(ctx, "RecordCreate", p.OpID, func(ctx context.Context, tx *sqlx.Tx) error {
-		id := mend.NewRecordID()
-		res, err := tx.ExecContext(ctx, sqlRecordCreate,
-			id[:], p.Source.Queue, key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, p.Snapshot.OriginalTopic, payload,
-			p.Snapshot.FailureCount, p.Snapshot.LastError, failedAt, string(subjectsJSON), p.Target.BatchID, string(p.Target.Desired),
-			string(p.State), p.State.Due(), p.Reason)
-		if err != nil {
-			return fmt.Errorf("insert record: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("insert record: %w", err)
-		}
-		created = n == 1
-		if created {
-			_, err := tx.ExecContext(ctx, sqlEventInsert, id[:], 1, p.Source.Queue, string(mend.EventCreated), 0, p.Actor, p.OpID, string(data))
-			if mysqlErrNumber(err) == errDupEntry {
-				// The record ID is new, so (record_id, seq) cannot clash:
-				// the duplicate is the op ID.
-				return opIDUsed(p.OpID, p.Source.Queue)
-			}
-			if err != nil {
-				return fmt.Errorf("insert created event: %w", err)
-			}
-		}
-		rec, err = getBySource(ctx, tx, p.Source)
-		if err != nil {
-			return fmt.Errorf("read back: %w", err)
-		}
-		if created && rec.ID != id {
-			return fmt.Errorf("storage: inserted record %s but read back %s", id, rec.ID)
-		}
-		return nil
-	})
-	if err != nil {
-		return mend.Record{}, false, fmt.Errorf("storage: create record: %w", err)
-	}
-	return rec, created, nil
+	c.p = p
+	return c, nil
+}
+
+// rowArgs are the arguments of one recordInsertRow, for record ID id.
+func (c *createArgs) rowArgs(id mend.RecordID) []any {
+	p := &c.p
+	return []any{id[:], p.Source.Queue, c.key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, p.Snapshot.OriginalTopic, p.Snapshot.Payload,
+		p.Snapshot.FailureCount, p.Snapshot.LastError, c.failedAt, c.subjectsJSON, p.Target.BatchID, string(p.Target.Desired),
+		string(p.State), p.State.Due(), p.Reason}
+}
+
+// size estimates the bytes the row adds to a statement: every byte of a
+// value may be escaped to two.
+func (c *createArgs) size() int {
+	p := &c.p
+	n := len(p.Source.Queue) + len(p.Source.Topic) + len(p.Source.Partition) + len(p.Source.MessageID) + len(p.Snapshot.OriginalTopic) +
+		len(p.Snapshot.Payload) + len(p.Snapshot.LastError) + len(c.subjectsJSON) + len(p.Target.BatchID) + len(p.Reason) +
+		len(p.Actor) + len(p.OpID) + len(c.data)
+	return 2*n + 512
 }
 
 const sqlRecordGetBySource = `-- name: RecordGetBySource

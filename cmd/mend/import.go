@@ -157,10 +157,8 @@ func runImportWith(ctx context.Context, a *app, f *flags, c importConfig) (count
 		if err != nil {
 			return counts, err
 		}
-		for _, row := range page.Rows {
-			if err := importRow(ctx, a, in, c, row, &counts); err != nil {
-				return counts, err
-			}
+		if err := importPage(ctx, a, in, c, page.Rows, &counts); err != nil {
+			return counts, err
 		}
 		after = page.Next
 		if len(page.Rows) > 0 {
@@ -172,30 +170,45 @@ func runImportWith(ctx context.Context, a *app, f *flags, c importConfig) (count
 	}
 }
 
-// importRow records one dead letter and counts what happened. A row the
-// intake refuses (it cannot be stored exactly) is reported and skipped; any
-// other failure stops the import.
-func importRow(ctx context.Context, a *app, in *dlq.Intake, c importConfig, row dlq.Row, counts *importCounts) error {
-	counts.read++
-	d := row.Delivery()
-	if c.Queue != "" && dlq.RecordQueue(d) != c.Queue {
-		counts.skipped++
+// importPage records a page of dead letters with one RecordMany (one
+// transaction) and counts what happened. A row the intake refuses (it
+// cannot be stored exactly) is reported and skipped; any other failure
+// stops the import, before the page is counted.
+func importPage(ctx context.Context, a *app, in *dlq.Intake, c importConfig, rows []dlq.Row, counts *importCounts) error {
+	var ds []dlq.Delivery
+	var kept []dlq.Row
+	for _, row := range rows {
+		counts.read++
+		d := row.Delivery()
+		if c.Queue != "" && dlq.RecordQueue(d) != c.Queue {
+			counts.skipped++
+			continue
+		}
+		ds = append(ds, d)
+		kept = append(kept, row)
+	}
+	if len(ds) == 0 {
 		return nil
 	}
-	res, err := in.Record(ctx, d)
-	switch {
-	case errors.Is(err, mend.ErrInvalid):
-		counts.refused++
-		fmt.Fprintf(a.stderr, "mend import: refused offset %d (topic %q, partition %q, id %q): %s\n", row.Offset, row.Topic, row.PartitionKey, row.ID, oneLine(err.Error()))
-		return nil
-	case err != nil:
-		return fmt.Errorf("record offset %d (topic %q, id %q): %w", row.Offset, row.Topic, row.ID, err)
-	case !res.Created:
-		counts.already++
-	case res.Record.State == mend.StateParked:
-		counts.parked++
-	default:
-		counts.recorded++
+	results, err := in.RecordMany(ctx, ds)
+	if err != nil {
+		return fmt.Errorf("record offsets %d to %d: %w", kept[0].Offset, kept[len(kept)-1].Offset, err)
+	}
+	for i, res := range results {
+		row := kept[i]
+		switch {
+		case errors.Is(res.Err, mend.ErrInvalid):
+			counts.refused++
+			fmt.Fprintf(a.stderr, "mend import: refused offset %d (topic %q, partition %q, id %q): %s\n", row.Offset, row.Topic, row.PartitionKey, row.ID, oneLine(res.Err.Error()))
+		case res.Err != nil:
+			return fmt.Errorf("record offset %d (topic %q, id %q): %w", row.Offset, row.Topic, row.ID, res.Err)
+		case !res.Created:
+			counts.already++
+		case res.Record.State == mend.StateParked:
+			counts.parked++
+		default:
+			counts.recorded++
+		}
 	}
 	return nil
 }

@@ -44,7 +44,8 @@ const (
 // per statement) and a strict sql_mode. It refuses clientFoundRows=true,
 // which makes a no-op upsert report one row like an insert. field names the
 // DSN in errors; the DSN itself never appears in them (it may hold a
-// password).
+// password). Any DSN setting of the session isolation variable is dropped:
+// the store sets READ COMMITTED itself (SetReadCommitted).
 func NormalizeDSN(field, dsn string) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -64,7 +65,62 @@ func NormalizeDSN(field, dsn string) (*mysql.Config, error) {
 	}
 	ForceParam(cfg, "time_zone", "'+00:00'")
 	ForceParam(cfg, "sql_mode", SessionSQLMode)
+	// The isolation level is mend's to choose, never the DSN's: a DSN
+	// spelling of either variable would decide how every transaction on
+	// that connection locks. SetIsolation adds the one mend chose.
+	for _, name := range IsolationVariables {
+		DropParam(cfg, name)
+	}
 	return cfg, nil
+}
+
+// IsolationVariables are the names the session's isolation level goes by:
+// MySQL 8 knows only transaction_isolation, MariaDB 10.6-10.11 only
+// tx_isolation (11.1 added transaction_isolation as a synonym).
+var IsolationVariables = []string{"transaction_isolation", "tx_isolation"}
+
+// ErrUnknownSystemVariable is error 1193, what a server answers when asked
+// for a session variable it does not have.
+const ErrUnknownSystemVariable = 1193
+
+// IsolationVariable asks the server behind connector which name its
+// session isolation variable has, so that it can be set once per
+// connection, on connect, instead of before every transaction (which the
+// driver does, one round trip each, when sql.TxOptions names a level).
+func IsolationVariable(ctx context.Context, connector driver.Connector) (string, error) {
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	var level string
+	for _, name := range IsolationVariables {
+		err := db.QueryRowContext(ctx, "SELECT @@SESSION."+name).Scan(&level)
+		if err == nil {
+			return name, nil
+		}
+		if ErrNumber(err) != ErrUnknownSystemVariable {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("the server knows neither %s", strings.Join(IsolationVariables, " nor "))
+}
+
+// SetReadCommitted makes every connection of cfg run its transactions READ
+// COMMITTED, through the session variable name (see IsolationVariable).
+// Transactions are then begun without an isolation option.
+func SetReadCommitted(cfg *mysql.Config, name string) {
+	for _, n := range IsolationVariables {
+		DropParam(cfg, n)
+	}
+	cfg.Params[name] = "'READ-COMMITTED'"
+}
+
+// DropParam removes every DSN spelling of the session variable name (see
+// ForceParam).
+func DropParam(cfg *mysql.Config, name string) {
+	for k := range cfg.Params {
+		if paramNames(k, name) {
+			delete(cfg.Params, k)
+		}
+	}
 }
 
 // ForceParam makes value the only setting of the session variable name
@@ -77,11 +133,7 @@ func NormalizeDSN(field, dsn string) (*mysql.Config, error) {
 // ignored, is dropped first. A "global." spelling is dropped too: mend never
 // changes a server's global settings.
 func ForceParam(cfg *mysql.Config, name, value string) {
-	for k := range cfg.Params {
-		if paramNames(k, name) {
-			delete(cfg.Params, k)
-		}
-	}
+	DropParam(cfg, name)
 	cfg.Params[name] = value
 }
 
@@ -213,6 +265,3 @@ func runOnce[T Tx](ctx context.Context, r Runner, begin func(context.Context) (T
 	}
 	return nil
 }
-
-// ReadCommitted is the isolation every mend transaction runs at.
-var ReadCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}

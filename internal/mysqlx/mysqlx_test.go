@@ -62,13 +62,26 @@ func TestNormalizeDSN(t *testing.T) {
 	// Every spelling of the variables mend forces is dropped, so the one
 	// SET the driver sends for each is mend's.
 	for _, key := range []string{"sql_mode", "SQL_MODE", "Sql_Mode", "@@sql_mode", "@@SESSION.sql_mode", "@@global.sql_mode",
-		"session.sql_mode", "time_zone", "TIME_ZONE", "@@time_zone", "@@session.Time_Zone", "local.time_zone"} {
+		"session.sql_mode", "time_zone", "TIME_ZONE", "@@time_zone", "@@session.Time_Zone", "local.time_zone",
+		"transaction_isolation", "TX_ISOLATION", "@@SESSION.tx_isolation", "@@transaction_isolation", "session.Transaction_Isolation"} {
 		cfg, err := mysqlx.NormalizeDSN("dsn", "u:p@tcp(127.0.0.1:3306)/db?"+key+"=%27x%27")
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
 		if len(cfg.Params) != 2 || cfg.Params["time_zone"] != "'+00:00'" || cfg.Params["sql_mode"] != mysqlx.SessionSQLMode {
 			t.Errorf("DSN setting %s: params %v; want only mend's sql_mode and time_zone", key, cfg.Params)
+		}
+	}
+	// SetReadCommitted leaves exactly one isolation setting, whatever name
+	// the DSN used.
+	for _, name := range mysqlx.IsolationVariables {
+		cfg, err := mysqlx.NormalizeDSN("dsn", "u:p@tcp(127.0.0.1:3306)/db?TX_Isolation=%27SERIALIZABLE%27")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mysqlx.SetReadCommitted(cfg, name)
+		if len(cfg.Params) != 3 || cfg.Params[name] != "'READ-COMMITTED'" {
+			t.Errorf("SetReadCommitted(%s): params %v; want sql_mode, time_zone and %s only", name, cfg.Params, name)
 		}
 	}
 	for _, bad := range []string{"u:p@tcp(127.0.0.1:3306)/", "u:p@tcp(h)/db?clientFoundRows=true", "u:secret@tcp(h/db"} {

@@ -1,0 +1,221 @@
+package storage
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/mendq/mend"
+)
+
+// Bounds of one statement of RecordCreateMany: a chunk of rows is one
+// packet, kept well under max_allowed_packet (16 MiB by default on MariaDB,
+// 64 MiB on MySQL 8).
+const (
+	createManyRows  = 500
+	createManyBytes = 4 << 20
+)
+
+// createManyEvents inserts the created event of every row of the chunk
+// that carries a record ID this call minted: those, and only those, are
+// the rows it inserted (a duplicate kept the first writer's row and ID).
+// The caller appends the derived table's rows and the closing join.
+const createManyEvents = `INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
+SELECT r.record_id, 1, r.queue, 'created', 0, v.actor, v.op_id, v.data, NOW(6)
+FROM (`
+
+const createManyEventsFirst = `SELECT ? AS record_id, ? AS actor, ? AS op_id, ? AS data`
+
+const createManyEventsNext = `
+	UNION ALL SELECT ?, ?, ?, ?`
+
+const createManyEventsJoin = `) v JOIN mend_records r ON r.record_id = v.record_id`
+
+const createManyRead = `SELECT ` + recordColumns + ` FROM mend_records WHERE `
+
+// RecordCreateMany is RecordCreate for many records in one transaction: per
+// chunk of up to createManyRows rows and createManyBytes bytes, one packet
+// (a multi-row INSERT ... ON DUPLICATE KEY UPDATE, the created events of
+// the rows it inserted, the read back), and one COMMIT for the lot. It
+// returns one result per item of ps, in order.
+//
+// Every item gets RecordCreate's guarantees: the first writer's record is
+// kept and returned, a record gets exactly one created event, and the
+// stored identity is compared with the asked one byte for byte. Items that
+// name the same source identity are recorded once; the first of them
+// reports Created, the others return the same record with Created false.
+// An item that fails validation, or whose op ID an earlier item of the
+// batch already uses, gets its *mend.ValidationError in its result before
+// anything is sent; an identity mismatch is likewise the item's own
+// error. Neither affects the other items.
+//
+// An op ID some earlier operation wrote fails the batch's event insert as a
+// whole; the batch is then rolled back and its items created one by one
+// (RecordCreate each), so the refusal lands on the item that owns it.
+//
+// The error result is for the batch as a whole: mend.ErrBusy,
+// mend.ErrUnavailable (nothing was written) or a *mend.AmbiguousError
+// (naming the first item's op ID; creating the batch again is safe and
+// returns the records either way). Item results are then meaningless.
+func (d *DB) RecordCreateMany(ctx context.Context, ps []CreateParams) ([]mend.CreateResult, error) {
+	results := make([]mend.CreateResult, len(ps))
+	type item struct {
+		c    createArgs
+		idx  int   // first index in ps
+		dups []int // later indexes naming the same source
+	}
+	var items []*item
+	bySource := map[string]*item{}
+	opIDs := map[string]bool{}
+	for i, p := range ps {
+		if err := validateCreate(&p, d.maxPayload); err != nil {
+			results[i].Err = err
+			continue
+		}
+		key := p.Source.Key()
+		src := p.Source.Queue + "\x00" + string(key[:])
+		if it := bySource[src]; it != nil {
+			it.dups = append(it.dups, i)
+			continue
+		}
+		if opIDs[p.Source.Queue+"\x00"+p.OpID] {
+			results[i].Err = opIDUsed(p.OpID, p.Source.Queue)
+			continue
+		}
+		c, err := prepareCreate(p)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		it := &item{c: c, idx: i}
+		items = append(items, it)
+		bySource[src] = it
+		opIDs[p.Source.Queue+"\x00"+p.OpID] = true
+	}
+	if len(items) == 0 {
+		return results, nil
+	}
+	// One lock order for every batch: concurrent batches over the same
+	// sources then queue behind each other instead of deadlocking.
+	slices.SortFunc(items, func(a, b *item) int {
+		return cmp.Or(strings.Compare(a.c.p.Source.Queue, b.c.p.Source.Queue), bytes.Compare(a.c.key[:], b.c.key[:]))
+	})
+	var chunks [][]*item
+	for start := 0; start < len(items); {
+		end, size := start, 0
+		for end < len(items) && end-start < createManyRows && (end == start || size+items[end].c.size() <= createManyBytes) {
+			size += items[end].c.size()
+			end++
+		}
+		chunks = append(chunks, items[start:end])
+		start = end
+	}
+
+	out := make([]mend.CreateResult, len(items))
+	pos := make(map[*item]int, len(items))
+	for i, it := range items {
+		pos[it] = i
+	}
+	errOpIDTaken := errors.New("an op id of the batch is already used")
+	err := d.withBatchTx(ctx, "RecordCreateMany", items[0].c.p.OpID, func(ctx context.Context, tx *batchTx) error {
+		for n, chunk := range chunks {
+			ids := make([]mend.RecordID, len(chunk))
+			var q strings.Builder
+			var args []any
+			if n == 0 {
+				q.WriteString("-- name: RecordCreateMany\nSTART TRANSACTION;\n")
+			} else {
+				q.WriteString("-- name: RecordCreateMany\n")
+			}
+			q.WriteString(recordInsert)
+			for i, it := range chunk {
+				ids[i] = mend.NewRecordID()
+				if i > 0 {
+					q.WriteString(",\n")
+				}
+				q.WriteString(recordInsertRow)
+				args = append(args, it.c.rowArgs(ids[i])...)
+			}
+			q.WriteString(recordInsertODKU + ";\n" + createManyEvents)
+			for i, it := range chunk {
+				if i == 0 {
+					q.WriteString(createManyEventsFirst)
+				} else {
+					q.WriteString(createManyEventsNext)
+				}
+				args = append(args, ids[i][:], it.c.p.Actor, it.c.p.OpID, it.c.data)
+			}
+			q.WriteString(createManyEventsJoin + ";\n" + createManyRead)
+			for i, it := range chunk {
+				if i > 0 {
+					q.WriteString(" OR ")
+				}
+				q.WriteString("(queue = ? AND source_key = ?)")
+				args = append(args, it.c.p.Source.Queue, it.c.key[:])
+			}
+			read := map[string]recordRow{}
+			err := tx.query(ctx, q.String(), args, func(rows *sqlx.Rows) error {
+				for rows.Next() {
+					var row recordRow
+					if err := rows.StructScan(&row); err != nil {
+						return err
+					}
+					read[string(row.Queue)+"\x00"+string(row.SourceKey)] = row
+				}
+				return nil
+			})
+			if mysqlErrNumber(err) == errDupEntry {
+				// The record IDs are new, so the duplicate is an op ID some
+				// earlier operation wrote.
+				return errOpIDTaken
+			}
+			if err != nil {
+				return fmt.Errorf("create records: %w", err)
+			}
+			for i, it := range chunk {
+				r := &out[pos[it]]
+				*r = mend.CreateResult{}
+				row, ok := read[it.c.p.Source.Queue+"\x00"+string(it.c.key[:])]
+				if !ok {
+					return fmt.Errorf("read back: %w: no record for %s after the insert", mend.ErrNotFound, it.c.p.Source)
+				}
+				if err := row.checkIdentity(it.c.p.Source); err != nil {
+					r.Err = fmt.Errorf("storage: create record: %w", err)
+					continue
+				}
+				rec, err := row.record()
+				if err != nil {
+					return fmt.Errorf("read back: %w", err)
+				}
+				r.Record, r.Created = rec, rec.ID == ids[i]
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errOpIDTaken) {
+		for i, it := range items {
+			rec, created, err := d.RecordCreate(ctx, it.c.p)
+			if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) {
+				return nil, err
+			}
+			out[i] = mend.CreateResult{Record: rec, Created: created, Err: err}
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: create %d records: %w", len(items), err)
+	}
+	for i, it := range items {
+		results[it.idx] = out[i]
+		for _, j := range it.dups {
+			results[j] = mend.CreateResult{Record: out[i].Record, Err: out[i].Err}
+		}
+	}
+	return results, nil
+}

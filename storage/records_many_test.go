@@ -1,0 +1,237 @@
+package storage_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/storage"
+)
+
+// eventCounts returns, per record ID, how many created events the log holds.
+func createdEvents(t *testing.T, b *bundle) map[mend.RecordID]int {
+	t.Helper()
+	rows, err := b.db.SQL(t).Query("SELECT record_id FROM mend_events WHERE kind = 'created'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[mend.RecordID]int{}
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var id mend.RecordID
+		copy(id[:], raw)
+		out[id]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestRecordCreateMany(t *testing.T) {
+	t.Parallel()
+
+	t.Run("new, existing, repeated and bad items each get their answer", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(t)
+		first := createParams(src("q", "old"), "first")
+		old, _, err := b.store.RecordCreate(ctx, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := createParams(src("q", "bad"), "{}")
+		bad.Source.MessageID = strings.Repeat("x", 300) // over 255 characters
+		reusedOp := createParams(src("q", "reused-op"), "{}")
+		reusedOp.OpID = "op-shared"
+		sameOp := createParams(src("q", "same-op"), "{}")
+		sameOp.OpID = "op-shared"
+		ps := []storage.CreateParams{
+			createParams(src("q", "a"), "a"),
+			createParams(src("q", "old"), "second"), // first writer wins
+			bad,
+			createParams(src("q2", "b"), "b"),
+			createParams(src("q", "a"), "a again"), // the same source twice in one batch
+			reusedOp,
+			sameOp, // an op ID an earlier item of the batch uses
+		}
+		res, err := b.store.RecordCreateMany(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) != len(ps) {
+			t.Fatalf("%d results for %d items", len(res), len(ps))
+		}
+		for _, i := range []int{0, 3, 5} {
+			if res[i].Err != nil || !res[i].Created || res[i].Record.Source != ps[i].Source || string(res[i].Record.Snapshot.Payload) != string(ps[i].Snapshot.Payload) {
+				t.Errorf("item %d = %+v; want created with its own snapshot", i, res[i])
+			}
+		}
+		if r := res[1]; r.Err != nil || r.Created || r.Record.ID != old.ID || string(r.Record.Snapshot.Payload) != "first" {
+			t.Errorf("existing source = %+v; want the first writer's record %s unchanged", r, old.ID)
+		}
+		if r := res[2]; !errors.Is(r.Err, mend.ErrInvalid) {
+			t.Errorf("bad item = %+v; want ErrInvalid", r)
+		}
+		if r := res[4]; r.Err != nil || r.Created || r.Record.ID != res[0].Record.ID {
+			t.Errorf("repeated source = %+v; want item 0's record, not created", r)
+		}
+		if r := res[6]; !errors.Is(r.Err, mend.ErrInvalid) || !strings.Contains(r.Err.Error(), "op-shared") {
+			t.Errorf("item reusing a batch op ID = %+v; want ErrInvalid naming it", r)
+		}
+		events := createdEvents(t, b)
+		if len(events) != 4 {
+			t.Errorf("created events for %d records; want 4 (old, a, b, reused-op)", len(events))
+		}
+		for id, n := range events {
+			if n != 1 {
+				t.Errorf("record %s has %d created events", id, n)
+			}
+		}
+		if _, err := b.store.RecordGet(ctx, src("q", "same-op")); !errors.Is(err, mend.ErrNotFound) {
+			t.Errorf("the refused item was recorded: %v", err)
+		}
+	})
+
+	t.Run("an op ID used before is refused on its item only", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(t)
+		earlier := createParams(src("q", "earlier"), "{}")
+		if _, _, err := b.store.RecordCreate(ctx, earlier); err != nil {
+			t.Fatal(err)
+		}
+		clash := createParams(src("q", "clash"), "{}")
+		clash.OpID = earlier.OpID
+		ps := []storage.CreateParams{createParams(src("q", "x"), "{}"), clash, createParams(src("q", "y"), "{}")}
+		res, err := b.store.RecordCreateMany(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(res[1].Err, mend.ErrInvalid) {
+			t.Errorf("clashing op ID = %+v; want ErrInvalid", res[1])
+		}
+		for _, i := range []int{0, 2} {
+			if res[i].Err != nil || !res[i].Created {
+				t.Errorf("item %d = %+v; want created", i, res[i])
+			}
+		}
+	})
+
+	t.Run("a stored identity that differs is the item's error", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(t)
+		rec := b.create(t, src("q", "m"))
+		if _, err := b.db.SQL(t).Exec("UPDATE mend_records SET message_id = CONCAT(message_id, 'x') WHERE record_id = ?", rec.ID[:]); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.store.RecordCreateMany(ctx, []storage.CreateParams{createParams(src("q", "m"), "{}"), createParams(src("q", "n"), "{}")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(res[0].Err, mend.ErrIdentityMismatch) {
+			t.Errorf("damaged identity = %+v; want ErrIdentityMismatch", res[0])
+		}
+		if res[1].Err != nil || !res[1].Created {
+			t.Errorf("other item = %+v; want created", res[1])
+		}
+	})
+
+	t.Run("large batches are split into statements by rows and by bytes", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(t)
+		store := openStore(t, b.db.DSN, storage.Options{MaxPayload: 3 << 20})
+		var ps []storage.CreateParams
+		for i := range 1100 {
+			ps = append(ps, createParams(src("q", fmt.Sprintf("m%04d", i)), "{}"))
+		}
+		for i := range 3 { // each alone over half the byte bound
+			ps = append(ps, createParams(src("q", fmt.Sprintf("big%d", i)), strings.Repeat("p", 2<<20)))
+		}
+		res, err := store.RecordCreateMany(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Err != nil || !r.Created || len(r.Record.Snapshot.Payload) != len(ps[i].Snapshot.Payload) {
+				t.Fatalf("item %d = created %v, %v, payload %d bytes; want created with its payload", i, r.Created, r.Err, len(r.Record.Snapshot.Payload))
+			}
+		}
+		if n := len(createdEvents(t, b)); n != len(ps) {
+			t.Fatalf("%d created events; want %d", n, len(ps))
+		}
+	})
+}
+
+// TestRecordCreateManyConcurrentOverlap: several batches at once over
+// overlapping sources, in different orders. Each source must be recorded
+// once, with one created event, exactly one result across all batches
+// reporting it created, and every result naming the same record.
+func TestRecordCreateManyConcurrentOverlap(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	const sources, batches, size = 300, 6, 150
+	var wg sync.WaitGroup
+	results := make([][]mend.CreateResult, batches)
+	params := make([][]storage.CreateParams, batches)
+	errs := make([]error, batches)
+	for w := range batches {
+		store := openStore(t, b.db.DSN, storage.Options{})
+		rng := rand.New(rand.NewPCG(uint64(w), 7))
+		for range size {
+			n := rng.IntN(sources)
+			params[w] = append(params[w], createParams(src(fmt.Sprintf("q%d", n%5), fmt.Sprintf("m%d", n)), fmt.Sprintf("batch %d", w)))
+		}
+		wg.Go(func() { results[w], errs[w] = store.RecordCreateMany(ctx, params[w]) })
+	}
+	wg.Wait()
+	ids := map[mend.SourceID]mend.RecordID{}
+	created := map[mend.SourceID]int{}
+	for w := range batches {
+		if errs[w] != nil {
+			t.Fatalf("batch %d: %v", w, errs[w])
+		}
+		for i, r := range results[w] {
+			s := params[w][i].Source
+			if r.Err != nil {
+				t.Fatalf("batch %d item %d: %v", w, i, r.Err)
+			}
+			if id, ok := ids[s]; ok && id != r.Record.ID {
+				t.Fatalf("%s answered as %s and as %s", s, id, r.Record.ID)
+			}
+			ids[s] = r.Record.ID
+			if r.Created {
+				created[s]++
+			}
+		}
+	}
+	for s := range ids {
+		if created[s] != 1 {
+			t.Errorf("%s reported created %d times; want once", s, created[s])
+		}
+	}
+	events := createdEvents(t, b)
+	if len(events) != len(ids) {
+		t.Errorf("%d records have created events; want %d", len(events), len(ids))
+	}
+	for id, n := range events {
+		if n != 1 {
+			t.Errorf("record %s has %d created events; want 1", id, n)
+		}
+	}
+	var records int
+	if err := b.db.SQL(t).QueryRow("SELECT COUNT(*) FROM mend_records").Scan(&records); err != nil || records != len(ids) {
+		t.Errorf("%d records stored (%v); want %d", records, err, len(ids))
+	}
+}
