@@ -203,6 +203,12 @@ func (d *DB) LeaseHistory(ctx context.Context, queue string, limit int) ([]Lease
 // Scoped to the exact epoch and to a live term, like LeaseRelease, but
 // without the holder: the operator names the term by its epoch alone, and a
 // newer term (another epoch) is never touched.
+// sqlLeaseRowLock reads and locks a queue's lease row, to learn the holder
+// of the term being ended.
+const sqlLeaseRowLock = `-- name: LeaseRowLock
+SELECT holder, epoch, expires_at, TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
+FROM mend_leases WHERE queue = ? FOR UPDATE`
+
 const sqlLeaseEndByOperator = `-- name: LeaseEndByOperator
 UPDATE mend_leases l JOIN mend_lease_history h ON h.queue = l.queue AND h.epoch = l.epoch
 SET l.expires_at = NOW(6), l.transitions = l.transitions + 1, h.ended_at = NOW(6), h.ended_how = 'operator'
@@ -228,14 +234,23 @@ func (d *DB) LeaseEndByOperator(ctx context.Context, queue string, epoch int64) 
 	var term mend.Term
 	err := d.withTx(ctx, "LeaseEndByOperator", "", func(ctx context.Context, tx *sqlx.Tx) error {
 		var row leaseRow
-		if err := tx.GetContext(ctx, &row, sqlLeaseLock, queue); err != nil {
+		if err := tx.GetContext(ctx, &row, sqlLeaseRowLock, queue); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("%w: queue %q was never leased", mend.ErrLeaseLost, queue)
 			}
 			return err
 		}
 		term = mend.Term{Queue: queue, Holder: string(row.Holder), Epoch: row.Epoch}
-		return execCurrentTerm(ctx, tx, sqlLeaseEndByOperator, queue, epoch)
+		res, err := tx.ExecContext(ctx, sqlLeaseEndByOperator, queue, epoch)
+		if err != nil {
+			return err
+		}
+		// The statement sets expires_at to NOW(6), so a matched row is a
+		// changed row: zero means the term was not current.
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return errors.Join(fmt.Errorf("%w: term %d is not the current, unexpired term", mend.ErrLeaseLost, epoch), err)
+		}
+		return nil
 	})
 	if err != nil {
 		return mend.Term{}, fmt.Errorf("storage: end lease term %d of queue %q: %w", epoch, queue, err)

@@ -52,7 +52,7 @@ var hostAppTables = []hostTable{
 		}},
 	{name: "request", columns: []string{"queue", "id", "state", "version"}, key: []string{"queue", "id"},
 		privs: []hostPriv{
-			{"SELECT", "EXPLAIN SELECT queue FROM request WHERE FALSE", "BatchFinish reads each member request"},
+			{"SELECT", "EXPLAIN SELECT queue FROM request WHERE FALSE", "BatchFinish reads the member requests"},
 			{"UPDATE", "EXPLAIN UPDATE request SET version = 0 WHERE FALSE", "BatchFinish's compare-and-set to the terminal state"},
 		}},
 	{name: "build", columns: []string{"queue", "id", "batch_id"}, key: []string{"queue", "id"},
