@@ -398,6 +398,11 @@ func TestLimitPlannerMatchesMend(t *testing.T) {
 		t.Fatalf("transition a-stale: %v %v", ok, err)
 	}
 	must(w.AddMembership(ctx, "q", "speculating", "q/batch/a-stale"))
+	var many []string // more members than the limit names by position
+	for i := range limitMembersByPosition + 3 {
+		many = append(many, fmt.Sprintf("q/r7-%02d", i))
+	}
+	must(w.SeedBatch(ctx, "q", "q/batch/b6", "speculating", many...))
 	must(w.SeedBatch(ctx, "q", "q/batch/z-live", "created", "q/live"))
 	// Queue q2: nothing live to wake.
 	must(w.SeedBatch(ctx, "q2", "q2/batch/b1", "speculating", "q2/r1"))
@@ -417,6 +422,7 @@ func TestLimitPlannerMatchesMend(t *testing.T) {
 	create("q", "m4", "q/batch/b4") // no such batch
 	create("q", "m5", "q/batch/b5")
 	create("q", "m6", "q/batch/b1") // a second dead letter of b1: finish again, wake again
+	create("q", "m7", "q/batch/b6")
 	create("q2", "m1", "q2/batch/b1")
 	terms := map[string]mend.Term{}
 	for _, q := range []string{"q", "q2"} {
@@ -464,7 +470,8 @@ func TestLimitPlannerMatchesMend(t *testing.T) {
 		"request q/r5":       "cancelled v2",
 		"request q/r4":       "landed v2",
 		"records q2":         `done v3 attempts=0 err="" epoch=1 [created settled done]`,
-		"speculate q wakes":  "6",
+		"request q/r7-10":    "error v2",
+		"speculate q wakes":  "7",
 		"speculate q2 wakes": "0",
 	} {
 		if !strings.HasPrefix(mendWorld[k], want) {

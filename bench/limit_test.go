@@ -456,7 +456,8 @@ ORDER BY next_attempt_at, record_id LIMIT 100`
 // member still non-terminal moves to the target state at version+1; one in
 // the target state stays; one in another terminal state is never touched),
 // then answer with the outcome, the queue's smallest live batch in byte
-// order, and the members as they now are (for their RequestLog entries).
+// order, batch.contains, and the members as they now are (for their
+// RequestLog entries).
 //
 // The host's tables use a case-insensitive, PAD SPACE collation; mend's
 // identities are byte-exact. Every match by key is therefore checked again
@@ -467,9 +468,18 @@ ORDER BY next_attempt_at, record_id LIMIT 100`
 // they compare with the host's columns through their indexes, on MySQL 8
 // and MariaDB alike.
 //
-// The live batch is found among the first 64 live-state membership rows
-// in byte order; only when all 64 are stale does the caller need a second
-// look (candidates = 64 and no live batch).
+// Two shapes keep the server's work per repair small, measured on MariaDB
+// 10.11 (each statement of the first draft timed with SHOW PROFILES):
+//   - The members are named from contains by position into variables and
+//     read and written with a primary-key IN list: a JSON_TABLE join costs
+//     four times as much. A batch with more than {{k}} members is finished by
+//     the JSON_TABLE statements that follow, which the server skips as an
+//     impossible WHERE for smaller batches.
+//   - The wake target is the byte-smallest live-state membership row (MIN,
+//     no sort: a filesort on 1020-byte keys cost more than the rest of the
+//     packet), confirmed live by its batch row. When that row is stale or
+//     dangling (@candidate set, @live NULL) the caller looks at all rows, a
+//     second round trip only such queues pay.
 const limitHostSQL = txBegin + `SET @st = NULL, @ver = NULL, @contains = NULL, @exact = 0;
 SELECT state, version, contains, CAST(queue AS BINARY) = CAST(? AS BINARY) AND CAST(id AS BINARY) = CAST(? AS BINARY)
 INTO @st, @ver, @contains, @exact
@@ -489,29 +499,50 @@ SET @final = CASE
 SET @target = CASE @final WHEN 'failed' THEN 'error' WHEN 'succeeded' THEN 'landed' WHEN 'cancelled' THEN 'cancelled' END COLLATE {{coll}};
 INSERT IGNORE INTO queue_batch_state (queue, state, batch_id) SELECT ?, @final, ? FROM DUAL WHERE @target IS NOT NULL;
 DELETE FROM queue_batch_state WHERE queue = ? AND state = @st AND batch_id = ? AND @moved = 1 AND @st <> @to;
+SET {{members}};
+UPDATE request SET state = @target, version = version + 1
+WHERE queue = ? AND id IN ({{list}}) AND @target IS NOT NULL
+	AND CAST(queue AS BINARY) = CAST(? AS BINARY) AND CAST(id AS BINARY) IN ({{binlist}})
+	AND state NOT IN ('landed', 'error', 'cancelled') AND version BETWEEN 1 AND 2147483646;
 UPDATE JSON_TABLE(@contains, '$[*]' COLUMNS (rid VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) j
 STRAIGHT_JOIN request r ON r.queue = ? AND r.id = (j.rid COLLATE {{coll}})
 SET r.state = @target, r.version = r.version + 1
-WHERE @target IS NOT NULL AND CAST(r.id AS BINARY) = CAST(j.rid AS BINARY) AND CAST(r.queue AS BINARY) = CAST(? AS BINARY)
+WHERE @target IS NOT NULL AND JSON_LENGTH(@contains) > {{k}}
+	AND CAST(r.id AS BINARY) = CAST(j.rid AS BINARY) AND CAST(r.queue AS BINARY) = CAST(? AS BINARY)
 	AND r.state NOT IN ('landed', 'error', 'cancelled') AND r.version BETWEEN 1 AND 2147483646;
-SELECT @st, @exact, @moved, @target, live.id, cand.n
-FROM (SELECT COUNT(*) AS n FROM (SELECT 1 FROM queue_batch_state
-		WHERE queue = ? AND CAST(queue AS BINARY) = CAST(? AS BINARY) AND state IN ('created', 'speculating', 'merging', 'cancelling') LIMIT 64) c) cand
-LEFT JOIN (
-	SELECT CAST(b.id AS BINARY) AS id
-	FROM (SELECT batch_id FROM queue_batch_state
-		WHERE queue = ? AND CAST(queue AS BINARY) = CAST(? AS BINARY) AND state IN ('created', 'speculating', 'merging', 'cancelling')
-		ORDER BY CAST(batch_id AS BINARY) LIMIT 64) m
-	JOIN batch b ON b.queue = ? AND b.id = m.batch_id
-	WHERE CAST(b.id AS BINARY) = CAST(m.batch_id AS BINARY) AND CAST(b.queue AS BINARY) = CAST(? AS BINARY)
-		AND b.state IN ('created', 'speculating', 'merging', 'cancelling')
-	ORDER BY 1 LIMIT 1) live ON TRUE;
-SELECT CAST(j.rid AS BINARY), CAST(r.id AS BINARY), r.state, r.version
-FROM JSON_TABLE(@contains, '$[*]' COLUMNS (ord FOR ORDINALITY, rid VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) j
-LEFT JOIN request r ON r.queue = ? AND r.id = (j.rid COLLATE {{coll}}) AND CAST(r.queue AS BINARY) = CAST(? AS BINARY)
-WHERE @target IS NOT NULL
-ORDER BY j.ord;
+SET @candidate = NULL, @live = NULL;
+SELECT MIN(CAST(batch_id AS BINARY)) INTO @candidate FROM queue_batch_state
+WHERE queue = ? AND CAST(queue AS BINARY) = CAST(? AS BINARY) AND state IN ('created', 'speculating', 'merging', 'cancelling');
+SELECT CAST(id AS BINARY) INTO @live FROM batch
+WHERE queue = ? AND id = (CONVERT(@candidate USING utf8mb4) COLLATE {{coll}}) AND CAST(id AS BINARY) = @candidate
+	AND CAST(queue AS BINARY) = CAST(? AS BINARY) AND state IN ('created', 'speculating', 'merging', 'cancelling');
+SELECT @st, @exact, @moved, @target, @live, @candidate IS NOT NULL, @contains;
+SELECT CAST(id AS BINARY), state, version FROM request
+WHERE queue = ? AND id IN ({{list}}) AND @target IS NOT NULL AND CAST(queue AS BINARY) = CAST(? AS BINARY)
+UNION ALL
+SELECT CAST(r.id AS BINARY), r.state, r.version
+FROM JSON_TABLE(@contains, '$[*]' COLUMNS (rid VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) j
+STRAIGHT_JOIN request r ON r.queue = ? AND r.id = (j.rid COLLATE {{coll}})
+WHERE @target IS NOT NULL AND JSON_LENGTH(@contains) > {{k}} AND CAST(r.queue AS BINARY) = CAST(? AS BINARY);
 COMMIT`
+
+// limitMembersByPosition is how many members limitHostSQL names from
+// contains by position; submit queue batches are usually smaller.
+const limitMembersByPosition = 8
+
+// hostSQL fills limitHostSQL's templates for the host's collation.
+func hostSQL(coll string) string {
+	var sets, list, binlist []string
+	for i := range limitMembersByPosition {
+		v := "@m" + strconv.Itoa(i)
+		sets = append(sets, fmt.Sprintf("%s = JSON_UNQUOTE(JSON_EXTRACT(@contains, '$[%d]')) COLLATE {{coll}}", v, i))
+		list = append(list, v)
+		binlist = append(binlist, "CAST("+v+" AS BINARY)")
+	}
+	r := strings.NewReplacer("{{members}}", strings.Join(sets, ",\n\t"), "{{list}}", strings.Join(list, ", "),
+		"{{binlist}}", strings.Join(binlist, ", "), "{{k}}", strconv.Itoa(limitMembersByPosition))
+	return strings.ReplaceAll(r.Replace(limitHostSQL), "{{coll}}", coll)
+}
 
 // limitLiveAllSQL is the second look: every live-state membership row of
 // the queue, hydrated and filtered, smallest live batch in byte order.
@@ -583,7 +614,7 @@ type limitPlanner struct {
 
 func newLimitPlanner(mendC, appC, queueC *sql.Conn, coll, actor string) *limitPlanner {
 	return &limitPlanner{mendC: mendC, appC: appC, queueC: queueC, actor: actor,
-		hostSQL: strings.ReplaceAll(limitHostSQL, "{{coll}}", coll), nowMS: func() int64 { return time.Now().UnixMilli() }}
+		hostSQL: hostSQL(coll), nowMS: func() int64 { return time.Now().UnixMilli() }}
 }
 
 type limitDue struct {
@@ -640,20 +671,19 @@ func (p *limitPlanner) due(ctx context.Context, queue string) ([]limitDue, error
 
 // hostOutcome is the host packet's answer.
 type hostOutcome struct {
-	state      sql.NullString // the batch's state as read; NULL: no such batch
-	exact      int64
-	moved      int64
-	target     sql.NullString // the members' target state; NULL: no fan-out
-	wake       []byte         // the smallest live batch, nil: none among the candidates
-	candidates int64
-	members    []hostMember
+	state     sql.NullString // the batch's state as read; NULL: no such batch
+	exact     int64
+	moved     int64
+	target    sql.NullString // the members' target state; NULL: no fan-out
+	wake      []byte         // the smallest live batch; nil: none found in the packet
+	candidate bool           // a live-state membership row exists
+	contains  []byte         // batch.contains
+	members   map[string]hostMember
 }
 
 type hostMember struct {
-	asked   string
-	stored  []byte // nil: no such request
-	state   sql.NullString
-	version sql.NullInt64
+	state   string
+	version int64
 }
 
 func (p *limitPlanner) host(ctx context.Context, queue string, r limitDue) (hostOutcome, error) {
@@ -663,27 +693,29 @@ func (p *limitPlanner) host(ctx context.Context, queue string, r limitDue) (host
 		r.desired,        // @final
 		queue, r.batchID, // membership insert
 		queue, r.batchID, // membership delete
-		queue, queue, // fan-out
-		queue, queue, queue, queue, queue, queue, // answer
-		queue, queue, // members
+		queue, queue, // fan-out by position
+		queue, queue, // fan-out of large batches
+		queue, queue, queue, queue, // wake target
+		queue, queue, queue, queue, // members
 	}
 	var out hostOutcome
 	err := packet(ctx, p.appC, p.hostSQL, args, func(rows *sql.Rows) error {
-		out = hostOutcome{}
-		if err := scanOne(rows, &out.state, &out.exact, &out.moved, &out.target, &out.wake, &out.candidates); err != nil {
+		out = hostOutcome{members: map[string]hostMember{}}
+		var candidate int64
+		if err := scanOne(rows, &out.state, &out.exact, &out.moved, &out.target, &out.wake, &candidate, &out.contains); err != nil {
 			return err
 		}
+		out.candidate = candidate == 1
 		if !rows.NextResultSet() {
 			return errors.New("limit: the members' answer is missing")
 		}
 		for rows.Next() {
+			var id []byte
 			var m hostMember
-			var asked []byte
-			if err := rows.Scan(&asked, &m.stored, &m.state, &m.version); err != nil {
+			if err := rows.Scan(&id, &m.state, &m.version); err != nil {
 				return err
 			}
-			m.asked = string(asked)
-			out.members = append(out.members, m)
+			out.members[string(id)] = m
 		}
 		return rows.Err()
 	})
@@ -735,17 +767,32 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 	}
 	var msgs []limitMessage
 	if out.target.Valid {
-		for _, m := range out.members {
-			if m.stored == nil {
-				continue // a member that does not exist is skipped, as the host's fan-out does
+		var asked []string
+		if err := json.Unmarshal(out.contains, &asked); err != nil {
+			return false, fmt.Errorf("limit: batch %q: contains: %w", r.batchID, err)
+		}
+		seen := map[string]bool{}
+		for _, rid := range asked {
+			seen[rid] = true
+		}
+		for id := range out.members {
+			if !seen[id] {
+				// The collation matched a member under another spelling.
+				return false, fmt.Errorf("%w: a member of %q is stored as %q", errLimitScope, r.batchID, id)
 			}
-			if string(m.stored) != m.asked {
-				return false, fmt.Errorf("%w: request %q is stored as %q", errLimitScope, m.asked, m.stored)
+		}
+		published := map[string]bool{}
+		for _, rid := range asked {
+			m, ok := out.members[rid]
+			// A member that does not exist is skipped, as the host's fan-out
+			// does; one in another terminal state is never overwritten and
+			// gets no RequestLog; a member listed twice is published once
+			// (a second publish of the same ID would be a no-op).
+			if !ok || m.state != out.target.String || published[rid] {
+				continue
 			}
-			if m.state.String != out.target.String {
-				continue // another terminal state: never overwritten, nothing published
-			}
-			msg, err := p.requestLog(queue, r, m.asked, out.target.String, m.version.Int64)
+			published[rid] = true
+			msg, err := p.requestLog(queue, r, rid, out.target.String, m.version)
 			if err != nil {
 				return false, err
 			}
@@ -753,9 +800,9 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 		}
 	}
 	wake := out.wake
-	if wake == nil && out.candidates == 64 {
-		// Every candidate was stale: look at all of them (a round trip only
-		// such queues pay).
+	if wake == nil && out.candidate {
+		// The smallest row was stale or dangling: look at all of them (a
+		// round trip only such queues pay).
 		err := p.appC.QueryRowContext(ctx, limitLiveAllSQL, queue, queue, queue).Scan(&wake)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return false, err
