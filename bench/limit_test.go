@@ -25,6 +25,7 @@ package bench
 // only failures pay). Each worker therefore owns its *sql.Conn.
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -196,8 +197,7 @@ ON DUPLICATE KEY UPDATE record_id = record_id;
 SET @created = ROW_COUNT();
 INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
 SELECT ?, 1, ?, 'created', 0, ?, ?, ?, NOW(6) FROM DUAL WHERE @created = 1;
-SELECT record_id, queue, topic, partition_key, message_id, batch_id, state, version, @created
-FROM mend_records WHERE queue = ? AND source_key = ?;
+SELECT r.*, @created FROM mend_records r WHERE queue = ? AND source_key = ?;
 COMMIT`
 
 // limitDelivery is a dead letter of topic speculate_dlq, the benchmark's.
@@ -241,16 +241,38 @@ func limitIntake(ctx context.Context, c *sql.Conn, actor string, d limitDelivery
 		d.failureCount, d.lastError, *body.ID, "failed",
 		id[:], src.Queue, actor, mend.NewOpID(), string(data),
 		src.Queue, key[:]}
+	// The whole row comes back, as a caller of the intake gets the record;
+	// the fields the caller checks are picked out by name.
 	var (
-		rec                            limitRecord
-		rid                            []byte
-		queue, topic, part, msg, batch []byte
-		created                        int64
+		rec     limitRecord
+		row     = map[string][]byte{}
+		created int64
 	)
 	err := packet(ctx, c, limitIntakeSQL, args, func(rows *sql.Rows) error {
-		return scanOne(rows, &rid, &queue, &topic, &part, &msg, &batch, &rec.state, &rec.version, &created)
+		cols, err := rows.Columns()
+		if err != nil {
+			return err
+		}
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := scanOne(rows, ptrs...); err != nil {
+			return err
+		}
+		for i, col := range cols {
+			row[col] = bytes.Clone(vals[i])
+		}
+		created, err = strconv.ParseInt(string(row["@created"]), 10, 64)
+		return err
 	})
 	if err != nil {
+		return limitRecord{}, false, err
+	}
+	rid, queue, topic, part, msg, batch := row["record_id"], row["queue"], row["topic"], row["partition_key"], row["message_id"], row["batch_id"]
+	rec.state = string(row["state"])
+	if rec.version, err = strconv.ParseInt(string(row["version"]), 10, 64); err != nil {
 		return limitRecord{}, false, err
 	}
 	// The unique key matched by hash; the row must be the identity asked for.
