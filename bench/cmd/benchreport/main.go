@@ -371,8 +371,8 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 	w("## Scale\n\n")
 	w("The scale benchmarks (a world of 10,000 queues and 1,000,000 finished records with two and four reconcilers: the\n")
 	w("idle pass, a storm of 100,000 dead letters over 1,000 queues, lease traffic per pass, the reconciler's memory)\n")
-	w("take longer than `make bench` may, so they run with `make bench-scale` and write `docs/benchmarks-scale.md`; that\n")
-	w("file names the sizes its numbers come from (a smoke run is much smaller than the full world).\n\n")
+	w("take longer than `make bench` may, so they run with `make bench-scale` and write `docs/benchmarks-scale.md`.\n")
+	w("%s\n\n", scaleStatus())
 	w("## Targets missed\n\n")
 	if len(misses) == 0 {
 		w("None in this run.\n\n")
@@ -460,6 +460,31 @@ func machine(cpu string) string {
 		cpu = "unknown CPU"
 	}
 	return fmt.Sprintf("%s, %d cores%s%s", cpu, runtime.NumCPU(), mem, kernel)
+}
+
+// scaleDoc is the scale report docs/benchmarks.md refers to.
+var scaleDoc = "docs/benchmarks-scale.md"
+
+// scaleStatus says what the scale report holds: a full-size run, a smaller
+// one, or none yet.
+func scaleStatus() string {
+	b, err := os.ReadFile(scaleDoc)
+	if err != nil {
+		return "**The full-size numbers come from `make bench-scale`, which has not been run yet.**"
+	}
+	var date, sizes string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "- **Date:** "); ok {
+			date = v
+		}
+		if v, ok := strings.CutPrefix(line, "- **Sizes:** "); ok {
+			sizes = v
+		}
+	}
+	if strings.HasPrefix(sizes, "queues=10000 finished=1000000 storm=100000 storm_queues=1000 ") {
+		return fmt.Sprintf("Its last run (%s) was at full size.", date)
+	}
+	return fmt.Sprintf("Its last run (%s) was a smoke run, at `%s`: **the full-size numbers come from `make bench-scale`, which has not been run at full size yet.**", date, sizes)
 }
 
 // runScale runs BenchmarkScale (or, with from, renders a saved run) and
