@@ -59,11 +59,16 @@ fuzz: ## Run every Fuzz* test in the module for FUZZTIME each (default 30s)
 		done; \
 	done
 
-.PHONY: bench proof
+.PHONY: bench bench-scale proof
 
-bench: ## Benchmark mend against raw SQL (same statements, same run), print a table and write docs/benchmarks.md (< 10 min)
+bench: ## Benchmark mend against a replay of its statements and the fewest-round-trip limit (same run), write docs/benchmarks.md (< 10 min)
 	bash scripts/ensure-mysql.sh
 	$(GO) run ./bench/cmd/benchreport -out docs/benchmarks.md
+
+# MEND_BENCH_SCALE=smoke (or key=value sizes, see bench/scale_test.go) runs a small world instead of the full one.
+bench-scale: ## Benchmark the reconcilers at scale (10,000 queues, 10^6 finished, a 100,000 dead-letter storm) and write docs/benchmarks-scale.md (> 10 min, bounded)
+	bash scripts/ensure-mysql.sh
+	$(GO) run ./bench/cmd/benchreport -scale -out docs/benchmarks-scale.md
 
 # The proof suites at full size: linearizability (store and fence, with their negative controls), crash and
 # partition. `make test` runs the same tests at reduced sizes.

@@ -2,16 +2,33 @@
 // server (see internal/mysqltest). It has no code of its own besides this
 // comment: the benchmarks live in _test.go files and `make bench` runs them
 // through cmd/benchreport, which prints a table and writes
-// docs/benchmarks.md.
+// docs/benchmarks.md; `make bench-scale` runs the scale benchmarks and
+// writes docs/benchmarks-scale.md.
 //
 // # Overview
 //
-// Every throughput benchmark runs mend's code and a raw-SQL baseline in the
-// same run, on the same server, at the same concurrency. The baseline issues
-// exactly the statements mend issued: a tap on each connection of mend's
-// pools records every COM_QUERY packet (with client-side interpolation the
-// packet is the whole statement text), and the baseline replays those texts,
-// in order, through database/sql on pinned connections against a clone of
-// the database taken just before mend's run. The ratio lib/raw is mend's
-// throughput over the baseline's; the design target is at least 0.8.
+// Every throughput benchmark runs mend's code and two baselines in the
+// same run, on the same server, at the same concurrency, each baseline on a
+// clone of the database taken just before mend's run.
+//
+// The replay issues exactly the statements mend issued: a tap on each
+// connection of mend's pools records every COM_QUERY packet (with
+// client-side interpolation the packet is the whole statement text), and the
+// baseline replays those texts, in order, through database/sql on pinned
+// connections. The ratio lib/raw is mend's throughput over the replay's; the
+// design target is at least 0.8. It measures mend's client-side overhead.
+//
+// The limit (limit_test.go) does the same logical effect in the fewest
+// round trips a correct implementation needs, written independently of
+// mend's storage and host code: one multi-statement packet per transaction.
+// The TestLimit* tests hold it to mend's guarantees. The ratio lib/limit is
+// mend's throughput over the limit's; it measures what mend's design costs.
+//
+// Round trips per operation (rt/op) are counted on the wire for mend, the
+// replay and the limit alike: every command packet the server answers.
+//
+// BenchmarkScale (scale_test.go) runs in-process `mend run` equivalents in
+// a world sized by MEND_BENCH_SCALE (10,000 queues and 10^6 finished records
+// by default): the idle pass, a storm of dead letters, lease traffic and
+// memory.
 package bench

@@ -21,9 +21,32 @@ import (
 
 // MySQL client commands the tap looks at.
 const (
-	comQuery       = 0x03
-	comStmtPrepare = 0x16
+	comQuit         = 0x01
+	comQuery        = 0x03
+	comStmtPrepare  = 0x16
+	comStmtLongData = 0x18
+	comStmtClose    = 0x19
 )
+
+// isRoundTrip reports whether a packet the client writes starts a command
+// the server answers: a round trip. A command is the packet with sequence
+// number 0 (handshake and authentication packets carry higher ones); of
+// the commands only COM_QUIT, COM_STMT_CLOSE and COM_STMT_SEND_LONG_DATA go
+// unanswered. With interpolateParams every statement mend sends, and every
+// BEGIN, COMMIT and SET TRANSACTION the driver sends for it, is one
+// COM_QUERY, so this is the number of times the client waits for the
+// server. A multi-statement COM_QUERY is one round trip however many
+// statements it carries: the server answers all of them in one stream.
+func isRoundTrip(b []byte) bool {
+	if len(b) < 5 || b[3] != 0 {
+		return false
+	}
+	switch b[4] {
+	case comQuit, comStmtClose, comStmtLongData:
+		return false
+	}
+	return true
+}
 
 // tap records, per worker, the statements mend sends on its connections, in
 // the order they were sent. A worker is one goroutine of the benchmark; it
@@ -32,6 +55,7 @@ const (
 type tap struct {
 	on       atomic.Bool
 	prepared atomic.Int64 // server-side prepares seen: not replayable
+	rts      atomic.Int64 // round trips (see isRoundTrip) while on
 	workers  []*tapWorker
 	nets     [][]string // [worker][role] driver network name
 }
@@ -102,6 +126,9 @@ type tapConn struct {
 // Write sees whole packets: the driver writes each packet (header and
 // payload) with one call, and compression is off.
 func (c *tapConn) Write(b []byte) (int, error) {
+	if c.t.on.Load() && isRoundTrip(b) {
+		c.t.rts.Add(1)
+	}
 	if c.t.on.Load() && len(b) > 4 {
 		switch b[4] {
 		case comQuery:
@@ -138,8 +165,9 @@ func isQuery(text string) bool {
 // worker with one pinned connection per role, and returns the wall time.
 // Rows are read to the end. It fails the benchmark if any statement fails
 // (the recorded run had none: mend returned no error) or if mend used a
-// server-side prepare, which the tap cannot replay.
-func (t *tap) replay(b *testing.B, dsn string) time.Duration {
+// server-side prepare, which the tap cannot replay. The replay's own round
+// trips are counted on the wire, the same way as mend's and the limit's.
+func (t *tap) replay(b *testing.B, dsn string) measured {
 	b.Helper()
 	if n := t.prepared.Load(); n > 0 {
 		b.Fatalf("tap: mend prepared %d statements on the server; the baseline replays text only", n)
@@ -149,6 +177,8 @@ func (t *tap) replay(b *testing.B, dsn string) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
+	wire := newWire()
+	cfg.Net = wire.net
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -169,6 +199,7 @@ func (t *tap) replay(b *testing.B, dsn string) time.Duration {
 		}
 	}
 	errs := make([]error, len(t.workers))
+	wire.on.Store(true)
 	elapsed := measure(len(t.workers), func(w int) {
 		for _, st := range t.workers[w].stmts {
 			c := conns[w][st.role]
@@ -190,10 +221,52 @@ func (t *tap) replay(b *testing.B, dsn string) time.Duration {
 			}
 		}
 	})
+	wire.on.Store(false)
 	if err := errors.Join(errs...); err != nil {
 		b.Fatalf("tap: the baseline diverged from mend's run: %v", err)
 	}
-	return elapsed
+	return measured{took: elapsed, rts: wire.rts.Load()}
+}
+
+// measured is one side of a comparison: its wall time and the round trips
+// it made on the wire.
+type measured struct {
+	took time.Duration
+	rts  int64
+}
+
+// wire counts the round trips of every connection dialed through its
+// driver network while on is set. It records nothing else: the replay and
+// the limit implementations use it, where only the count is wanted.
+type wire struct {
+	on  atomic.Bool
+	rts atomic.Int64
+	net string
+}
+
+func newWire() *wire {
+	w := &wire{net: "mendwire" + strconv.FormatInt(tapSeq.Add(1), 10)}
+	mysql.RegisterDialContext(w.net, func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &wireConn{Conn: conn, w: w}, nil
+	})
+	return w
+}
+
+type wireConn struct {
+	net.Conn
+	w *wire
+}
+
+func (c *wireConn) Write(b []byte) (int, error) {
+	if c.w.on.Load() && isRoundTrip(b) {
+		c.w.rts.Add(1)
+	}
+	return c.Conn.Write(b)
 }
 
 // drain reads every row into raw bytes, as a caller scanning results would.
@@ -233,7 +306,7 @@ func measure(workers int, fn func(w int)) time.Duration {
 
 // cloneDB copies every table of src (structure and rows) into a fresh
 // database on the same server, for the baseline to replay against.
-func cloneDB(b *testing.B, src *mysqltest.DB) *mysqltest.DB {
+func cloneDB(b testing.TB, src *mysqltest.DB) *mysqltest.DB {
 	b.Helper()
 	ctx := context.Background()
 	dst := mysqltest.NewDBOn(b, src.Server)
@@ -321,13 +394,20 @@ func printMix(b *testing.B, t *tap, ops int) {
 	b.Logf("mend-bench: mix %s (%d ops): %s", b.Name(), ops, t.Mix())
 }
 
-// report sets the benchmark's metrics: mend's and the baseline's throughput,
-// their ratio and the statements per operation.
-func report(b *testing.B, ops int, lib, raw time.Duration, stmts int) {
-	libRate := float64(ops) / lib.Seconds()
-	rawRate := float64(ops) / raw.Seconds()
-	b.ReportMetric(libRate, "ops/s")
-	b.ReportMetric(rawRate, "raw-ops/s")
-	b.ReportMetric(libRate/rawRate, "lib/raw")
+// report sets the benchmark's metrics: the throughput of mend, of the
+// replay of its statements and of the limit implementation, mend's ratio to
+// each, the statements mend sent per operation and the round trips per
+// operation of all three, as counted on the wire.
+func report(b *testing.B, ops int, lib, raw, limit measured, stmts int) {
+	rate := func(m measured) float64 { return float64(ops) / m.took.Seconds() }
+	perOp := func(m measured) float64 { return float64(m.rts) / float64(ops) }
+	b.ReportMetric(rate(lib), "ops/s")
+	b.ReportMetric(rate(raw), "raw-ops/s")
+	b.ReportMetric(rate(limit), "limit-ops/s")
+	b.ReportMetric(rate(lib)/rate(raw), "lib/raw")
+	b.ReportMetric(rate(lib)/rate(limit), "lib/limit")
 	b.ReportMetric(float64(stmts)/float64(ops), "stmts/op")
+	b.ReportMetric(perOp(lib), "rt/op")
+	b.ReportMetric(perOp(raw), "raw-rt/op")
+	b.ReportMetric(perOp(limit), "limit-rt/op")
 }

@@ -5,6 +5,11 @@
 // Usage (from the module root; `make bench` runs it):
 //
 //	go run ./bench/cmd/benchreport [-ops 2000] [-passes 3] [-trials 5] [-out docs/benchmarks.md]
+//	go run ./bench/cmd/benchreport -scale [-out docs/benchmarks-scale.md]   (make bench-scale)
+//
+// With -scale it runs BenchmarkScale instead, at the sizes MEND_BENCH_SCALE
+// names (the full world by default; "smoke" for a small one), and writes
+// its own report.
 //
 // With -from FILE -took D it renders the report again from the saved output
 // of an earlier run (e.g. after changing the explanations), without running.
@@ -34,7 +39,18 @@ func main() {
 	goCmd := flag.String("go", "go", "go command")
 	from := flag.String("from", "", "render from the saved output of an earlier run instead of running (with -took)")
 	tookFlag := flag.Duration("took", 0, "with -from: how long that run took")
+	scale := flag.Bool("scale", false, "run the scale benchmarks (BenchmarkScale) and write their report")
 	flag.Parse()
+	if *scale {
+		if *out == "docs/benchmarks.md" {
+			*out = "docs/benchmarks-scale.md"
+		}
+		if err := runScale(*goCmd, *from, *tookFlag, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *from != "" {
 		if err := rerender(*from, *tookFlag, *out); err != nil {
 			fmt.Fprintln(os.Stderr, "benchreport:", err)
@@ -80,7 +96,7 @@ type step struct {
 func run(goCmd string, ops, passes, trials int, out string) error {
 	begin := time.Now()
 	steps := []step{
-		{bench: "^(BenchmarkIntake|BenchmarkAppend|BenchmarkPlannerRepair)$", benchtime: strconv.Itoa(ops) + "x"},
+		{bench: "^(BenchmarkIntake|BenchmarkAppend|BenchmarkLeaseAcquire|BenchmarkPlannerRepair)$", benchtime: strconv.Itoa(ops) + "x"},
 		{bench: "^BenchmarkReconcilePass$", benchtime: strconv.Itoa(passes) + "x"},
 		{bench: "^(BenchmarkFailover|BenchmarkWakeResend)$", benchtime: "1x", env: []string{"MEND_BENCH_TRIALS=" + strconv.Itoa(trials)}},
 	}
@@ -170,6 +186,25 @@ func parse(text string) results {
 type report struct{ summary, markdown string }
 
 const ratioTarget = 0.8
+
+// limitTarget is issue 13's target for mend against the limit: the fenced
+// append and the intake at one and at sixteen connections.
+const limitTarget = 0.6
+
+func limitTargeted(bench, conns string) bool {
+	return (bench == "Intake" || bench == "Append/fenced=true") && (conns == "1" || conns == "16")
+}
+
+// limitNotes says, per benchmark, what its limit implementation does in
+// its round trips (bench/limit_test.go).
+var limitNotes = []struct{ bench, note string }{
+	{"Intake", "one packet: `SET TRANSACTION` and `START TRANSACTION`, the record's `INSERT ... ON DUPLICATE KEY UPDATE record_id = record_id`, `SET @created = ROW_COUNT()`, the created event as `INSERT ... SELECT ... WHERE @created = 1`, the read-back `SELECT` of whichever record holds the source identity, `COMMIT`."},
+	{"Append/fenced=false", "one packet: the versioned `UPDATE ... WHERE version = ?`, `SET @n = ROW_COUNT()`, the event as `INSERT ... SELECT ... WHERE @n = 1`, a `SELECT` of `@n` with the current version (conflict or not found, told apart in the same answer), `COMMIT`."},
+	{"Append/fenced=true", "one packet as the unfenced append, with the queue's lease row joined into the `UPDATE` (`JOIN mend_leases ... AND l.holder = ? AND l.epoch = ? AND l.expires_at > NOW(6)`): the multi-table UPDATE share-locks the lease row until `COMMIT`, so a takeover waits behind the write, as behind mend's `LOCK IN SHARE MODE` read; the answer also says whether the term is current."},
+	{"LeaseAcquire", "one packet: the lease row made sure of and locked exclusively by a no-op upsert, the clock read once after the lock, the replaced term closed in history at its expiry, the take (`epoch = epoch + 1` where free or expired), the new term opened in history only if the take happened, and a `SELECT` of the lease as it now is (the holder and time left when it was held)."},
+	{"PlannerRepair", "three packets per record, one per database a repair touches (mend's, the host's application and queue databases, which a deployment may put on different servers, so no transaction spans them), plus the due read once per 100 records: the host packet reads the batch, decides, moves it with a CAS on the version read, writes and deletes the membership rows, finishes the fan-out of its members and answers with the queue's smallest live batch; the queue packet publishes every RequestLog and the wake-up in one `INSERT`; the record packet writes the settled and woken events in one fenced CAS. The record is finished only after the wake-up is durable, so a crash in between repeats a repair that changes nothing the second time."},
+}
+
 const flatTarget = 1.2
 
 func render(r results, commands []string, took time.Duration, date time.Time) report {
@@ -196,24 +231,32 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 
 	var misses []string
 
-	// Throughput against the raw-SQL baseline.
-	w("## Throughput against raw SQL\n\n")
-	w("Each case runs mend and then a raw-SQL baseline in the same process, on the same server, at the same concurrency\n")
-	w("(one goroutine per connection). The baseline replays, through `database/sql` on pinned connections, exactly the\n")
-	w("statements mend sent (recorded from the wire by a tap on mend's connections), against a clone of the database\n")
-	w("taken just before mend's run, and fails if any statement fails. `lib/raw` is mend's throughput over the\n")
-	w("baseline's; the target (design.md) is at least %.1f. The gap is the client-side cost per operation\n", ratioTarget)
-	w("(`overhead`, in µs: 1/mend − 1/raw per operation at that concurrency).\n\n")
-	w("| benchmark | conns | mend ops/s | raw ops/s | lib/raw | overhead µs/op | statements/op | target ≥ %.1f |\n", ratioTarget)
-	w("|---|---:|---:|---:|---:|---:|---:|---|\n")
-	fmt.Fprintf(&sum, "%-34s %10s %10s %8s %8s\n", "benchmark", "mend op/s", "raw op/s", "lib/raw", "stmt/op")
+	// Throughput against the raw-SQL baseline and the limit.
+	w("## Throughput against raw SQL and against the limit\n\n")
+	w("Each case runs mend, then two baselines, in the same process, on the same server, at the same concurrency (one\n")
+	w("goroutine per connection), each against its own clone of the database taken just before mend's run.\n\n")
+	w("- **Replay** (`raw`): replays, through `database/sql` on pinned connections, exactly the statements mend sent\n")
+	w("  (recorded from the wire by a tap on mend's connections), and fails if any statement fails. `lib/raw` is mend's\n")
+	w("  throughput over the replay's; the target (design.md) is at least %.1f. The gap is the client-side cost per\n", ratioTarget)
+	w("  operation (`overhead`, in µs: 1/mend − 1/raw per operation at that concurrency).\n")
+	w("- **Limit**: the same logical effect in the fewest round trips a correct implementation needs, written\n")
+	w("  independently of mend's code in `bench/limit_test.go` (raw SQL, one multi-statement packet per transaction) and\n")
+	w("  held to mend's guarantees by the `TestLimit*` tests. `lib/limit` is mend's throughput over the limit's; issue 13's\n")
+	w("  target is at least %.1f for the intake and the fenced append at 1 and 16 connections.\n", limitTarget)
+	w("- **Round trips per operation** (`rt/op`) are counted on the wire for all three: every command packet the client\n")
+	w("  sends that the server answers (with `interpolateParams` each statement, `BEGIN`, `COMMIT` and the driver's\n")
+	w("  `SET TRANSACTION ISOLATION LEVEL` is one; a multi-statement packet is one).\n\n")
+	w("| benchmark | conns | mend ops/s | replay ops/s | limit ops/s | lib/raw | lib/limit | rt/op mend | rt/op replay | rt/op limit | overhead µs/op | lib/raw ≥ %.1f | lib/limit ≥ %.1f |\n", ratioTarget, limitTarget)
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	fmt.Fprintf(&sum, "%-34s %10s %10s %10s %8s %9s %7s %7s %7s\n", "benchmark", "mend op/s", "raw op/s", "limit op/s", "lib/raw", "lib/limit", "rt mend", "rt raw", "rt lim")
 	for _, res := range r.list {
 		ratio, ok := res.metrics["lib/raw"]
 		if !ok {
 			continue
 		}
 		bench, conns := splitConns(res.name)
-		lib, raw := res.metrics["ops/s"], res.metrics["raw-ops/s"]
+		lib, raw, lim := res.metrics["ops/s"], res.metrics["raw-ops/s"], res.metrics["limit-ops/s"]
+		libLimit := res.metrics["lib/limit"]
 		over := (1/lib - 1/raw) * 1e6
 		verdict := "met"
 		if ratio < ratioTarget {
@@ -221,8 +264,23 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 			misses = append(misses, fmt.Sprintf("`%s` at %s connections: lib/raw %.2f, %.0f%% below the %.1f target (mend %.0f ops/s, raw %.0f ops/s; %.0f µs of client-side work per operation).",
 				bench, conns, ratio, (ratioTarget-ratio)/ratioTarget*100, ratioTarget, lib, raw, over))
 		}
-		w("| %s | %s | %.0f | %.0f | %.2f | %.0f | %.1f | %s |\n", bench, conns, lib, raw, ratio, over, res.metrics["stmts/op"], verdict)
-		fmt.Fprintf(&sum, "%-34s %10.0f %10.0f %8.2f %8.1f\n", res.name, lib, raw, ratio, res.metrics["stmts/op"])
+		limitVerdict := "—"
+		if limitTargeted(bench, conns) {
+			limitVerdict = "met"
+			if libLimit < limitTarget {
+				limitVerdict = fmt.Sprintf("**missed** by %.0f%%", (limitTarget-libLimit)/limitTarget*100)
+				misses = append(misses, fmt.Sprintf("`%s` at %s connections: lib/limit %.2f, below issue 13's %.1f (mend %.1f round trips per operation, the limit %.1f).",
+					bench, conns, libLimit, limitTarget, res.metrics["rt/op"], res.metrics["limit-rt/op"]))
+			}
+		}
+		w("| %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %s |\n", bench, conns, lib, raw, lim, ratio, libLimit,
+			res.metrics["rt/op"], res.metrics["raw-rt/op"], res.metrics["limit-rt/op"], over, verdict, limitVerdict)
+		fmt.Fprintf(&sum, "%-34s %10.0f %10.0f %10.0f %8.2f %9.2f %7.2f %7.2f %7.2f\n", res.name, lib, raw, lim, ratio, libLimit,
+			res.metrics["rt/op"], res.metrics["raw-rt/op"], res.metrics["limit-rt/op"])
+	}
+	w("\nWhat each limit does in its round trips:\n\n")
+	for _, n := range limitNotes {
+		w("- `%s`: %s\n", n.bench, n.note)
 	}
 	w("\nStatements per operation, as recorded on the wire (1 connection):\n\n")
 	var mixNames []string
@@ -310,6 +368,11 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 	}
 	w("\n")
 
+	w("## Scale\n\n")
+	w("The scale benchmarks (a world of 10,000 queues and 1,000,000 finished records with two and four reconcilers: the\n")
+	w("idle pass, a storm of 100,000 dead letters over 1,000 queues, lease traffic per pass, the reconciler's memory)\n")
+	w("take longer than `make bench` may, so they run with `make bench-scale` and write `docs/benchmarks-scale.md`.\n")
+	w("%s\n\n", scaleStatus())
 	w("## Targets missed\n\n")
 	if len(misses) == 0 {
 		w("None in this run.\n\n")
@@ -326,6 +389,14 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 // analysis explains what the misses seen in development runs come from;
 // the list above says which targets this run actually missed.
 const analysis = `### Why, and what would close them
+
+**mend against the limit.** The limit sends each operation's transaction as one packet, so its round trips per
+operation are 1 (3 for a repair, one per database, plus the due read) against mend's 5 to 8 (28 for a repair). The
+ratio lib/limit is not the ratio of round trips: the server still executes every statement of the packet, and on two
+cores shared by the server, the client and the benchmark, server CPU per operation bounds both sides once more than
+one connection is busy. The round trips themselves cost most at one connection, where nothing overlaps them. A limit
+that is itself slow would flatter mend: the limit planner's host packet was first measured statement by statement
+(SHOW PROFILES) and its two expensive statements rewritten (see bench/limit_test.go), which doubled its throughput.
 
 **Storage throughput at one connection (lib/raw around 0.8).** mend and the baseline send byte-identical statements,
 so the gap is client-side. Repeating the one-connection append three times gave lib/raw 0.76, 0.87 and 0.81, and
@@ -390,3 +461,218 @@ func machine(cpu string) string {
 	}
 	return fmt.Sprintf("%s, %d cores%s%s", cpu, runtime.NumCPU(), mem, kernel)
 }
+
+// scaleDoc is the scale report docs/benchmarks.md refers to.
+var scaleDoc = "docs/benchmarks-scale.md"
+
+// scaleStatus says what the scale report holds: a full-size run, a smaller
+// one, or none yet.
+func scaleStatus() string {
+	b, err := os.ReadFile(scaleDoc)
+	if err != nil {
+		return "**The full-size numbers come from `make bench-scale`, which has not been run yet.**"
+	}
+	var date, sizes string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "- **Date:** "); ok {
+			date = v
+		}
+		if v, ok := strings.CutPrefix(line, "- **Sizes:** "); ok {
+			sizes = v
+		}
+	}
+	if strings.HasPrefix(sizes, "queues=10000 finished=1000000 storm=100000 storm_queues=1000 ") {
+		return fmt.Sprintf("Its last run (%s) was at full size.", date)
+	}
+	return fmt.Sprintf("Its last run (%s) was a smoke run, at `%s`: **the full-size numbers come from `make bench-scale`, which has not been run at full size yet.**", date, sizes)
+}
+
+// runScale runs BenchmarkScale (or, with from, renders a saved run) and
+// writes its report.
+func runScale(goCmd, from string, took time.Duration, out string) error {
+	var text string
+	var commands []string
+	date := time.Now()
+	if from != "" {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			return err
+		}
+		text = string(b)
+		for _, line := range strings.Split(text, "\n") {
+			if c, ok := strings.CutPrefix(line, "$ "); ok {
+				commands = append(commands, c)
+			}
+		}
+		if fi, err := os.Stat(from); err == nil {
+			date = fi.ModTime()
+		}
+	} else {
+		begin := time.Now()
+		// The storm is bounded inside the benchmark (bound=, 20 minutes a
+		// run by default); the timeout only catches a hang.
+		args := []string{"test", "-run", "^$", "-bench", "^BenchmarkScale$", "-benchtime", "1x", "-count", "1", "-timeout", "180m", "./bench"}
+		env := ""
+		if v := os.Getenv("MEND_BENCH_SCALE"); v != "" {
+			env = "MEND_BENCH_SCALE=" + v + " "
+		}
+		commands = append(commands, env+goCmd+" "+strings.Join(args, " "))
+		fmt.Println("$", commands[0])
+		var all bytes.Buffer
+		cmd := exec.Command(goCmd, args...)
+		cmd.Stdout = io.MultiWriter(os.Stdout, &all)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s: %w", commands[0], err)
+		}
+		text, took = all.String(), time.Since(begin)
+	}
+	md := renderScale(parse(text), commands, took, date)
+	if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s\n", out)
+	return nil
+}
+
+func renderScale(r results, commands []string, took time.Duration, date time.Time) string {
+	var md strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&md, format, args...) }
+	note := func(prefix string) []string {
+		var out []string
+		for _, n := range r.notes {
+			if rest, ok := strings.CutPrefix(n, prefix); ok {
+				out = append(out, rest)
+			}
+		}
+		return out
+	}
+	sizes := strings.Join(note("scale sizes "), "")
+	full := strings.HasPrefix(sizes, "queues=10000 finished=1000000 storm=100000 storm_queues=1000 ")
+	w("# Scale benchmarks\n\n")
+	w("Generated by `make bench-scale` (`go run ./bench/cmd/benchreport -scale`) from a real run; do not edit by hand.\n\n")
+	w("- **Date:** %s\n", date.UTC().Format("2006-01-02 15:04 MST"))
+	w("- **Machine:** %s\n", machine(r.cpu))
+	for _, n := range r.notes {
+		if strings.HasPrefix(n, "server ") {
+			w("- **Server:** %s\n", strings.TrimPrefix(n, "server "))
+		}
+	}
+	w("- **Sizes:** %s\n", sizes)
+	for _, n := range note("scale world seeded ") {
+		w("- **World seeded** %s\n", n)
+	}
+	w("- **Whole run:** %s\n", took.Round(time.Second))
+	w("- **Commands:**\n")
+	for _, c := range commands {
+		w("  - `%s`\n", c)
+	}
+	w("\n")
+	if !full {
+		w("**This is not the full-size world** (10,000 queues, 1,000,000 finished records, a storm of 100,000 dead letters\n")
+		w("over 1,000 queues). The targets below are issue 13's for the full world; at these sizes they are shown, not judged.\n")
+		w("Run `make bench-scale` without `MEND_BENCH_SCALE` on a quiet machine for the full numbers.\n\n")
+	}
+	w("The reconcilers run in-process: each replica is `reconcile.New` over its own `storage`, `fence`, `planner` and\n")
+	w("`host` instances and connection pools, wired as `mend run` wires them, with its defaults (interval 10 s unless the\n")
+	w("sizes say otherwise, concurrency 4, lease TTL 15 s). The storm's dead letters are recorded through the real intake\n")
+	w("(`dlq.Intake.Record`, without an inline repair) by concurrent workers while the replicas run; the host's tables\n")
+	w("hold, per storm queue, a live batch and, per dead letter, a speculating batch with one enrolled request.\n\n")
+
+	w("| replicas | idle stmts/pass | idle median ms | idle max ms | storm intake/s | first delivery → last wake-up s | queue's first wake-up p50 / max s | all queues woken within deadline | passes | connects | heap in use MiB | RSS / peak MiB |\n")
+	w("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	var misses []string
+	for _, res := range r.list {
+		if !strings.HasPrefix(res.name, "Scale/") {
+			continue
+		}
+		m := res.metrics
+		reps := strings.TrimPrefix(res.name, "Scale/replicas=")
+		drain := "not drained"
+		if m["storm-drained"] == 1 {
+			drain = fmt.Sprintf("%.1f", m["storm-drain-s"])
+		}
+		within := "yes"
+		if m["storm-within-deadline"] != 1 {
+			within = fmt.Sprintf("**no**: slowest %.0f s", m["storm-firstwake-max-s"])
+			if u := m["storm-queues-unwoken"]; u > 0 {
+				within = fmt.Sprintf("**no**: %.0f queues never woken", u)
+			}
+			if full && reps == "2" {
+				misses = append(misses, fmt.Sprintf("storm with %s replicas: not every queue was woken within %.0f s (slowest %.1f s).", reps, m["storm-deadline-s"], m["storm-firstwake-max-s"]))
+			}
+		}
+		if full && (m["idle-stmts/pass"] > 1 || m["idle-max-ms"] > 5) {
+			misses = append(misses, fmt.Sprintf("idle pass with %s replicas: %.2f statements, worst %.1f ms (target: one statement under 5 ms).", reps, m["idle-stmts/pass"], m["idle-max-ms"]))
+		}
+		w("| %s | %.2f | %.2f | %.2f | %.0f | %s | %.1f / %.1f | %s | %.0f | %.0f | %.1f | %.0f / %.0f |\n", reps, m["idle-stmts/pass"], m["idle-median-ms"], m["idle-max-ms"],
+			m["storm-intake/s"], drain, m["storm-firstwake-p50-s"], m["storm-firstwake-max-s"], within, m["storm-passes"], m["storm-connects"],
+			m["heap-inuse-MiB"], m["rss-MiB"], m["rss-peak-MiB"])
+	}
+	w("\nLease traffic per pass during the storm (the fence's statements; each acquire attempt is `LeaseEnsure`, a granted one\n")
+	w("also `LeaseTake`; the fenced writes' own `LeaseCheck` reads are counted with the writes):\n\n")
+	w("| replicas | acquire attempts | terms taken | renewals | releases |\n|---:|---:|---:|---:|---:|\n")
+	for _, res := range r.list {
+		if !strings.HasPrefix(res.name, "Scale/") {
+			continue
+		}
+		m := res.metrics
+		w("| %s | %.2f | %.2f | %.2f | %.2f |\n", strings.TrimPrefix(res.name, "Scale/replicas="), m["lease-acquires/pass"], m["lease-takes/pass"], m["lease-renews/pass"], m["lease-releases/pass"])
+	}
+	w("\nStatements, as counted on the wire:\n\n")
+	for _, prefix := range []string{"scale idle ", "scale explain ", "scale lease ", "scale storm-mix ", "scale seeded-storm ", "scale gave-up "} {
+		for _, n := range note(prefix) {
+			w("- %s%s\n", strings.TrimPrefix(prefix, "scale "), n)
+		}
+	}
+	w("\nMemory is the benchmark process's: it also holds the intake workers, the storm's deliveries and the test\n")
+	w("harness, so it bounds a replica's from above. `connects` counts connections the replicas' pools opened during the\n")
+	w("storm: `database/sql` keeps two idle connections per pool by default, so a replica doing more at once reconnects.\n\n")
+	w("## Targets (issue 13)\n\n")
+	w("- Idle pass: one statement, under 5 ms, at 10,000 queues.\n")
+	w("- Storm of 100,000 over 1,000 queues: every queue woken within 2 minutes with two replicas (judged here as each\n")
+	w("  queue's first wake-up within the deadline of its first dead letter; the drain time is reported beside it).\n\n")
+	switch {
+	case !full:
+		w("Not judged: this run is not at full size.\n")
+	case len(misses) == 0:
+		w("Met in this run.\n")
+	default:
+		w("Missed in this run:\n\n")
+		for _, m := range misses {
+			w("- %s\n", m)
+		}
+	}
+	w("%s", scaleAnalysis)
+	return md.String()
+}
+
+// scaleAnalysis explains what the first full-size run showed; the tables
+// above say what this run measured.
+const scaleAnalysis = `
+### What the full-size runs show, and what would change it
+
+**Idle pass.** One statement (` + "`QueuesDue`" + `), read through the (next_attempt_at, queue) index whose due range is
+empty when nothing is due, so it costs the same at 10,000 queues and 10^6 finished records as in an empty world.
+
+**Storm.** The reconciler drains a queue before it moves to the next: a planner run takes a queue's lease and
+repairs until nothing of that queue is due. With concurrency 4, two replicas work on 8 queues at a time, so the
+storm's 1,000 queues are woken roughly in 125 rounds of 100 repairs each, and the last queue's first wake-up comes
+near the end of the drain. Four replicas do not help on this machine: repairs are bound by the server's CPU (two
+cores shared with the replicas, the intake workers and the benchmark), about 430 repairs a second either way, so
+twice the replicas mostly means twice the lease contention. What would meet the 2-minute target: wake every due
+queue before finishing any (a pass that gives each queue a bounded slice of its due records, so every queue's first
+wake-up comes in the first rounds), and fewer round trips per repair (issue 13, item 2).
+
+**Connections.** ` + "`connects`" + ` is close to one per dead letter: ` + "`database/sql`" + ` keeps two idle connections per
+pool by default, and a replica runs four planners plus lease keepalives at once, so connections are closed on release
+and opened again (TCP, authentication and the session's SET) over and over. Setting the pools' idle limit to the
+work a replica does at once (in storage.Open and host.Open) would remove that.
+
+**Lease traffic.** Every replica tries every due queue each pass; a queue another replica holds costs an acquire
+attempt that ends held (five statements). With more replicas the wasted attempts grow while the terms taken stay
+the same; renewals are rare because a queue's run is shorter than a third of the TTL.
+
+**Memory.** The benchmark process's heap stays in single-digit MiB; the peak RSS includes the intake's 100,000
+deliveries held in memory by the benchmark.
+`

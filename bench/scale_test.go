@@ -1,0 +1,717 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
+	"github.com/mendq/mend/storage"
+)
+
+// scaleConfig sizes BenchmarkScale. MEND_BENCH_SCALE overrides it: "smoke"
+// for the small preset, or comma-separated key=value pairs (keys as the
+// fields' tags), applied on top of the full sizes or of "smoke,...".
+type scaleConfig struct {
+	Queues      int           // queues that hold finished records: the world's size
+	Finished    int           // finished (done) records spread over them
+	Storm       int           // dead letters in the storm
+	StormQueues int           // queues the storm hits
+	Replicas    []int         // reconciler counts, one run each
+	IdlePasses  int           // idle passes measured per replica
+	IntakeConns int           // intake workers delivering the storm
+	Interval    time.Duration // the reconcilers' pass interval (mend run's default)
+	Deadline    time.Duration // the storm target: every queue woken within this
+	Bound       time.Duration // the storm is given up after this (the benchmark always ends)
+}
+
+func fullScale() scaleConfig {
+	return scaleConfig{Queues: 10_000, Finished: 1_000_000, Storm: 100_000, StormQueues: 1_000, Replicas: []int{2, 4},
+		IdlePasses: 20, IntakeConns: 16, Interval: reconcile.IntervalDefault, Deadline: 2 * time.Minute, Bound: 20 * time.Minute}
+}
+
+func smokeScale() scaleConfig {
+	c := fullScale()
+	c.Queues, c.Finished, c.Storm, c.StormQueues, c.IdlePasses, c.Bound = 100, 10_000, 2_000, 20, 10, 5*time.Minute
+	return c
+}
+
+func scaleFromEnv(tb testing.TB) scaleConfig {
+	v := os.Getenv("MEND_BENCH_SCALE")
+	c := fullScale()
+	for _, kv := range strings.Split(v, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		if kv == "smoke" {
+			c = smokeScale()
+			continue
+		}
+		k, val, ok := strings.Cut(kv, "=")
+		var err error
+		atoi := func(p *int) { *p, err = strconv.Atoi(val) }
+		dur := func(p *time.Duration) { *p, err = time.ParseDuration(val) }
+		switch {
+		case !ok:
+			err = fmt.Errorf("want key=value")
+		case k == "queues":
+			atoi(&c.Queues)
+		case k == "finished":
+			atoi(&c.Finished)
+		case k == "storm":
+			atoi(&c.Storm)
+		case k == "storm_queues":
+			atoi(&c.StormQueues)
+		case k == "idle_passes":
+			atoi(&c.IdlePasses)
+		case k == "intake_conns":
+			atoi(&c.IntakeConns)
+		case k == "interval":
+			dur(&c.Interval)
+		case k == "deadline":
+			dur(&c.Deadline)
+		case k == "bound":
+			dur(&c.Bound)
+		case k == "replicas":
+			c.Replicas = nil
+			for _, f := range strings.Split(val, "+") {
+				n, e := strconv.Atoi(f)
+				if e != nil {
+					err = e
+				}
+				c.Replicas = append(c.Replicas, n)
+			}
+		default:
+			err = fmt.Errorf("unknown key")
+		}
+		if err != nil {
+			tb.Fatalf("MEND_BENCH_SCALE %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, interval, deadline, bound; or smoke)", kv, err)
+		}
+	}
+	if c.Queues < 1 || c.StormQueues < 1 || c.Storm < c.StormQueues || c.Finished < 0 || c.Finished > 1_000_000 || c.Storm > 1_000_000 || c.IdlePasses < 1 || c.IntakeConns < 1 {
+		tb.Fatalf("MEND_BENCH_SCALE: inconsistent sizes %+v (at most 10^6 finished and 10^6 dead letters: the numbers table's size)", c)
+	}
+	return c
+}
+
+// counter counts the statements sent on every connection dialed through
+// it, by kind (mend's "-- name:" label), keeping one text of each kind.
+// Unlike the tap it stores no history: the storm sends millions.
+type counter struct {
+	net    string
+	dials  atomic.Int64 // connections opened
+	mu     sync.Mutex
+	counts map[string]int64
+	sample map[string]string
+}
+
+func newCounter() *counter {
+	c := &counter{net: "mendcount" + strconv.FormatInt(tapSeq.Add(1), 10), counts: map[string]int64{}, sample: map[string]string{}}
+	mysql.RegisterDialContext(c.net, func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		c.dials.Add(1)
+		return &countConn{Conn: conn, c: c}, nil
+	})
+	return c
+}
+
+func (c *counter) DSN(tb testing.TB, dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Net = c.net
+	return cfg.FormatDSN()
+}
+
+// snapshot returns the counts so far.
+func (c *counter) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func diff(after, before map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func total(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func mixString(m map[string]int64, per float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return int(m[b] - m[a]) })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s×%.2f", k, float64(m[k])/per))
+	}
+	return strings.Join(parts, ", ")
+}
+
+type countConn struct {
+	net.Conn
+	c *counter
+}
+
+func (c *countConn) Write(b []byte) (int, error) {
+	if isRoundTrip(b) && b[4] == comQuery {
+		text := string(b[5:])
+		k := stmtKind(text)
+		c.c.mu.Lock()
+		c.c.counts[k]++
+		if _, ok := c.c.sample[k]; !ok {
+			c.c.sample[k] = text
+		}
+		c.c.mu.Unlock()
+	}
+	return c.Conn.Write(b)
+}
+
+// The scale world's finished records: record i is in queue
+// s<i mod queues>, done, with its last event; next_attempt_at is NULL, as
+// the planner leaves a done record.
+const sqlScaleFinished = `INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, payload,
+	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
+	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
+SELECT UNHEX(MD5(CONCAT('scale-', n.i))), CONCAT('s', LPAD(n.i MOD ?, 5, '0')), UNHEX(SHA2(CONCAT('scale-', n.i), 256)),
+	'speculate_dlq', CONCAT('s', LPAD(n.i MOD ?, 5, '0')), CONCAT('done-', n.i), '{}',
+	3, 'boom', NULL, '[]', CONCAT('old-', n.i), 'failed',
+	'done', 4, 1, NULL, '', 1, NOW(6), NOW(6), NOW(6)
+FROM bench_numbers n WHERE n.i >= ? AND n.i < ? ORDER BY 1`
+
+const sqlScaleFinishedEvents = `INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
+SELECT UNHEX(MD5(CONCAT('scale-', n.i))), 4, CONCAT('s', LPAD(n.i MOD ?, 5, '0')), 'woken', 1, 'bench', CONCAT('op-scale-', n.i), '{}', NOW(6)
+FROM bench_numbers n WHERE n.i >= ? AND n.i < ? ORDER BY 1`
+
+// Every queue of the world has been leased before: its lease row holds a
+// released term, as a finished planner run leaves it.
+const sqlScaleLeases = `INSERT INTO mend_leases (queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions)
+SELECT CONCAT('s', LPAD(n.i, 5, '0')), 'old', 1, NOW(6) - INTERVAL 1 HOUR, NOW(6) - INTERVAL 1 HOUR, NOW(6) - INTERVAL 1 HOUR, 2
+FROM bench_numbers n WHERE n.i < ?`
+
+const sqlScaleLeaseHistory = `INSERT INTO mend_lease_history (queue, epoch, holder, acquired_at, ended_at, ended_how)
+SELECT CONCAT('s', LPAD(n.i, 5, '0')), 1, 'old', NOW(6) - INTERVAL 1 HOUR, NOW(6) - INTERVAL 1 HOUR, 'released'
+FROM bench_numbers n WHERE n.i < ?`
+
+// The storm's host side, seeded in bulk: per storm queue a live batch
+// (created, with a request) to wake; per dead letter a speculating batch
+// with one request, enrolled as the host leaves it (request batched at
+// version 1, its request_batch row, the batch's membership row). Dead
+// letter i is in queue <prefix><i mod queues>.
+var sqlStormHost = []string{
+	`INSERT INTO batch (queue, id, contains, dependencies, state, version)
+SELECT q, CONCAT(q, '/batch/z-live'), CONCAT('["', q, '/live"]'), '[]', 'created', 1
+FROM (SELECT CONCAT(?, LPAD(n.i, 4, '0')) q FROM bench_numbers n WHERE n.i < ?) t`,
+	`INSERT INTO queue_batch_state (queue, state, batch_id)
+SELECT q, 'created', CONCAT(q, '/batch/z-live') FROM (SELECT CONCAT(?, LPAD(n.i, 4, '0')) q FROM bench_numbers n WHERE n.i < ?) t`,
+	`INSERT INTO request (queue, id, change_uri, land_strategy, state, version)
+SELECT q, CONCAT(q, '/live'), '{}', 'rebase', 'batched', 1 FROM (SELECT CONCAT(?, LPAD(n.i, 4, '0')) q FROM bench_numbers n WHERE n.i < ?) t`,
+	`INSERT INTO batch (queue, id, contains, dependencies, state, version)
+SELECT q, CONCAT(q, '/batch/d', LPAD(i, 6, '0')), CONCAT('["', q, '/r', LPAD(i, 6, '0'), '"]'), '[]', 'speculating', 1
+FROM (SELECT CONCAT(?, LPAD(n.i MOD ?, 4, '0')) q, n.i FROM bench_numbers n WHERE n.i < ?) t`,
+	`INSERT INTO queue_batch_state (queue, state, batch_id)
+SELECT q, 'speculating', CONCAT(q, '/batch/d', LPAD(i, 6, '0'))
+FROM (SELECT CONCAT(?, LPAD(n.i MOD ?, 4, '0')) q, n.i FROM bench_numbers n WHERE n.i < ?) t`,
+	`INSERT INTO request (queue, id, change_uri, land_strategy, state, version)
+SELECT q, CONCAT(q, '/r', LPAD(i, 6, '0')), '{}', 'rebase', 'batched', 1
+FROM (SELECT CONCAT(?, LPAD(n.i MOD ?, 4, '0')) q, n.i FROM bench_numbers n WHERE n.i < ?) t`,
+	`INSERT INTO request_batch (queue, request_id, batch_id, version)
+SELECT q, CONCAT(q, '/r', LPAD(i, 6, '0')), CONCAT(q, '/batch/d', LPAD(i, 6, '0')), 1
+FROM (SELECT CONCAT(?, LPAD(n.i MOD ?, 4, '0')) q, n.i FROM bench_numbers n WHERE n.i < ?) t`,
+}
+
+func stormQueue(prefix string, i int) string { return fmt.Sprintf("%s%04d", prefix, i) }
+
+// replica is one `mend run` equivalent: its own pools (as a separate
+// process has), fence, planner and reconciler, wired as cmd/mend wires them
+// with mend run's defaults.
+type replica struct {
+	store *storage.DB
+	host  *host.DB
+	rec   *reconcile.Reconciler
+}
+
+// scaleStats gathers what the replicas' hooks report.
+type scaleStats struct {
+	passes   atomic.Int64
+	acquired atomic.Int64
+	renewed  atomic.Int64
+	released atomic.Int64
+	mu       sync.Mutex
+	firstW   map[string]time.Time // queue: its first wake-up
+	lastW    time.Time            // the last wake-up of all
+	woken    int64
+}
+
+func newReplica(b *testing.B, dsn, holder string, interval time.Duration, st *scaleStats) *replica {
+	b.Helper()
+	ctx := context.Background()
+	store, err := storage.Open(ctx, dsn, storage.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := host.Open(ctx, dsn, "", host.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := fence.New(store, fence.Config{Holder: holder, Hooks: fence.Hooks{
+		OnAcquired: func(mend.Term) { st.acquired.Add(1) },
+		OnRenew: func(_ mend.Term, _ time.Duration, err error) {
+			if err == nil {
+				st.renewed.Add(1)
+			}
+		},
+		OnReleased: func(mend.Term) { st.released.Add(1) },
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := planner.New(planner.Config{Store: store, Batches: h, Waker: h, Actor: "planner/" + holder, Hooks: planner.Hooks{
+		OnWake: func(queue string, err error) {
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			st.mu.Lock()
+			if _, ok := st.firstW[queue]; !ok {
+				st.firstW[queue] = now
+			}
+			st.lastW = now
+			st.woken++
+			st.mu.Unlock()
+		},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: interval,
+		Hooks: reconcile.Hooks{OnPass: func(reconcile.PassStats, time.Duration) { st.passes.Add(1) }}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &replica{store: store, host: h, rec: rec}
+	b.Cleanup(func() { _ = h.Close(); _ = store.Close() })
+	return r
+}
+
+// BenchmarkScale: mend's reconcilers in a big world (MEND_BENCH_SCALE, see
+// scaleConfig; `make bench-scale`). The replicas run in-process, each with
+// reconcile.New over its own storage, fence, planner and host adapter, as
+// `mend run` wires them, with mend run's defaults (interval 10 s,
+// concurrency 4, lease TTL 15 s). For each replica count it measures:
+//
+//   - the idle pass (nothing due): statements per pass and its latency,
+//     with the plan of its statement;
+//   - a storm of dead letters over many queues, recorded through the real
+//     intake by concurrent workers while the replicas run: time from the
+//     first delivery to the last wake-up, and each queue's time to its first
+//     wake-up against the deadline (2 minutes);
+//   - lease traffic per pass during the storm (statements by kind);
+//   - the process's Go heap in use and RSS at the end. The process also
+//     holds the intake workers and the benchmark, so these bound a
+//     replica's memory from above.
+//
+// A storm that does not drain within the bound is reported as such and
+// given up; the benchmark fails only on a wrong result.
+func BenchmarkScale(b *testing.B) {
+	cfg := scaleFromEnv(b)
+	db := mysqltest.NewDB(b, migrations.Up, sqtest.Apply)
+	raw := db.SQL(b)
+	var version string
+	if err := raw.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("mend-bench: server %s (%s)\n", version, db.Server)
+	if cfg.Finished >= 100_000 {
+		setPool(b, raw, bigPool)
+	}
+	// Printed, not logged: a parent benchmark's log is not shown.
+	fmt.Printf("mend-bench: scale sizes queues=%d finished=%d storm=%d storm_queues=%d replicas=%v interval=%s intake_conns=%d deadline=%s bound=%s",
+		cfg.Queues, cfg.Finished, cfg.Storm, cfg.StormQueues, cfg.Replicas, cfg.Interval, cfg.IntakeConns, cfg.Deadline, cfg.Bound)
+	fmt.Println()
+	seedStart := time.Now()
+	seedScaleWorld(b, raw, cfg)
+	fmt.Printf("mend-bench: scale world seeded in %s\n", time.Since(seedStart).Round(time.Millisecond))
+
+	for _, n := range cfg.Replicas {
+		b.Run("replicas="+strconv.Itoa(n), func(b *testing.B) {
+			for i := range b.N {
+				scaleRun(b, db, cfg, n, fmt.Sprintf("t%d%c-", n, 'a'+i))
+			}
+		})
+	}
+}
+
+func seedScaleWorld(b *testing.B, raw *sql.DB, cfg scaleConfig) {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := raw.Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	exec := func(q string, args ...any) {
+		b.Helper()
+		if _, err := conn.ExecContext(ctx, q, args...); err != nil {
+			b.Fatalf("seed: %.60s: %v", q, err)
+		}
+	}
+	// Unique keys are unique by construction here.
+	exec("SET SESSION unique_checks = 0")
+	exec(sqlNumbersTable)
+	exec(sqlNumbersFill)
+	const chunk = 250_000
+	for lo := 0; lo < cfg.Finished; lo += chunk {
+		hi := min(lo+chunk, cfg.Finished)
+		exec(sqlScaleFinished, cfg.Queues, cfg.Queues, lo, hi)
+		exec(sqlScaleFinishedEvents, cfg.Queues, lo, hi)
+	}
+	exec(sqlScaleLeases, cfg.Queues)
+	exec(sqlScaleLeaseHistory, cfg.Queues)
+	exec("ANALYZE TABLE mend_records, mend_events, mend_leases")
+}
+
+func seedStorm(b *testing.B, raw *sql.DB, cfg scaleConfig, prefix string) {
+	b.Helper()
+	ctx := context.Background()
+	for i, q := range sqlStormHost {
+		args := []any{prefix, cfg.StormQueues}
+		if i >= 3 {
+			args = []any{prefix, cfg.StormQueues, cfg.Storm}
+		}
+		if _, err := raw.ExecContext(ctx, q, args...); err != nil {
+			b.Fatalf("seed storm: %.60s: %v", q, err)
+		}
+	}
+}
+
+func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix string) {
+	ctx := context.Background()
+	raw := db.SQL(b)
+	b.StopTimer()
+	cnt := newCounter()
+	st := &scaleStats{firstW: map[string]time.Time{}}
+	reps := make([]*replica, n)
+	for i := range n {
+		reps[i] = newReplica(b, cnt.DSN(b, db.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, st)
+	}
+
+	// (a) Idle passes. The first pass of a reconciler also prunes (once per
+	// hour), so each replica runs one pass first; then the replicas run
+	// their measured passes concurrently, as they would.
+	for _, r := range reps {
+		if _, err := r.rec.RunOnce(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := cnt.snapshot()
+	lat := make([][]time.Duration, n)
+	errs := make([]error, n)
+	b.StartTimer()
+	measure(n, func(w int) {
+		for range cfg.IdlePasses {
+			start := time.Now()
+			ps, err := reps[w].rec.RunOnce(ctx)
+			lat[w] = append(lat[w], time.Since(start))
+			if err == nil && ps.Queues != 0 {
+				err = fmt.Errorf("an idle pass found %d due queues", ps.Queues)
+			}
+			if err != nil {
+				errs[w] = err
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	failOn(b, errs)
+	idle := diff(cnt.snapshot(), before)
+	passes := float64(n * cfg.IdlePasses)
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(float64(total(idle))/passes, "idle-stmts/pass")
+	b.ReportMetric(ms(all[len(all)/2]), "idle-median-ms")
+	b.ReportMetric(ms(all[len(all)-1]), "idle-max-ms")
+	b.Logf("mend-bench: scale idle %s: %s per pass", b.Name(), mixString(idle, passes))
+	cnt.mu.Lock()
+	text, ok := cnt.sample["QueuesDue"]
+	cnt.mu.Unlock()
+	if ok {
+		b.Logf("mend-bench: scale explain %s: %s", b.Name(), explain(b, raw, text))
+	}
+
+	// (b) The storm.
+	seedStart := time.Now()
+	seedStorm(b, raw, cfg, prefix)
+	deliveries := make([]dlq.Delivery, cfg.Storm)
+	for i := range deliveries {
+		q := stormQueue(prefix, i%cfg.StormQueues)
+		batch := fmt.Sprintf("%s/batch/d%06d", q, i)
+		deliveries[i] = dlq.Delivery{Source: mend.SourceID{Queue: q, Topic: "speculate_dlq", Partition: q, MessageID: batch},
+			Payload: []byte(`{"id":"` + batch + `","queue":"` + q + `"}`), FailureCount: 1, LastError: "storm"}
+	}
+	intakes := make([]*dlq.Intake, cfg.IntakeConns)
+	for w := range intakes {
+		s, err := storage.Open(ctx, db.DSN, storage.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		if intakes[w], err = dlq.New(s, dlq.Config{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("mend-bench: scale seeded-storm for %s in %s", b.Name(), time.Since(seedStart).Round(time.Millisecond))
+	firstD := make([]atomic.Int64, cfg.StormQueues) // unix nanos of each queue's first delivery
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, r := range reps {
+		if err := r.rec.Start(runCtx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			for _, r := range reps {
+				r.rec.Stop()
+			}
+		}
+	}
+	defer stop()
+	before = cnt.snapshot()
+	passesBefore, dialsBefore := st.passes.Load(), cnt.dials.Load()
+	var (
+		next     atomic.Int64
+		errMu    sync.Mutex
+		intakeEr error
+	)
+	b.StartTimer()
+	stormStart := time.Now()
+	intakeTook := measure(cfg.IntakeConns, func(w int) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= cfg.Storm {
+				return
+			}
+			q := i % cfg.StormQueues
+			firstD[q].CompareAndSwap(0, time.Now().UnixNano())
+			if _, err := intakes[w].Record(ctx, deliveries[i]); err != nil {
+				errMu.Lock()
+				intakeEr = err
+				errMu.Unlock()
+				return
+			}
+		}
+	})
+	if intakeEr != nil {
+		b.Fatalf("intake: %v", intakeEr)
+	}
+	// Wait for the storm to drain: every storm record done. The probe is a
+	// measurement, not a synchronisation: the times come from the hooks.
+	drained := false
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.NewTimer(cfg.Bound)
+	defer giveUp.Stop()
+wait:
+	for !drained {
+		select {
+		case <-tick.C:
+		case <-giveUp.C:
+			b.Logf("mend-bench: scale gave-up %s: the storm did not drain within %s", b.Name(), cfg.Bound)
+			break wait
+		}
+		var left int
+		if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM mend_records WHERE queue LIKE ? AND state <> 'done'", prefix+"%").Scan(&left); err != nil {
+			b.Fatal(err)
+		}
+		drained = left == 0
+	}
+	b.StopTimer()
+	stop()
+	storm := diff(cnt.snapshot(), before)
+	stormPasses, dials := st.passes.Load()-passesBefore, cnt.dials.Load()-dialsBefore
+
+	st.mu.Lock()
+	var firstWake []time.Duration
+	missing := 0
+	for q := range cfg.StormQueues {
+		w, ok := st.firstW[stormQueue(prefix, q)]
+		if !ok {
+			missing++
+			continue
+		}
+		firstWake = append(firstWake, w.Sub(time.Unix(0, firstD[q].Load())))
+	}
+	lastW, woken := st.lastW, st.woken
+	st.mu.Unlock()
+	slices.Sort(firstWake)
+	sec := func(d time.Duration) float64 { return d.Seconds() }
+	within := 0.0
+	if missing == 0 && len(firstWake) > 0 && firstWake[len(firstWake)-1] <= cfg.Deadline {
+		within = 1
+	}
+	drainedF := 0.0
+	if drained {
+		drainedF = 1
+		b.ReportMetric(sec(lastW.Sub(stormStart)), "storm-drain-s")
+	}
+	b.ReportMetric(drainedF, "storm-drained")
+	b.ReportMetric(float64(cfg.Storm)/intakeTook.Seconds(), "storm-intake/s")
+	b.ReportMetric(float64(woken), "storm-woken")
+	b.ReportMetric(float64(missing), "storm-queues-unwoken")
+	if len(firstWake) > 0 {
+		b.ReportMetric(sec(firstWake[len(firstWake)/2]), "storm-firstwake-p50-s")
+		b.ReportMetric(sec(firstWake[len(firstWake)-1]), "storm-firstwake-max-s")
+	}
+	b.ReportMetric(within, "storm-within-deadline")
+	b.ReportMetric(sec(cfg.Deadline), "storm-deadline-s")
+
+	// The replicas' pools open connections as they need them; database/sql
+	// keeps two idle ones by default, so more concurrent work than that
+	// reconnects.
+	b.ReportMetric(float64(dials), "storm-connects")
+
+	// (c) Lease traffic per pass, during the storm: the fence's own
+	// statements (LeaseCheck is the fenced writes' read of the lease row,
+	// counted with the writes).
+	per := math.Max(float64(stormPasses), 1)
+	b.ReportMetric(float64(stormPasses), "storm-passes")
+	lease := map[string]int64{}
+	for k, v := range storm {
+		if strings.HasPrefix(k, "Lease") && k != "LeaseCheck" {
+			lease[k] = v
+		}
+	}
+	b.ReportMetric(float64(storm["LeaseEnsure"])/per, "lease-acquires/pass")
+	b.ReportMetric(float64(storm["LeaseTake"])/per, "lease-takes/pass")
+	b.ReportMetric(float64(storm["LeaseRenew"])/per, "lease-renews/pass")
+	b.ReportMetric(float64(storm["LeaseRelease"])/per, "lease-releases/pass")
+	b.Logf("mend-bench: scale lease %s: %s per pass over %d passes (hooks: %d terms acquired, %d renewed, %d released)",
+		b.Name(), mixString(lease, per), stormPasses, st.acquired.Load(), st.renewed.Load(), st.released.Load())
+	b.Logf("mend-bench: scale storm-mix %s: %s per dead letter", b.Name(), mixString(storm, float64(cfg.Storm)))
+
+	// (d) Memory at the end.
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	rss, peak := procMemory()
+	b.ReportMetric(float64(m.HeapInuse)/(1<<20), "heap-inuse-MiB")
+	b.ReportMetric(rss, "rss-MiB")
+	b.ReportMetric(peak, "rss-peak-MiB")
+
+	if drained {
+		// A wrong result fails the benchmark: every record of the storm
+		// done and at least one wake-up published per record (a repair
+		// repeated after a lost term adds one).
+		var done, wakes int
+		if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM mend_records WHERE queue LIKE ? AND state = 'done'", prefix+"%").Scan(&done); err != nil {
+			b.Fatal(err)
+		}
+		if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'speculate' AND partition_key LIKE ?", prefix+"%").Scan(&wakes); err != nil {
+			b.Fatal(err)
+		}
+		if done != cfg.Storm || wakes < cfg.Storm {
+			b.Fatalf("storm: %d records done and %d wake-ups published; want %d of each", done, wakes, cfg.Storm)
+		}
+	}
+}
+
+// explain returns the plan of a statement mend sent: the key each table is
+// read through and the rows the optimizer expects.
+func explain(b *testing.B, db *sql.DB, text string) string {
+	rows, err := db.QueryContext(context.Background(), "EXPLAIN "+text)
+	if err != nil {
+		return "explain failed: " + err.Error()
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var parts []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return "explain failed: " + err.Error()
+		}
+		var f []string
+		for i, c := range cols {
+			switch c {
+			case "table", "type", "key", "rows", "Extra":
+				f = append(f, c+"="+vals[i].String)
+			}
+		}
+		parts = append(parts, strings.Join(f, " "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// procMemory returns this process's resident set and its peak, in MiB.
+func procMemory() (rss, peak float64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			peak = kb / 1024
+		}
+	}
+	return rss, peak
+}
