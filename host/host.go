@@ -22,6 +22,8 @@ const (
 	// IOTimeoutDefault is Options.IOTimeout when zero: the same floor as
 	// storage's default I/O timeout, well above a normal statement's time.
 	IOTimeoutDefault = 60 * time.Second
+	// maxIdleConns is how many idle connections each pool keeps.
+	maxIdleConns = 16
 )
 
 // Options tunes a DB. The zero value is ready to use.
@@ -142,6 +144,9 @@ func openPool(ctx context.Context, field, dsn string, ioTimeout time.Duration) (
 		return nil, &mend.ValidationError{Field: field, Reason: err.Error()}
 	}
 	pool := sql.OpenDB(connector)
+	// Like mend's store: keep enough idle connections for concurrent planners,
+	// instead of database/sql's two, so repairs do not redial.
+	pool.SetMaxIdleConns(maxIdleConns)
 	if err := pool.PingContext(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("host: connect to %s: %w", cfg.Addr, translate(err)), pool.Close())
 	}

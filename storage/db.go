@@ -23,6 +23,8 @@ const (
 	// LeaseTTLDefault is the lease TTL the defaults below assume when
 	// Options.LeaseTTL is zero; it is fence.TTLDefault.
 	LeaseTTLDefault = 15 * time.Second
+	// MaxIdleConns is how many idle connections a store's pool keeps.
+	MaxIdleConns = 16
 	// IOTimeoutFloor is the least default IOTimeout: above InnoDB's default
 	// innodb_lock_wait_timeout (50 s), so a legitimate lock wait is never
 	// cut off as a dead connection.
@@ -158,6 +160,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		return nil, &mend.ValidationError{Field: "dsn", Reason: err.Error()}
 	}
 	sqlDB := sql.OpenDB(connector)
+	// database/sql keeps only two idle connections: a reconciler planning
+	// several queues at once then closes a connection after nearly every
+	// repair and dials a new one (the scale benchmark saw about one per dead
+	// letter in a storm). Idle ones are still retired below.
+	sqlDB.SetMaxIdleConns(MaxIdleConns)
 	if opts.SessionIdleTimeout > 0 {
 		// Retire idle connections before the server drops them.
 		sqlDB.SetConnMaxIdleTime(opts.SessionIdleTimeout / 2)
