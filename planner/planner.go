@@ -20,6 +20,11 @@ const (
 	BackoffBaseDefault = time.Second
 	BackoffMaxDefault  = 5 * time.Minute
 	BatchSizeDefault   = 100
+	// RunLimitDefault: a run takes at most this many due records, then
+	// returns with Stats.More set so the reconciler can give other queues a
+	// turn (a storm over many queues wakes each of them early instead of
+	// draining one queue at a time).
+	RunLimitDefault = 20
 	ActorDefault       = "planner"
 	// MaxHostErrorsDefault: a run stops after this many host errors in a
 	// row (the queue is due again on the reconciler's next pass).
@@ -107,6 +112,11 @@ type Config struct {
 	BackoffFunc func(attempt int) time.Duration
 	// BatchSize is how many due records are read at a time.
 	BatchSize int
+	// RunLimit is how many due records one Run takes at most before it
+	// returns with Stats.More set, so that a reconciler serving many queues
+	// gives each a turn (round robin) instead of draining them one by one.
+	// Zero means RunLimitDefault; negative means no limit.
+	RunLimit int
 	// MaxHostErrors stops a run after this many host errors in a row (a
 	// failed batch read, transition, fan-out, live-batch list or publish),
 	// so a hung or failing host cannot hold a run, and the reconciler's
@@ -148,6 +158,7 @@ func New(cfg Config) (*Planner, error) {
 	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, BackoffBaseDefault)
 	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, BackoffMaxDefault)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
+	cfg.RunLimit = cmp.Or(cfg.RunLimit, RunLimitDefault)
 	cfg.MaxHostErrors = cmp.Or(cfg.MaxHostErrors, MaxHostErrorsDefault)
 	cfg.Actor = cmp.Or(cfg.Actor, ActorDefault)
 	log := cfg.Logger
@@ -164,15 +175,19 @@ func New(cfg Config) (*Planner, error) {
 // Stats counts what one Run did.
 type Stats struct {
 	Settled, Woken, WakeFailed, Done, Waiting, Parked, Failed, Conflicts int
+	// More reports that the run stopped at Config.RunLimit: records may
+	// still be due. Run the queue again after others have had a turn.
+	More bool
 }
 
 // ErrHostFailing is returned by Run when it stopped after
 // Config.MaxHostErrors host errors in a row. It matches mend.ErrUnavailable.
 var ErrHostFailing = fmt.Errorf("planner: host keeps failing; run stopped: %w", mend.ErrUnavailable)
 
-// Run repairs the lease's queue until no record is due, the lease is lost,
-// ctx ends, or the host fails MaxHostErrors times in a row. Records that
-// fail are rescheduled with backoff, so a Run always ends.
+// Run repairs the lease's queue until no record is due, it has taken
+// RunLimit records (then Stats.More says more may be due), the lease is
+// lost, ctx ends, or the host fails MaxHostErrors times in a row. Records
+// that fail are rescheduled with backoff, so a Run always ends.
 //
 // Returns mend.ErrFenced or mend.ErrLeaseLost when the lease is gone (stop
 // acting on the queue; never retry), ctx's error when cancelled or past its
@@ -183,14 +198,25 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 	var st Stats
 	term := lease.Term()
 	hostErrs := 0 // host errors in a row
+	taken := 0    // records this run has taken
+	full := false // the last read returned all it asked for: more may be due
 	for range maxPasses {
-		recs, err := p.cfg.Store.RecordsDue(ctx, term.Queue, p.cfg.BatchSize)
+		n := p.cfg.BatchSize
+		if p.cfg.RunLimit > 0 {
+			if taken >= p.cfg.RunLimit {
+				st.More = full
+				return st, nil
+			}
+			n = min(n, p.cfg.RunLimit-taken)
+		}
+		recs, err := p.cfg.Store.RecordsDue(ctx, term.Queue, n)
 		if err != nil {
 			return st, fmt.Errorf("planner: list due records: %w", err)
 		}
 		if len(recs) == 0 {
 			return st, nil
 		}
+		taken, full = taken+len(recs), len(recs) == n
 		for _, rec := range recs {
 			if err := alive(ctx, lease); err != nil {
 				return st, err

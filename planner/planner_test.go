@@ -440,3 +440,44 @@ func TestFinishCarriesTheDeadLetter(t *testing.T) {
 		t.Fatalf("cause = %+v; want the record's snapshot %+v", c, want)
 	}
 }
+
+// TestRunLimit: a run takes at most RunLimit due records and says whether
+// more may be due, so a reconciler can give other queues a turn; the next
+// runs pick up where it stopped, and the last says nothing more is due.
+func TestRunLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var batches []mend.Batch
+	for i := range 5 {
+		batches = append(batches, mend.Batch{ID: fmt.Sprintf("b%d", i), State: mend.BatchSpeculating, Version: 1})
+	}
+	h := newFakeHost(append(batches, mend.Batch{ID: "live", State: mend.BatchCreated, Version: 1})...)
+	for i := range 5 {
+		b.record(t, "q", fmt.Sprintf("m%d", i), fmt.Sprintf("b%d", i))
+	}
+	p := newPlanner(t, b, h, func(c *planner.Config) { c.RunLimit = 2 })
+	lease := b.lease(t, "q")
+	for i, want := range []struct {
+		woken int
+		more  bool
+	}{{2, true}, {2, true}, {1, false}} {
+		st, err := p.Run(ctx, lease)
+		if err != nil || st.Woken != want.woken || st.More != want.more {
+			t.Fatalf("run %d: stats %+v, %v; want %d woken, more=%v", i+1, st, err, want.woken, want.more)
+		}
+	}
+	if due, err := b.store.RecordsDue(ctx, "q", 10); err != nil || len(due) != 0 {
+		t.Fatalf("after the runs %d records are due (%v); want none", len(due), err)
+	}
+	// Exactly RunLimit records due: the run cannot tell whether more are,
+	// says so, and the next run finds none.
+	b.record(t, "q", "m5", "b0")
+	b.record(t, "q", "m6", "b1")
+	if st, err := p.Run(ctx, lease); err != nil || st.More != true {
+		t.Fatalf("run over exactly RunLimit records: %+v, %v; want more=true", st, err)
+	}
+	if st, err := p.Run(ctx, lease); err != nil || st.More || st.Settled != 0 {
+		t.Fatalf("the run after: %+v, %v; want nothing done and more=false", st, err)
+	}
+}

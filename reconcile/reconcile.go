@@ -214,24 +214,38 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 	// passing at the same moment spread over the queues instead of racing
 	// down the same list.
 	rand.Shuffle(len(queues), func(i, j int) { queues[i], queues[j] = queues[j], queues[i] })
+	// Round robin: a run that stops at the planner's RunLimit with records
+	// still due goes to the back of the line, so in a storm every due queue
+	// gets its first repair (and its wake-up) before any is drained.
 	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, r.cfg.Concurrency)
+		mu       sync.Mutex
+		turn     = sync.NewCond(&mu)
+		wg       sync.WaitGroup
+		line     = queues // queues waiting for a run, in order
+		inFlight = 0
 	)
-	for _, q := range queues {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+	mu.Lock()
+	for ctx.Err() == nil {
+		for len(line) == 0 && inFlight > 0 {
+			turn.Wait()
 		}
-		if ctx.Err() != nil {
+		if len(line) == 0 {
 			break
 		}
+		if inFlight >= r.cfg.Concurrency {
+			turn.Wait()
+			continue
+		}
+		q := line[0]
+		line = line[1:]
+		inFlight++
+		mu.Unlock()
 		wg.Go(func() {
-			defer func() { <-sem }()
 			st, err := r.repair(ctx, q)
 			mu.Lock()
 			defer mu.Unlock()
+			defer turn.Broadcast()
+			inFlight--
 			ps.Records = add(ps.Records, st)
 			switch {
 			case errors.Is(err, mend.ErrLeaseHeld):
@@ -244,9 +258,14 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 				}
 			default:
 				ps.Ran++
+				if st.More {
+					line = append(line, q)
+				}
 			}
 		})
+		mu.Lock()
 	}
+	mu.Unlock()
 	wg.Wait()
 	if ctx.Err() != nil {
 		return ps, ctx.Err()

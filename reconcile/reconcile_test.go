@@ -3,6 +3,8 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,4 +185,86 @@ func TestPrune(t *testing.T) {
 	if err != nil || ps.Pruned != 0 {
 		t.Fatalf("pass = %+v, %v; a parked record is never pruned", ps, err)
 	}
+}
+
+// turnRunner hands out a fixed number of turns per queue: each run reports
+// More until the queue's turns are used up, and the order of runs is kept.
+type turnRunner struct {
+	mu    sync.Mutex
+	turns map[string]int
+	order []string
+}
+
+func (f *turnRunner) Run(_ context.Context, lease planner.Lease) (planner.Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := lease.Term().Queue
+	f.order = append(f.order, q)
+	f.turns[q]--
+	return planner.Stats{Settled: 1, More: f.turns[q] > 0}, nil
+}
+
+// TestRoundRobin: a run that stops at the planner's limit goes to the back
+// of the line, so every due queue gets its first run before any queue gets
+// its second, and one pass still drains them all.
+func TestRoundRobin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	queues := []string{"q1", "q2", "q3", "q4"}
+	for _, q := range queues {
+		b.record(t, q, "m")
+	}
+	initial := map[string]int{"q1": 3, "q2": 1, "q3": 2, "q4": 3}
+	runner := &turnRunner{turns: maps.Clone(initial)}
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Ran != 9 || ps.Queues != 4 {
+		t.Fatalf("pass stats %+v; want 9 runs over 4 queues", ps)
+	}
+	// With one run at a time the order is exact: rounds of the queues that
+	// still have turns, each round in the pass's (shuffled) first order.
+	first := runner.order[:4]
+	if !sameSet(first, queues) {
+		t.Fatalf("first four runs %v; want each queue once before any second run", first)
+	}
+	// Whenever a queue gets its turn n, every queue with at least n-1 turns
+	// has had its turn n-1: nobody is starved behind a long queue.
+	seen := map[string]int{}
+	for i, q := range runner.order {
+		seen[q]++
+		round := seen[q]
+		for _, other := range queues {
+			if initial[other] >= round-1 && seen[other] < round-1 {
+				t.Fatalf("run %d gives %s its turn %d while %s has had only %d: %v", i, q, round, other, seen[other], runner.order)
+			}
+		}
+	}
+	for q, n := range initial {
+		if seen[q] != n {
+			t.Fatalf("%s ran %d times; want %d (every turn in one pass): %v", q, seen[q], n, runner.order)
+		}
+	}
+}
+
+func sameSet(a, b []string) bool {
+	m := map[string]int{}
+	for _, x := range a {
+		m[x]++
+	}
+	for _, x := range b {
+		m[x]--
+	}
+	for _, v := range m {
+		if v != 0 {
+			return false
+		}
+	}
+	return len(a) == len(b)
 }
