@@ -44,6 +44,7 @@ type scaleConfig struct {
 	Interval    time.Duration // the reconcilers' pass interval (mend run's default)
 	Deadline    time.Duration // the storm target: every queue woken within this
 	Bound       time.Duration // the storm is given up after this (the benchmark always ends)
+	RunLimit    int           // planner.Config.RunLimit (0: mend's default; -1: drain a queue per run)
 }
 
 func fullScale() scaleConfig {
@@ -86,6 +87,8 @@ func scaleFromEnv(tb testing.TB) scaleConfig {
 			atoi(&c.StormQueues)
 		case k == "idle_passes":
 			atoi(&c.IdlePasses)
+		case k == "run_limit":
+			atoi(&c.RunLimit)
 		case k == "intake_conns":
 			atoi(&c.IntakeConns)
 		case k == "interval":
@@ -287,7 +290,7 @@ type scaleStats struct {
 	woken    int64
 }
 
-func newReplica(b *testing.B, dsn, holder string, interval time.Duration, st *scaleStats) *replica {
+func newReplica(b *testing.B, dsn, holder string, interval time.Duration, runLimit int, st *scaleStats) *replica {
 	b.Helper()
 	ctx := context.Background()
 	store, err := storage.Open(ctx, dsn, storage.Options{})
@@ -310,7 +313,7 @@ func newReplica(b *testing.B, dsn, holder string, interval time.Duration, st *sc
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := planner.New(planner.Config{Store: store, Batches: h, Waker: h, Actor: "planner/" + holder, Hooks: planner.Hooks{
+	p, err := planner.New(planner.Config{Store: store, Batches: h, Waker: h, Actor: "planner/" + holder, RunLimit: runLimit, Hooks: planner.Hooks{
 		OnWake: func(queue string, err error) {
 			if err != nil {
 				return
@@ -437,7 +440,7 @@ func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix str
 	st := &scaleStats{firstW: map[string]time.Time{}}
 	reps := make([]*replica, n)
 	for i := range n {
-		reps[i] = newReplica(b, cnt.DSN(b, db.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, st)
+		reps[i] = newReplica(b, cnt.DSN(b, db.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, cfg.RunLimit, st)
 	}
 
 	// (a) Idle passes. The first pass of a reconciler also prunes (once per
