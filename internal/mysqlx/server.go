@@ -62,7 +62,7 @@ func CheckServer(ctx context.Context, db *sql.DB) []Finding {
 	if !named.Valid {
 		tables = "not loaded (mend does not need them)"
 	}
-	out = append(out, Finding{Name: "time zone", Detail: fmt.Sprintf("mend's sessions use the offset %s; server time_zone %s, system %s; time zone tables %s", SessionTimeZone, tz, sysTZ, tables)})
+	out = append(out, Finding{Name: "time zone tables", Detail: fmt.Sprintf("mend's sessions use the offset %s; server time_zone %s, system %s; time zone tables %s", SessionTimeZone, tz, sysTZ, tables)})
 	switch f := strings.ToUpper(binlog.String); f {
 	case "STATEMENT":
 		out = append(out, Finding{Name: "binlog_format", Level: LevelFail,
