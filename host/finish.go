@@ -280,6 +280,9 @@ func (d *DB) fanOutChunk(ctx context.Context, f fanout, ids []string) error {
 	if err != nil {
 		return err
 	}
+	if d.afterMembersRead != nil {
+		d.afterMembersRead()
+	}
 	asked := make(map[string]bool, len(ids))
 	for _, rid := range ids {
 		asked[rid] = true

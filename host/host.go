@@ -117,6 +117,10 @@ type DB struct {
 	log        *slog.Logger
 	now        func() time.Time
 	ioTimeout  time.Duration // the driver's read and write timeout; 0: the DSN's
+
+	// afterMembersRead, when set (tests only), runs between the fan-out's
+	// read of a chunk of members and their compare-and-set.
+	afterMembersRead func()
 }
 
 // Open connects to the submit queue's application database (appDSN) and its

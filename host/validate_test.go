@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/host"
 )
 
 // TestTransitionErrorNamesTheBatch: every error of BatchTransitionFrom
@@ -88,5 +89,44 @@ func TestPlannerParksALongRequestIDAtOnce(t *testing.T) {
 	}
 	if req := r.request(t, "q/1"); req.State == "error" {
 		t.Fatalf("request q/1 moved although the fan-out could not finish")
+	}
+}
+
+// TestFanOutRequestMovedUnderTheCAS: the host moves a member request
+// between the fan-out's read of the members and its compare-and-set (here
+// the request is cancelled, at version 2). The compare-and-set then moves
+// only the other member; the fan-out must notice that not every named row
+// moved, read the moved one again and leave it alone: no terminal
+// RequestLog at a version the request never reached. Accepting "some rows
+// moved" would publish "error" at version 2 for a cancelled request.
+func TestFanOutRequestMovedUnderTheCAS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.seed(t, "q", "q/batch/1", "failed", "q/1", "q/2")
+	moved := false
+	host.SetAfterMembersRead(b.h, func() {
+		if !moved {
+			moved = true
+			b.exec(t, "UPDATE request SET state = 'cancelled', version = version + 1 WHERE queue = 'q' AND id = 'q/2'")
+		}
+	})
+	if err := b.h.BatchFinish(ctx, "q", "q/batch/1", deadLetter); err != nil {
+		t.Fatal(err)
+	}
+	if !moved {
+		t.Fatal("the hook never ran")
+	}
+	if r := b.request(t, "q/1"); r.State != "error" || r.Version != 2 {
+		t.Errorf("request q/1 = %s v%d; want error v2", r.State, r.Version)
+	}
+	if r := b.request(t, "q/2"); r.State != "cancelled" || r.Version != 2 {
+		t.Errorf("request q/2 = %s v%d; want left cancelled v2", r.State, r.Version)
+	}
+	if l := b.logs(t, "q/2"); len(l) != 0 {
+		t.Errorf("logs of q/2 = %+v; want none (the request was cancelled, never error)", l)
+	}
+	if l := b.logs(t, "q/1"); len(l) != 1 || l[0].Status != "error" || l[0].RequestVersion != 2 {
+		t.Errorf("logs of q/1 = %+v; want one error entry at version 2", l)
 	}
 }
