@@ -130,3 +130,20 @@ func TestFanOutRequestMovedUnderTheCAS(t *testing.T) {
 		t.Errorf("logs of q/1 = %+v; want one error entry at version 2", l)
 	}
 }
+
+// TestBuildLookupOnAClosedPool: a lookup racing a shutdown gets a
+// retryable mend.ErrUnavailable, not database/sql's raw "database is
+// closed", which mend's classifier would take for permanent.
+func TestBuildLookupOnAClosedPool(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h, err := host.Open(context.Background(), b.db.DSN, "", host.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Close()
+	_, err = h.BuildBatch(context.Background(), "q", "build-1")
+	if !errors.Is(err, mend.ErrUnavailable) || !mend.IsRetryable(err) {
+		t.Fatalf("BuildBatch on a closed pool = %v (class %v); want retryable ErrUnavailable", err, mend.Classify(err))
+	}
+}

@@ -158,3 +158,60 @@ func TestAutocommitOff(t *testing.T) {
 		t.Fatalf("another session sees the lease expire in %v s (%v); want the renewed ~120 s", left, err)
 	}
 }
+
+// TestCraftedPayloadUnderMultibyteCharsets: under gbk, sjis or big5 the
+// driver's client-side escaping turns a payload byte 0xbf before a quote
+// into 0xbf 0x5c 0x27, which the server reads as one character and a
+// closing quote; with multiStatements on (the store's pool) the rest of the
+// payload runs as SQL. The negative control shows it on a raw pool: the
+// payload creates a table. mend refuses those charsets in a DSN, and on
+// its own utf8mb4 sessions the same payload is stored byte for byte and
+// runs nothing.
+func TestCraftedPayloadUnderMultibyteCharsets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	admin := b.db.SQL(t)
+	payload := func(table string) []byte { return []byte("\xbf'); CREATE TABLE " + table + " (x INT); -- ") }
+	tableExists := func(name string) bool {
+		var n int
+		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	t.Run("negative control: a raw gbk pool runs the payload", func(t *testing.T) {
+		if _, err := admin.ExecContext(ctx, "CREATE TABLE probe (b VARBINARY(200))"); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := sql.Open("mysql", b.db.DSN+"&charset=gbk&multiStatements=true&interpolateParams=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		_, _ = raw.ExecContext(ctx, "INSERT INTO probe (b) VALUES (?)", payload("pwned_raw"))
+		if !tableExists("pwned_raw") {
+			t.Fatal("the crafted payload did not run under gbk: the control no longer reproduces the injection")
+		}
+	})
+	for _, cs := range []string{"gbk", "sjis", "big5"} {
+		_, err := storage.Open(ctx, b.db.DSN+"&charset="+cs, storage.Options{})
+		var pe *mysqlx.ParamError
+		if !errors.As(err, &pe) || pe.Param != "charset" {
+			t.Errorf("Open with charset=%s = %v; want a ParamError naming charset", cs, err)
+		}
+	}
+	p := createParams(src("q", "crafted"), "")
+	p.Snapshot.Payload = payload("pwned_mend")
+	rec, _, err := b.store.RecordCreate(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.RecordGetByID(ctx, "q", rec.ID)
+	if err != nil || string(got.Snapshot.Payload) != string(payload("pwned_mend")) {
+		t.Fatalf("stored payload %q, %v; want it byte for byte", got.Snapshot.Payload, err)
+	}
+	if tableExists("pwned_mend") {
+		t.Fatal("the crafted payload ran as SQL on mend's session")
+	}
+}
