@@ -1,12 +1,12 @@
-// Package mysqlx holds what mend's two SQL packages (storage and the
-// reference host adapter) share about talking to MySQL: the one
-// constructor of every pool mend opens (Config, Open: what a session is
-// forced to be, and which DSN parameters are refused), the server checks
-// doctor runs (CheckServer),
-// translation of driver errors by error number, and the transaction runner
-// with bounded deadlock retries and ambiguous-commit detection. It imports
-// only the root package and the driver, so it adds no edge between storage
-// and the packages that consume it.
+// Package mysqlx holds what mend's SQL packages (storage, the reference
+// host adapter, the migrator) share about talking to MySQL: the one
+// constructor of every pool mend opens (Config and Open: what a session is
+// forced to be, and which DSN parameters are refused), the checks of a
+// session and of the server's globals that mend doctor reports (CheckSession,
+// CheckServer), translation of driver errors by error number, and the
+// transaction runner with bounded deadlock retries and ambiguous-commit
+// detection. It imports only the root package and the driver, so it adds no
+// edge between storage and the packages that consume it.
 package mysqlx
 
 import (
