@@ -147,3 +147,32 @@ func TestBuildLookupOnAClosedPool(t *testing.T) {
 		t.Fatalf("BuildBatch on a closed pool = %v (class %v); want retryable ErrUnavailable", err, mend.Classify(err))
 	}
 }
+
+// TestPlannerParksSuccessForACancellingBatch: a merge-signal saying the
+// merge succeeded, for a batch that is cancelling, is parked for an
+// operator; the batch stays cancelling, as the real primary controller
+// keeps it ("a racing terminal merge result must not override the
+// cancel"). Before, mend moved it to succeeded.
+func TestPlannerParksSuccessForACancellingBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := setupRepair(t)
+	r.seed(t, "q", "q/batch/1", "cancelling", "q/1")
+	rec, _, err := r.store.RecordCreate(ctx, mend.CreateParams{
+		Source:   mend.SourceID{Queue: "q", Topic: "merge-signal_dlq", Partition: "q", MessageID: "q/batch/1"},
+		Snapshot: deadLetter,
+		Target:   mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeSucceeded},
+		OpID:     mend.NewOpID(), Actor: "test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.run(t)
+	got, err := r.store.RecordGetByID(ctx, "q", rec.ID)
+	if err != nil || got.State != mend.StateParked || !strings.Contains(got.LastError, "cancelling") {
+		t.Fatalf("record = %s %q, %v; want parked naming the cancel", got.State, got.LastError, err)
+	}
+	if row, _ := r.w.Batch(ctx, "q", "q/batch/1"); row.State != "cancelling" || row.Version != 1 {
+		t.Fatalf("batch = %+v; want left cancelling", row)
+	}
+}

@@ -151,7 +151,8 @@ func (o Options) pool() mysqlx.Pool {
 // Open connects to the database named in dsn (see SessionConfig) and checks
 // that it answers, that its sessions hold what mend set (a
 // *mysqlx.SessionError if a proxy or the server undid it) and that it is
-// not a multi-primary cluster (ErrTopology; see CheckTopology).
+// neither a multi-primary cluster nor logging statement-based binlogs
+// (ErrTopology; see CheckTopology).
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -181,12 +182,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		maxPayload = MaxPayloadDefault
 	}
 	d := &DB{db: sqlx.NewDb(sqlDB, "mysql"), retries: retries, maxPayload: maxPayload}
-	// The fence does not hold on a multi-primary cluster: refuse it before
-	// anything is written. (Statement-based binlogs fail loudly on the first
-	// write; mend doctor reports them.)
+	// The fence does not hold on a multi-primary cluster, and a
+	// statement-based binary log refuses every READ COMMITTED write: refuse
+	// both before anything is written.
 	vars, err := serverVars(ctx, d.db.DB)
 	if err == nil {
-		err = checkMultiPrimary(vars)
+		err = errors.Join(checkMultiPrimary(vars), checkBinlog(vars))
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("storage: %w", err), sqlDB.Close())

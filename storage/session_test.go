@@ -132,6 +132,17 @@ func TestAutocommitOff(t *testing.T) {
 	})
 	store := openStore(t, db.DSN, storage.Options{})
 	sessionsHold(t, store.SQL(), 60, 5)
+	// What mend doctor reports for the global (mysqlx.CheckServer): a warning,
+	// since mend's own sessions are safe.
+	warned := false
+	for _, f := range mysqlx.CheckServer(ctx, store.SQL()) {
+		if f.Name == "autocommit" {
+			warned = f.Level == mysqlx.LevelWarn && f.Fix != ""
+		}
+	}
+	if !warned {
+		t.Errorf("CheckServer did not warn about the global autocommit=0: %+v", mysqlx.CheckServer(ctx, store.SQL()))
+	}
 	rec, created, err := store.RecordCreate(ctx, createParams(src("q", "m"), `{}`))
 	if err != nil || !created {
 		t.Fatalf("create = %v, %v", created, err)

@@ -36,10 +36,10 @@ type Finding struct {
 // writes). db is any pool on the server; mend's own is best.
 func CheckServer(ctx context.Context, db *sql.DB) []Finding {
 	var autocommit, mode, tz, sysTZ string
-	var binlog sql.NullString
+	var binlog, logBin sql.NullString
 	var named sql.NullString
 	err := db.QueryRowContext(ctx, `SELECT @@GLOBAL.autocommit, @@GLOBAL.sql_mode, @@GLOBAL.time_zone, @@system_time_zone,
-		@@GLOBAL.binlog_format, CONVERT_TZ('2000-01-01 00:00:00', '+00:00', 'UTC')`).Scan(&autocommit, &mode, &tz, &sysTZ, &binlog, &named)
+		@@GLOBAL.binlog_format, @@GLOBAL.log_bin, CONVERT_TZ('2000-01-01 00:00:00', '+00:00', 'UTC')`).Scan(&autocommit, &mode, &tz, &sysTZ, &binlog, &logBin, &named)
 	if err != nil {
 		return []Finding{{Name: "server globals", Level: LevelFail, Detail: "cannot read them: " + err.Error()}}
 	}
@@ -63,11 +63,14 @@ func CheckServer(ctx context.Context, db *sql.DB) []Finding {
 		tables = "not loaded (mend does not need them)"
 	}
 	out = append(out, Finding{Name: "time zone tables", Detail: fmt.Sprintf("mend's sessions use the offset %s; server time_zone %s, system %s; time zone tables %s", SessionTimeZone, tz, sysTZ, tables)})
-	switch f := strings.ToUpper(binlog.String); f {
-	case "STATEMENT":
+	logging := logBin.String == "1" || strings.EqualFold(logBin.String, "ON")
+	switch f := strings.ToUpper(binlog.String); {
+	case f == "STATEMENT" && logging:
 		out = append(out, Finding{Name: "binlog_format", Level: LevelFail,
 			Detail: "STATEMENT: the server refuses writes under READ COMMITTED (error 1665), which mend's store uses",
 			Fix:    "set binlog_format=ROW (or MIXED) on the server"})
+	case !logging:
+		out = append(out, Finding{Name: "binlog_format", Detail: "binary log off"})
 	default:
 		out = append(out, Finding{Name: "binlog_format", Detail: cmpOr(f, "unknown") + " (READ COMMITTED writes are logged safely)"})
 	}
