@@ -101,6 +101,7 @@ func TestRunRefusesBeforeConnecting(t *testing.T) {
 		{[]string{"doctor", "--dsn", nowhere, "--lease-ttl", "1s"}, "--lease-ttl"},
 		{[]string{"run", "--once", "--dsn", nowhere + "?%60sql_mode%60=%27%27"}, "sql_mode"},
 		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", nowhere + "?charset=gbk"}, "charset"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--queue-dsn", nowhere + "?multiStatements=true"}, "--queue-dsn"},
 	} {
 		args := tt.args
 		var out, errOut bytes.Buffer

@@ -45,6 +45,8 @@ func (c runConfig) validate() error {
 		return usagef("--concurrency must be between 1 and 256, got %d", c.Concurrency)
 	case checkRunIdentities(c.Holder, c.WakeTopic) != nil:
 		return checkRunIdentities(c.Holder, c.WakeTopic)
+	case checkHostDSNs(c.HostDSN, c.QueueDSN) != nil:
+		return checkHostDSNs(c.HostDSN, c.QueueDSN)
 	case c.MaxAttempts < 1:
 		return usagef("--max-attempts must be at least 1")
 	case c.Grace <= 0:

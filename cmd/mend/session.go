@@ -46,6 +46,21 @@ func checkRunIdentities(holder, wakeTopic string) error {
 	return nil
 }
 
+// checkHostDSNs refuses, before anything is connected, host DSNs the
+// adapter's pools would refuse (they are stricter than mend's store: no
+// multiStatements). Empty DSNs are left to their defaults.
+func checkHostDSNs(appDSN, queueDSN string) error {
+	for _, d := range []struct{ flag, dsn string }{{"--host-dsn", appDSN}, {"--queue-dsn", queueDSN}} {
+		if d.dsn == "" {
+			continue
+		}
+		if _, err := hostDoctorConfig(d.flag, d.dsn); err != nil {
+			return usagef("%s: %v", d.flag, err)
+		}
+	}
+	return nil
+}
+
 // sessionChecks reports, for doctor, whether a session of db holds what
 // mend forces through cfg, and what the server's globals mean for mend.
 func sessionChecks(ctx context.Context, db *sql.DB, cfg *mysql.Config) []check {
