@@ -163,6 +163,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	defer mendDB.Close()
 
 	checks = append(checks, checkServer(ctx, raw))
+	checks = append(checks, checkEngine(ctx, raw)...)
 	checks = append(checks, checkTopology(ctx, raw))
 	checks = append(checks, checkSchema(ctx, raw))
 	checks = append(checks, checkSQLMode(ctx, raw))
