@@ -137,12 +137,17 @@ rm -rf "$root/var/lib/apt/lists/"* "$root/var/cache/apt/"* "$root/usr/share/doc/
 	"$root/usr/sbin/policy-rc.d" "$root/etc/resolv.conf"
 find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' -exec rm -rf {} + 2>/dev/null || true
 
+old_id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true) # --force: removed below, not left dangling
 tar -C "$root" -c . | docker import -m "mend test image root file system (debootstrap $suite + $package)" - "$base" >/dev/null
 docker build -q --build-arg "BASE=$base" --build-arg "ENGINE=$engine" -t "$tag" test-image >"$work/build.log" 2>&1 ||
 	{ cat "$work/build.log" >&2; exit 1; }
 if [[ "$engine" == mysql ]]; then
 	docker tag "$tag" "mend-test/mysql:$version"
 	tag="$tag and mend-test/mysql:$version"
+fi
+new_id=$(docker image inspect -f '{{.Id}}' "${tag%% *}")
+if [[ -n "$old_id" && "$old_id" != "$new_id" ]]; then
+	docker rmi "$old_id" >/dev/null 2>&1 || true
 fi
 size=$(docker image inspect -f '{{.Size}}' "${tag%% *}")
 echo "mend: built $tag in $(($(date +%s) - begin))s ($((size / 1000000)) MB)"
