@@ -333,7 +333,7 @@ func newLeaseCmd(a *app) *cobra.Command {
 				return err
 			}
 			if f.json {
-				return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndOperator})
+				return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndedOperator})
 			}
 			fmt.Fprintf(a.stdout, "ended the term of %q at epoch %d on queue %q; its writes are refused from now on, and the next replica takes the queue at epoch %d or later\n",
 				term.Holder, term.Epoch, term.Queue, term.Epoch+1)
@@ -346,7 +346,7 @@ func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
 	if asJSON {
 		out := make([]map[string]any, len(leases))
 		for i, l := range leases {
-			out[i] = map[string]any{"queue": l.Term.Queue, "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
+			out[i] = map[string]any{"queue": l.Term.Queue, "status": leaseWord(l), "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
 				"seconds_left": max(l.Remaining.Seconds(), 0), "expires_at": l.ExpiresAt.Format(time.RFC3339Nano)}
 		}
 		return writeJSON(a.stdout, out)
@@ -358,14 +358,9 @@ func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tSTATUS\tHOLDER\tEPOCH\tTIME LEFT")
 	for _, l := range leases {
-		status, left := "free", "-"
-		switch {
-		case l.Term.Epoch == 0:
-			status = "never held"
-		case l.Live():
-			status, left = "held", fmtAge(l.Remaining)
-		case l.Ended != "":
-			status = l.Ended // released, expired (ran out without a release), or by an operator
+		status, left := leaseWord(l), "-"
+		if l.Live() {
+			left = fmtAge(l.Remaining)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
 	}
@@ -392,7 +387,7 @@ func (a *app) printLeaseHistory(asJSON bool, queue string, terms []storage.Lease
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "EPOCH\tHOLDER\tACQUIRED (UTC)\tENDED (UTC)\tHOW")
 	for _, t := range terms {
-		ended, how := "-", "(current, or expired and not yet replaced)"
+		ended, how := "-", "current"
 		if t.EndedAt != nil {
 			ended, how = t.EndedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EndedHow
 		}

@@ -308,6 +308,7 @@ func printMigrationSQL(w io.Writer, list []migrations.Migration) error {
 // ---- status ----
 
 type leaseJSON struct {
+	Status      string  `json:"status"` // as leaseWord says it
 	Holder      string  `json:"holder"`
 	Epoch       int64   `json:"epoch"`
 	Held        bool    `json:"held"`
@@ -353,12 +354,26 @@ func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
 			j.Counts[string(s)] = n
 		}
 		if q.Lease != nil {
-			j.Lease = &leaseJSON{Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
+			j.Lease = &leaseJSON{Status: leaseWord(*q.Lease), Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
 				SecondsLeft: max(q.Lease.Remaining.Seconds(), 0), ExpiresAt: q.Lease.ExpiresAt.Format(time.RFC3339Nano)}
 		}
 		out = append(out, j)
 	}
 	return out
+}
+
+// leaseWord is a queue's lease in the one vocabulary of every surface
+// (mend lease list, mend status, the view mend_lease_status): never held,
+// held, or how the last term ended (holder released, operator released,
+// expired).
+func leaseWord(l storage.LeaseStatus) string {
+	switch {
+	case l.Term.Epoch == 0:
+		return "never held"
+	case l.Live():
+		return "held"
+	}
+	return cmp.Or(l.Ended, storage.LeaseEndedExpired)
 }
 
 // printStatus prints status as a table for people.
@@ -376,9 +391,7 @@ func printStatus(w io.Writer, st []storage.QueueStatus) error {
 			case l.Live():
 				lease = fmt.Sprintf("held by %s, epoch %d, %s left", l.Term.Holder, l.Term.Epoch, fmtAge(l.Remaining))
 			case l.Term.Epoch > 0:
-				// How the last term ended: released, ended by an operator, or
-				// expired (ran out without a release: a dead or hung holder).
-				lease = fmt.Sprintf("free (last epoch %d, %s, %s)", l.Term.Epoch, l.Term.Holder, cmp.Or(l.Ended, "ended"))
+				lease = fmt.Sprintf("free (last epoch %d, %s, %s)", l.Term.Epoch, l.Term.Holder, leaseWord(*l))
 			}
 		}
 		c := q.Counts
