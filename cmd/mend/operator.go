@@ -170,7 +170,9 @@ func newResolveCmd(a *app) *cobra.Command {
 		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", withDSN|withLog|withJSON)
 	sel := addSelection(f, "resolve")
 	actor := f.String("actor", "operator", "who resolves, kept in the event log")
-	reason := f.String("reason", "", "why the record is closed by hand (required), kept in the event log")
+	reason := f.String("reason", "", "why the record is closed by hand (required to close; a listing needs none), kept in the event log")
+	force := f.Bool("force", false, "with a selection and --yes: resolve open records (pending, waiting, settled) too, although their repair is then never done")
+	f.cmdLineOnly("force")
 	return f.run(func(ctx context.Context, _ []string) error {
 		dsn, err := f.needDSN()
 		if err != nil {
@@ -179,8 +181,11 @@ func newResolveCmd(a *app) *cobra.Command {
 		if err := sel.check(f); err != nil {
 			return err
 		}
-		if err := requireFlag("reason", *reason); err != nil {
-			return err
+		// A selection without --yes only lists: it needs no reason.
+		if *sel.record != "" || *sel.yes {
+			if err := requireFlag("reason", *reason); err != nil {
+				return err
+			}
 		}
 		if *sel.state == string(mend.StateDone) {
 			return usagef("--state done: done records are closed already")
@@ -196,9 +201,19 @@ func newResolveCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			risk := ""
+			if *sel.record == "" {
+				risk = openAtStake(ctx, store, recs)
+			}
 			if dry {
 				a.listSelection("resolve", recs, skip)
+				if risk != "" {
+					fmt.Fprintf(a.stdout, "at stake: %s; --yes alone refuses them, --yes --force resolves them\n", risk)
+				}
 				return nil
+			}
+			if risk != "" && !*force {
+				return fmt.Errorf("refusing to resolve a selection with open records: %s; narrow it (--state parked), wait for the repair, or add --force", risk)
 			}
 			return a.each(f.json, "resolve", recs, skip, func(r mend.Record) (mend.Record, error) {
 				return store.RecordResolve(ctx, storage.ResolveParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
@@ -207,6 +222,32 @@ func newResolveCmd(a *app) *cobra.Command {
 			})
 		})
 	})
+}
+
+// openAtStake says what resolving recs would lose: its open records (a
+// repair still owed, perhaps running on a replica's live lease), or "" if
+// there are none. Resolving them closes them unrepaired.
+func openAtStake(ctx context.Context, store *storage.DB, recs []mend.Record) string {
+	queues := map[string]int{}
+	n := 0
+	for _, r := range recs {
+		if r.State.Due() {
+			queues[r.Source.Queue]++
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("%d open record(s) in %d queue(s) would be closed without their repair", n, len(queues))
+	if leases, err := store.LeaseList(ctx); err == nil {
+		for _, l := range leases {
+			if l.Live() && queues[l.Term.Queue] > 0 {
+				s += fmt.Sprintf("; queue %q is held by %q (a replica is repairing it now)", l.Term.Queue, l.Term.Holder)
+			}
+		}
+	}
+	return s
 }
 
 // each applies do to every record that skip lets through and reports each
