@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/storage"
 )
 
@@ -25,7 +27,7 @@ type selection struct {
 }
 
 func addSelection(f *flags, verb string) *selection {
-	return &selection{
+	s := &selection{
 		record:   f.String("record", "", "the record's ID (32 hex characters); or select several with --queue, --state, --reason-contains"),
 		queue:    f.String("queue", "", "select the records of this queue"),
 		state:    f.String("state", string(mend.StateParked), "select records in this state"),
@@ -33,6 +35,25 @@ func addSelection(f *flags, verb string) *selection {
 		limit:    f.Int("limit", 1000, "at most this many selected records"),
 		yes:      f.Bool("yes", false, "with a selection: "+verb+" the records listed (without it, only list them and count)"),
 	}
+	f.cmdLineOnly("yes")
+	f.completeValues("state", stateNames()...)
+	return s
+}
+
+// stateNames are the record states, for completion.
+func stateNames() []string {
+	return []string{string(mend.StatePending), string(mend.StateWaiting), string(mend.StateSettled), string(mend.StateParked), string(mend.StateDone)}
+}
+
+// dlqTopics are the host's dead-letter topics, for completion of --topic.
+func dlqTopics() []string {
+	var out []string
+	for _, t := range []string{dlq.TopicSpeculate, dlq.TopicDependencyAnalysis, dlq.TopicBuild, dlq.TopicBuildSignal,
+		dlq.TopicMerge, dlq.TopicMergeSignal, dlq.TopicConclude, dlq.TopicStart, dlq.TopicValidate, dlq.TopicBatch,
+		dlq.TopicCancel, dlq.TopicMergeConflictCheck, dlq.TopicLog} {
+		out = append(out, t+dlq.DLQSuffix)
+	}
+	return out
 }
 
 // check validates the selection's flags, before anything connects: a bad
@@ -102,86 +123,131 @@ func noTarget(r mend.Record) string {
 	return ""
 }
 
-func runRetry(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("retry", "", "Put parked records back to pending, due now; the next reconciler pass repairs them.\n"+
-		"A record whose dead letter names nothing to repair is refused: record a corrected copy, then mend resolve it.", true)
+func newRetryCmd(a *app) *cobra.Command {
+	f := a.newCommand("retry", "put parked records back to pending (one by --record, or a selection)", "Put parked records back to pending, due now; the next reconciler pass repairs them.\n"+
+		"A record whose dead letter names nothing to repair is refused: record a corrected copy, then mend resolve it.", withDSN|withLog|withJSON)
 	sel := addSelection(f, "retry")
 	actor := f.String("actor", "operator", "who retries, kept in the event log")
 	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
-	}
-	if err := sel.check(f); err != nil {
-		return err
-	}
-	if *sel.state != string(mend.StateParked) {
-		return usagef("--state must be parked: only parked records can be retried")
-	}
-	skip := func(r mend.Record) string {
-		if r.State != mend.StateParked {
-			return fmt.Sprintf("it is %s, not parked: only parked records can be retried", r.State)
-		}
-		return noTarget(r)
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		recs, dry, err := sel.pick(ctx, store)
+	return f.run(func(ctx context.Context, _ []string) error {
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if dry {
-			a.listSelection("retry", recs, skip)
-			return nil
+		if err := sel.check(f); err != nil {
+			return err
 		}
-		return a.each(f.json, "retry", recs, skip, func(r mend.Record) (mend.Record, error) {
-			return store.RecordRetry(ctx, storage.RetryParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
-		}, func(before, after mend.Record) string {
-			return fmt.Sprintf("record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it",
-				after.ID, after.Source.Queue, clipLine(before.LastError, 200))
+		if *sel.state != string(mend.StateParked) {
+			return usagef("--state must be parked: only parked records can be retried")
+		}
+		skip := func(r mend.Record) string {
+			if r.State != mend.StateParked {
+				return fmt.Sprintf("it is %s, not parked: only parked records can be retried", r.State)
+			}
+			return noTarget(r)
+		}
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			recs, dry, err := sel.pick(ctx, store)
+			if err != nil {
+				return err
+			}
+			if dry {
+				a.listSelection("retry", recs, skip)
+				return nil
+			}
+			return a.each(f.json, "retry", recs, skip, func(r mend.Record) (mend.Record, error) {
+				return store.RecordRetry(ctx, storage.RetryParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+			}, func(before, after mend.Record) string {
+				return fmt.Sprintf("record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it",
+					after.ID, after.Source.Queue, clipLine(before.LastError, 200))
+			})
 		})
 	})
 }
 
-func runResolve(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("resolve", "", "Close records by hand once their repair was done another way (or is not needed): each gets a resolved\n"+
-		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", true)
+func newResolveCmd(a *app) *cobra.Command {
+	f := a.newCommand("resolve", "close records by hand, with who and why (one by --record, or a selection)", "Close records by hand once their repair was done another way (or is not needed): each gets a resolved\n"+
+		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", withDSN|withLog|withJSON)
 	sel := addSelection(f, "resolve")
 	actor := f.String("actor", "operator", "who resolves, kept in the event log")
-	reason := f.String("reason", "", "why the record is closed by hand (required), kept in the event log")
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
-	}
-	if err := sel.check(f); err != nil {
-		return err
-	}
-	if err := requireFlag("reason", *reason); err != nil {
-		return err
-	}
-	if *sel.state == string(mend.StateDone) {
-		return usagef("--state done: done records are closed already")
-	}
-	skip := func(r mend.Record) string {
-		if r.State == mend.StateDone {
-			return "it is done already"
-		}
-		return ""
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		recs, dry, err := sel.pick(ctx, store)
+	reason := f.String("reason", "", "why the record is closed by hand (required to close; a listing needs none), kept in the event log")
+	force := f.Bool("force", false, "with a selection and --yes: resolve open records (pending, waiting, settled) too, although their repair is then never done")
+	f.cmdLineOnly("force")
+	return f.run(func(ctx context.Context, _ []string) error {
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if dry {
-			a.listSelection("resolve", recs, skip)
-			return nil
+		if err := sel.check(f); err != nil {
+			return err
 		}
-		return a.each(f.json, "resolve", recs, skip, func(r mend.Record) (mend.Record, error) {
-			return store.RecordResolve(ctx, storage.ResolveParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
-		}, func(before, after mend.Record) string {
-			return fmt.Sprintf("record %s in queue %q is resolved (it was %s: %s)", after.ID, after.Source.Queue, before.State, clipLine(before.LastError, 200))
+		// A selection without --yes only lists: it needs no reason.
+		if *sel.record != "" || *sel.yes {
+			if err := requireFlag("reason", *reason); err != nil {
+				return err
+			}
+		}
+		if *sel.state == string(mend.StateDone) {
+			return usagef("--state done: done records are closed already")
+		}
+		skip := func(r mend.Record) string {
+			if r.State == mend.StateDone {
+				return "it is done already"
+			}
+			return ""
+		}
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			recs, dry, err := sel.pick(ctx, store)
+			if err != nil {
+				return err
+			}
+			risk := ""
+			if *sel.record == "" {
+				risk = openAtStake(ctx, store, recs)
+			}
+			if dry {
+				a.listSelection("resolve", recs, skip)
+				if risk != "" {
+					fmt.Fprintf(a.stdout, "at stake: %s; --yes alone refuses them, --yes --force resolves them\n", risk)
+				}
+				return nil
+			}
+			if risk != "" && !*force {
+				return fmt.Errorf("refusing to resolve a selection with open records: %s; narrow it (--state parked), wait for the repair, or add --force", risk)
+			}
+			return a.each(f.json, "resolve", recs, skip, func(r mend.Record) (mend.Record, error) {
+				return store.RecordResolve(ctx, storage.ResolveParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+			}, func(before, after mend.Record) string {
+				return fmt.Sprintf("record %s in queue %q is resolved (it was %s: %s)", after.ID, after.Source.Queue, before.State, clipLine(before.LastError, 200))
+			})
 		})
 	})
+}
+
+// openAtStake says what resolving recs would lose: its open records (a
+// repair still owed, perhaps running on a replica's live lease), or "" if
+// there are none. Resolving them closes them unrepaired.
+func openAtStake(ctx context.Context, store *storage.DB, recs []mend.Record) string {
+	queues := map[string]int{}
+	n := 0
+	for _, r := range recs {
+		if r.State.Due() {
+			queues[r.Source.Queue]++
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("%d open record(s) in %d queue(s) would be closed without their repair", n, len(queues))
+	if leases, err := store.LeaseList(ctx); err == nil {
+		for _, l := range leases {
+			if l.Live() && queues[l.Term.Queue] > 0 {
+				s += fmt.Sprintf("; queue %q is held by %q (a replica is repairing it now)", l.Term.Queue, l.Term.Holder)
+			}
+		}
+	}
+	return s
 }
 
 // each applies do to every record that skip lets through and reports each
@@ -245,79 +311,75 @@ func (a *app) each(asJSON bool, verb string, recs []mend.Record, skip func(mend.
 
 // ---- lease ----
 
-func runLease(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("lease", "list|history|release ", "Show the queues' lease terms (list), a queue's past terms (history), or end a dead holder's term now\n"+
+func newLeaseCmd(a *app) *cobra.Command {
+	f := a.newCommand("lease list|history|release", "show lease terms and their history; end a dead holder's term", "Show the queues' lease terms (list), a queue's past terms (history), or end a dead holder's term now\n"+
 		"(release --queue Q --epoch E): only that exact term ends, recorded as ended by the operator; its holder's\n"+
-		"writes are refused from then on, and the next replica takes the queue with a higher epoch.", true)
+		"writes are refused from then on, and the next replica takes the queue with a higher epoch.", withDSN|withLog|withJSON)
 	queue := f.String("queue", "", "the queue (history, release)")
 	epoch := f.Int64("epoch", 0, "release: the epoch of the term to end, as lease list shows it")
 	limit := f.Int("limit", 50, "history: at most this many terms, newest first")
-	var pos []string
-	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		pos, args = append(pos, args[0]), args[1:]
-	}
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	pos = append(pos, f.Args()...)
-	if len(pos) != 1 {
-		return usagef("name one action: mend lease list|history|release")
-	}
-	action := pos[0]
-	switch action {
-	case "list":
-	case "history":
-		if err := requireFlag("queue", *queue); err != nil {
-			return err
+	f.cmd.Args = cobra.ArbitraryArgs
+	f.cmd.ValidArgs = []string{"list", "history", "release"}
+	return f.run(func(ctx context.Context, pos []string) error {
+		if len(pos) != 1 {
+			return usagef("name one action: mend lease list|history|release")
 		}
-		if *limit < 1 {
-			return usagef("--limit must be at least 1")
-		}
-	case "release":
-		if err := requireFlag("queue", *queue); err != nil {
-			return err
-		}
-		if *epoch < 1 {
-			return usagef("--epoch is required (or MEND_EPOCH): the term to end, as mend lease list shows it")
-		}
-	default:
-		return usagef("unknown action %q; use list, history or release", action)
-	}
-	dsn, err := f.needDSN()
-	if err != nil {
-		return err
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		action := pos[0]
 		switch action {
 		case "list":
-			leases, err := store.LeaseList(ctx)
-			if err != nil {
-				return err
-			}
-			return a.printLeases(f.json, leases)
 		case "history":
-			terms, err := store.LeaseHistory(ctx, *queue, *limit)
-			if errors.Is(err, mend.ErrInvalid) {
-				return usagef("%v", err)
-			}
-			if err != nil {
+			if err := requireFlag("queue", *queue); err != nil {
 				return err
 			}
-			return a.printLeaseHistory(f.json, *queue, terms)
+			if *limit < 1 {
+				return usagef("--limit must be at least 1")
+			}
+		case "release":
+			if err := requireFlag("queue", *queue); err != nil {
+				return err
+			}
+			if *epoch < 1 {
+				return usagef("--epoch is required (or MEND_EPOCH): the term to end, as mend lease list shows it")
+			}
+		default:
+			return usagef("unknown action %q; use list, history or release", action)
 		}
-		term, err := store.LeaseEndByOperator(ctx, *queue, *epoch)
-		if errors.Is(err, mend.ErrLeaseLost) {
-			return fmt.Errorf("queue %q has no live term at epoch %d (it ended already, or a newer term replaced it; see mend lease list): nothing changed", *queue, *epoch)
-		}
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if f.json {
-			return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndOperator})
-		}
-		fmt.Fprintf(a.stdout, "ended the term of %q at epoch %d on queue %q; its writes are refused from now on, and the next replica takes the queue at epoch %d or later\n",
-			term.Holder, term.Epoch, term.Queue, term.Epoch+1)
-		return nil
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			switch action {
+			case "list":
+				leases, err := store.LeaseList(ctx)
+				if err != nil {
+					return err
+				}
+				return a.printLeases(f.json, leases)
+			case "history":
+				terms, err := store.LeaseHistory(ctx, *queue, *limit)
+				if errors.Is(err, mend.ErrInvalid) {
+					return usagef("%v", err)
+				}
+				if err != nil {
+					return err
+				}
+				return a.printLeaseHistory(f.json, *queue, terms)
+			}
+			term, err := store.LeaseEndByOperator(ctx, *queue, *epoch)
+			if errors.Is(err, mend.ErrLeaseLost) {
+				return fmt.Errorf("queue %q has no live term at epoch %d (it ended already, or a newer term replaced it; see mend lease list): nothing changed", *queue, *epoch)
+			}
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndedOperator})
+			}
+			fmt.Fprintf(a.stdout, "ended the term of %q at epoch %d on queue %q; its writes are refused from now on, and the next replica takes the queue at epoch %d or later\n",
+				term.Holder, term.Epoch, term.Queue, term.Epoch+1)
+			return nil
+		})
 	})
 }
 
@@ -325,7 +387,7 @@ func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
 	if asJSON {
 		out := make([]map[string]any, len(leases))
 		for i, l := range leases {
-			out[i] = map[string]any{"queue": l.Term.Queue, "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
+			out[i] = map[string]any{"queue": l.Term.Queue, "status": leaseWord(l), "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
 				"seconds_left": max(l.Remaining.Seconds(), 0), "expires_at": l.ExpiresAt.Format(time.RFC3339Nano)}
 		}
 		return writeJSON(a.stdout, out)
@@ -337,14 +399,9 @@ func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tSTATUS\tHOLDER\tEPOCH\tTIME LEFT")
 	for _, l := range leases {
-		status, left := "free", "-"
-		switch {
-		case l.Term.Epoch == 0:
-			status = "never held"
-		case l.Live():
-			status, left = "held", fmtAge(l.Remaining)
-		case l.Ended != "":
-			status = l.Ended // released, expired (ran out without a release), or by an operator
+		status, left := leaseWord(l), "-"
+		if l.Live() {
+			left = fmtAge(l.Remaining)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
 	}
@@ -371,7 +428,7 @@ func (a *app) printLeaseHistory(asJSON bool, queue string, terms []storage.Lease
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "EPOCH\tHOLDER\tACQUIRED (UTC)\tENDED (UTC)\tHOW")
 	for _, t := range terms {
-		ended, how := "-", "(current, or expired and not yet replaced)"
+		ended, how := "-", "current"
 		if t.EndedAt != nil {
 			ended, how = t.EndedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EndedHow
 		}

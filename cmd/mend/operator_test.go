@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -16,11 +17,17 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
 	"github.com/mendq/mend/storage"
 )
 
@@ -137,7 +144,7 @@ func TestLeastPrivilegeUsersRepairFully(t *testing.T) {
 	opsMust(t, "migrate", "up", "--dsn", ddl)
 	runtime := opsUser(t, db, runtimeGrants...)
 	opsMust(t, recordArgs(runtime, "q/batch/1", speculatePayload)...)
-	r := opsMust(t, "run", "--once", "--dsn", runtime)
+	r := opsMust(t, "run", "--once", "--dsn", runtime, "--host-dsn=same")
 	if strings.Contains(r.stderr, "denied") {
 		t.Fatalf("run --once logged a refused statement:\n%s", r.stderr)
 	}
@@ -148,13 +155,13 @@ func TestLeastPrivilegeUsersRepairFully(t *testing.T) {
 	if b, _ := w.Batch(ctx, "q", "q/batch/1"); b.State != "failed" {
 		t.Errorf("batch 1 = %s; want failed", b.State)
 	}
-	if r := opsRun(t, nil, "doctor", "--dsn", runtime); r.code != exitOK {
+	if r := opsRun(t, nil, "doctor", "--dsn", runtime, "--host-dsn", "same"); r.code != exitOK {
 		t.Errorf("doctor as the runtime user = exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// Without SELECT on queue_messages the dedupe's ON DUPLICATE KEY
 	// UPDATE is refused (the negative control of the grant above).
 	short := opsUser(t, db, append(runtimeGrants[:9:9], "INSERT, UPDATE ON %s.queue_messages")...)
-	r = opsRun(t, nil, "doctor", "--dsn", short)
+	r = opsRun(t, nil, "doctor", "--dsn", short, "--host-dsn", "same")
 	if r.code != exitFailure || !strings.Contains(r.stdout, "GRANT SELECT ON") {
 		t.Errorf("doctor without SELECT on queue_messages = exit %d; want 1 naming the GRANT\n%s", r.code, r.stdout)
 	}
@@ -179,7 +186,7 @@ func TestDoctorChecksWhatRunNeedsAndWritesNothing(t *testing.T) {
 	t.Run("no host tables where run would look", func(t *testing.T) {
 		t.Parallel()
 		db := mysqltest.NewDB(t, migrations.Up)
-		r := opsRun(t, nil, "doctor", "--dsn", db.DSN)
+		r := opsRun(t, nil, "doctor", "--dsn", db.DSN, "--host-dsn", "same")
 		if r.code != exitFailure || !strings.Contains(r.stdout, "table batch is missing") {
 			t.Fatalf("doctor without host tables = exit %d; want 1 naming the missing batch table\n%s", r.code, r.stdout)
 		}
@@ -200,19 +207,64 @@ func TestDoctorChecksWhatRunNeedsAndWritesNothing(t *testing.T) {
 	})
 }
 
-// Item 3: a pass whose attempts all failed (no host tables) exits 1 and
-// names the record.
+// Item 3: a pass whose attempts all failed (the host's batch table went
+// away after run checked itself) exits 1 and names the record.
 func TestRunOnceFailsWhenAnAttemptFailed(t *testing.T) {
 	t.Parallel()
 	db := mysqltest.NewDB(t, migrations.Up)
 	out := opsMust(t, recordArgs(db.DSN, "q/batch/1", speculatePayload)...)
 	id := recordIDRE.FindString(out.stdout)
-	r := opsRun(t, nil, "run", "--once", "--dsn", db.DSN)
-	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
-	last := lines[len(lines)-1]
-	if r.code != exitFailure || !strings.Contains(last, id) || !strings.Contains(last, "read batch") {
-		t.Fatalf("run --once with no host tables = exit %d, last line %q; want 1 naming record %s", r.code, last, id)
+	c := runConfig{DSN: db.DSN, HostDSN: db.DSN, QueueDSN: db.DSN, Once: true, Interval: reconcile.IntervalDefault,
+		LeaseTTL: fence.TTLDefault, Concurrency: 1, Holder: "t", Retention: reconcile.RetentionDefault,
+		MaxAttempts: planner.MaxAttemptsDefault, Grace: planner.GraceDefault, WakeTopic: host.WakeTopicDefault}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
 	}
+	// serve is what runs after the preflight (which would refuse here).
+	err := serve(context.Background(), c, slog.New(slog.DiscardHandler), &scrubber{})
+	if err == nil || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "read batch") {
+		t.Fatalf("run --once with no host tables = %v; want an error naming record %s", err, id)
+	}
+}
+
+// Issue 19, Why 1: mend run with only MEND_DSN once started and parked every
+// due record on "SELECT command denied". Now --host-dsn is required, and
+// run checks itself (doctor's checks) before it starts, changing nothing
+// when it refuses.
+func TestRunChecksItselfBeforeStarting(t *testing.T) {
+	t.Parallel()
+	t.Run("no silent --host-dsn default", func(t *testing.T) {
+		t.Parallel()
+		r := opsRun(t, []string{"MEND_DSN=u@tcp(127.0.0.1:1)/mend"}, "run", "--once")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--host-dsn is required") || !strings.Contains(r.stderr, "--host-dsn=same") {
+			t.Fatalf("run with only MEND_DSN = exit %d %q; want 2 asking for --host-dsn", r.code, r.stderr)
+		}
+	})
+	t.Run("missing host tables: refuses with the doctor line, attempts nothing", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, migrations.Up)
+		out := opsMust(t, recordArgs(db.DSN, "q/batch/1", speculatePayload)...)
+		id := recordIDRE.FindString(out.stdout)
+		r := opsRun(t, nil, "run", "--once", "--dsn", db.DSN, "--host-dsn=same")
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		last := lines[len(lines)-1]
+		if r.code != exitFailure || !strings.Contains(last, "refusing to start") || !strings.Contains(last, "FAIL host app batch") {
+			t.Fatalf("run without host tables = exit %d, last line %q; want 1 naming the failed doctor check", r.code, last)
+		}
+		var attempts int
+		if err := db.SQL(t).QueryRow("SELECT attempts FROM mend_records WHERE HEX(record_id) = ?", strings.ToUpper(id)).Scan(&attempts); err != nil || attempts != 0 {
+			t.Fatalf("record attempts = %d, %v; want 0: a refused start attempts nothing", attempts, err)
+		}
+	})
+	t.Run("an old schema: refuses naming migrate up", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, sqtest.Apply)
+		opsMust(t, "migrate", "up", "2", "--dsn", db.DSN)
+		r := opsRun(t, nil, "run", "--once", "--dsn", db.DSN, "--host-dsn=same")
+		if r.code != exitFailure || !strings.Contains(r.stderr, "FAIL schema") || !strings.Contains(r.stderr, "mend migrate up") {
+			t.Fatalf("run on schema version 2 = exit %d %q; want 1 naming the schema check", r.code, r.stderr)
+		}
+	})
 }
 
 // Item 4: resolve closes a parked record with who and why; retry refuses
@@ -335,6 +387,24 @@ func TestReadinessChecksTheSchema(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 		if rec.Code != tc.want {
 			t.Errorf("%s: /readyz = %d %q; want %d", tc.name, rec.Code, rec.Body.String(), tc.want)
+		}
+	}
+	// Issue 19: a host database that does not answer makes the replica unready.
+	db := mysqltest.NewDB(t, migrations.Up)
+	down, err := sql.Open("mysql", "u@tcp(127.0.0.1:1)/host?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	for _, tc := range []struct {
+		hosts []pool
+		want  int
+	}{{[]pool{{"--host-dsn", db.SQL(t)}}, 200}, {[]pool{{"--host-dsn", db.SQL(t)}, {"--queue-dsn", down}}, 503}} {
+		h := newHTTPHandler(newMetrics(), readiness(db.SQL(t), tc.hosts...), &scrubber{})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		if rec.Code != tc.want {
+			t.Errorf("host pools %d: /readyz = %d %q; want %d", len(tc.hosts), rec.Code, rec.Body.String(), tc.want)
 		}
 	}
 }
@@ -469,35 +539,84 @@ func TestOperatorCommands(t *testing.T) {
 
 	t.Run("completion", func(t *testing.T) {
 		t.Parallel()
-		r := opsMust(t, "completion", "bash")
-		for _, want := range []string{"complete -o default -F _mend mend", "resolve)", "--reason-contains", "--host-dsn"} {
-			if !strings.Contains(r.stdout, want) {
-				t.Errorf("bash completion lacks %q", want)
+		for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+			if r := opsMust(t, "completion", shell); !strings.Contains(r.stdout, "__complete") {
+				t.Errorf("%s completion does not call back into mend: %.200s", shell, r.stdout)
 			}
 		}
-		if r := opsMust(t, "completion", "zsh"); !strings.HasPrefix(r.stdout, "#compdef mend") {
-			t.Errorf("zsh completion = %q", r.stdout[:40])
+		// What the scripts ask the binary: commands, flags, flag values.
+		for _, c := range []struct {
+			args []string
+			want []string
+		}{
+			{[]string{"__complete", ""}, []string{"resolve", "lease", "migrate"}},
+			{[]string{"__complete", "resolve", "--"}, []string{"--reason-contains", "--state"}},
+			{[]string{"__complete", "run", "--"}, []string{"--host-dsn"}},
+			{[]string{"__complete", "resolve", "--state", ""}, []string{"parked", "pending", "done"}},
+			{[]string{"__complete", "inspect", "--state="}, []string{"parked", "waiting"}},
+			{[]string{"__complete", "record", "--topic", ""}, []string{"speculate_dlq", "buildsignal_dlq"}},
+			{[]string{"__complete", "import", "--topic", ""}, []string{"speculate_dlq"}},
+			{[]string{"__complete", "lease", ""}, []string{"list", "history", "release"}},
+			{[]string{"__complete", "migrate", ""}, []string{"up", "down", "goto"}},
+		} {
+			r := opsMust(t, c.args...)
+			for _, w := range c.want {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("mend %q offers no %q:\n%s", c.args, w, r.stdout)
+				}
+			}
+		}
+	})
+
+	t.Run("help for every command", func(t *testing.T) {
+		t.Parallel()
+		for _, cmd := range a0().newRoot().Commands() {
+			name := cmd.Name()
+			r1, r2 := opsMust(t, "help", name), opsMust(t, name, "--help")
+			if want := "Usage:\n  mend " + name; !strings.Contains(r1.stdout, want) || !strings.Contains(r2.stdout, want) {
+				t.Errorf("mend help %s != mend %s --help, or names no command:\n%s", name, name, r1.stdout)
+			}
+		}
+		if r := opsMust(t, "version", "-h"); strings.Contains(r.stdout, "--dsn") {
+			t.Errorf("version -h lists --dsn:\n%s", r.stdout)
+		}
+		for _, v := range []string{"-v", "--version"} {
+			if r := opsMust(t, v); !strings.HasPrefix(r.stdout, "mend ") || !strings.Contains(r.stdout, "go1") {
+				t.Errorf("mend %s = %q", v, r.stdout)
+			}
+		}
+		if r := opsRun(t, nil, "no-such-command"); r.code != exitUsage {
+			t.Errorf("an unknown command exits %d", r.code)
+		}
+		if r := opsRun(t, nil, "status", "--no-such-flag"); r.code != exitUsage || !strings.Contains(r.stderr, "no-such-flag") {
+			t.Errorf("an unknown flag exits %d: %q", r.code, r.stderr)
 		}
 	})
 
 	t.Run("every flag has a MEND twin", func(t *testing.T) {
 		t.Parallel()
-		for cmd, names := range commandFlags(ctx) {
-			asked := map[string]bool{}
-			a := &app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, scrub: &scrubber{},
-				getenv: func(k string) string { asked[k] = true; return "" }}
-			f := a.newFlags(cmd, "", "", false)
-			_ = f // the shared flags; each command's own are asked in its run
-			for _, c := range commands() {
-				if c.name == cmd && cmd != "completion" {
-					_ = c.run(ctx, a, []string{"--no-such-flag"})
-				}
+		asked := map[string]bool{}
+		a := a0()
+		a.getenv = func(k string) string { asked[k] = true; return "" }
+		root := a.newRoot()
+		for _, cmd := range root.Commands() {
+			f := a.flagsOf[cmd]
+			if f == nil {
+				continue // help, completion: cobra's own
 			}
-			for _, n := range names {
-				if cmd != "completion" && !asked[envName(n)] {
-					t.Errorf("mend %s --%s: %s is never read", cmd, n, envName(n))
-				}
+			clear(asked)
+			if err := f.applyEnv(); err != nil {
+				t.Fatal(err)
 			}
+			f.VisitAll(func(fl *pflag.Flag) {
+				want := fl.Name != "help" && fl.Name != "yes" && fl.Name != "force"
+				if asked[envName(fl.Name)] != want {
+					t.Errorf("mend %s --%s: %s read = %v, want %v", cmd.Name(), fl.Name, envName(fl.Name), !want, want)
+				}
+				if want && !strings.Contains(fl.Usage, envName(fl.Name)) {
+					t.Errorf("mend %s --%s: its help does not name %s", cmd.Name(), fl.Name, envName(fl.Name))
+				}
+			})
 		}
 	})
 
@@ -576,4 +695,10 @@ func TestDemoStopsCleanlyWhenItsOutputCloses(t *testing.T) {
 	if after := countDemoDBs(); after != before {
 		t.Fatalf("the demo left %d database(s) behind", after-before)
 	}
+}
+
+// a0 is an app writing nowhere, with an empty environment.
+func a0() *app {
+	return &app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, scrub: &scrubber{},
+		getenv: func(string) string { return "" }, flagsOf: map[*cobra.Command]*flags{}}
 }

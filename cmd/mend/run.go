@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"log/slog"
 	"strings"
 	"sync"
@@ -58,10 +59,11 @@ func (c runConfig) validate() error {
 	return nil
 }
 
-func runRun(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("run", "", "Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", false)
+func newRunCmd(a *app) *cobra.Command {
+	f := a.newCommand("run", "run the reconciler: repair due records under per-queue leases",
+		"Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", withDSN|withLog)
 	var c runConfig
-	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build); default: --dsn")
+	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build) (required;\n"+hostDSNSame+": the same database as --dsn)")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
 	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
@@ -76,23 +78,33 @@ func runRun(ctx context.Context, a *app, args []string) error {
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
 	var err error
-	if c.DSN, err = f.parseWithDSN(args); err != nil {
-		return err
-	}
-	if c.HostDSN == "" {
-		c.HostDSN = c.DSN
-	} else if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
-		return err
-	}
-	if c.QueueDSN == "" {
-		c.QueueDSN = c.HostDSN
-	} else if _, err := checkDSN("--queue-dsn", c.QueueDSN); err != nil {
-		return err
-	}
-	if err := c.validate(); err != nil {
-		return err
-	}
-	return serve(ctx, c, f.logger(), a.scrub)
+	return f.run(func(ctx context.Context, args []string) error {
+		if c.DSN, err = f.needDSN(); err != nil {
+			return err
+		}
+		switch c.HostDSN {
+		case "":
+			return usagef("--host-dsn is required (or %s): the submit queue's application database; give --host-dsn=%s if its tables are in mend's own database (--dsn)", envName("host-dsn"), hostDSNSame)
+		case hostDSNSame:
+			c.HostDSN = c.DSN
+		default:
+			if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
+				return err
+			}
+		}
+		if c.QueueDSN == "" {
+			c.QueueDSN = c.HostDSN
+		} else if _, err := checkDSN("--queue-dsn", c.QueueDSN); err != nil {
+			return err
+		}
+		if err := c.validate(); err != nil {
+			return err
+		}
+		if err := preflight(ctx, c, f.logger().With("component", "mend")); err != nil {
+			return err
+		}
+		return serve(ctx, c, f.logger(), a.scrub)
+	})
 }
 
 // service is mend run's wired components.
@@ -186,7 +198,16 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		col := newSQLCollector(ctx, svc.store, clog)
 		col.onQueue = m.touchQueue
 		m.reg.MustRegister(col)
-		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, readiness(svc.store.SQL()), scrub))
+		hostPools, err := openHostPools(ctx, c)
+		defer func() {
+			for _, p := range hostPools {
+				_ = p.db.Close()
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, readiness(svc.store.SQL(), hostPools...), scrub))
 		if err != nil {
 			return err
 		}
