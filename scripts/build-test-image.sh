@@ -5,6 +5,8 @@
 # (entrypoint, port, data directory volume).
 #
 #   build-test-image.sh [mariadb|mysql] [--force]      (engine default: $MEND_TEST_ENGINE, else mariadb)
+#   build-test-image.sh mysql --rootfs-dir DIR         (the trimmed root file system only, into DIR, no Docker;
+#                                                      scripts/mysql-rootfs.sh uses it on machines without Docker)
 #
 #   mariadb  this machine's Debian release with mariadb-server (MariaDB 10.11 on Debian 12), tagged
 #            mend-test/mariadb:debian-<VERSION_ID>
@@ -22,12 +24,15 @@ cd "$(dirname "$0")"
 
 engine="${MEND_TEST_ENGINE:-mariadb}"
 force=0
-for arg in "$@"; do
-	case "$arg" in
+rootfs_dir=""
+while [[ $# -gt 0 ]]; do
+	case "$1" in
 	--force) force=1 ;;
-	mariadb | mysql) engine="$arg" ;;
-	*) echo "usage: $0 [mariadb|mysql] [--force]" >&2; exit 2 ;;
+	--rootfs-dir) rootfs_dir="${2:?--rootfs-dir needs a directory}"; shift ;;
+	mariadb | mysql) engine="$1" ;;
+	*) echo "usage: $0 [mariadb|mysql] [--force] [--rootfs-dir DIR]" >&2; exit 2 ;;
 	esac
+	shift
 done
 
 . /etc/os-release
@@ -45,7 +50,11 @@ mysql)
 *) echo "mend: unknown engine $engine (want mariadb or mysql)" >&2; exit 2 ;;
 esac
 
-have() { docker image inspect "$1" >/dev/null 2>&1; }
+have() { [[ -z "$rootfs_dir" ]] && docker image inspect "$1" >/dev/null 2>&1; }
+if [[ -n "$rootfs_dir" && -e "$rootfs_dir" ]]; then
+	echo "mend: $rootfs_dir exists; remove it to build the root file system again" >&2
+	exit 1
+fi
 if [[ $force -eq 0 ]] && have "$tag"; then
 	echo "mend: test image $tag is present"
 	exit 0
@@ -136,6 +145,13 @@ rm -rf "$root/var/lib/apt/lists/"* "$root/var/cache/apt/"* "$root/usr/share/doc/
 	"$root/usr/share/info/"* "$root/usr/share/lintian" "$root/var/log/"*.log "$root/var/lib/mysql/"* \
 	"$root/usr/sbin/policy-rc.d" "$root/etc/resolv.conf"
 find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' -exec rm -rf {} + 2>/dev/null || true
+
+if [[ -n "$rootfs_dir" ]]; then
+	mkdir -p "$(dirname "$rootfs_dir")"
+	mv "$root" "$rootfs_dir"
+	echo "mend: built the $package root file system in $rootfs_dir in $(($(date +%s) - begin))s"
+	exit 0
+fi
 
 old_id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true) # --force: removed below, not left dangling
 tar -C "$root" -c . | docker import -m "mend test image root file system (debootstrap $suite + $package)" - "$base" >/dev/null

@@ -83,7 +83,8 @@ find_server() {
 	local names=(mysqld)
 	[[ "$1" == mariadb ]] && names=(mariadbd mysqld)
 	for name in "${names[@]}"; do
-		for path in "$(command -v "$name" 2>/dev/null)" /usr/sbin/$name /usr/local/sbin/$name /usr/local/bin/$name /usr/local/mysql/bin/$name; do
+		local cached="${XDG_CACHE_HOME:-$HOME/.cache}/mend/rootfs/mysql-bin/mysqld"
+	for path in "$(command -v "$name" 2>/dev/null)" /usr/sbin/$name "$cached" /usr/local/sbin/$name /usr/local/bin/$name /usr/local/mysql/bin/$name; do
 			[[ -n "$path" && -x "$path" ]] || continue
 			if "$path" --version 2>/dev/null | grep -qi mariadb; then
 				[[ "$1" == mariadb ]] || continue
@@ -99,6 +100,14 @@ find_server() {
 if bin="$(find_server "$engine")"; then
 	echo "mend: tests start private $engine servers from $bin"
 	exit 0
+fi
+# No MySQL binary on the machine: Debian unstable's, in a root file system under the cache
+# directory (exported from the MySQL image if Docker has it, else built with debootstrap as root).
+if [[ "$engine" == mysql && $explicit -eq 1 ]]; then
+	if bin="$(bash ./mysql-rootfs.sh)"; then
+		echo "mend: tests start private mysql servers from $bin"
+		exit 0
+	fi
 fi
 if [[ $explicit -eq 0 ]] && bin="$(find_server mariadb)"; then
 	echo "mend: no MySQL server binary; tests start private MariaDB servers from $bin (set MEND_TEST_ENGINE to insist)"

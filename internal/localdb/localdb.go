@@ -78,18 +78,25 @@ func FindBinary() (string, error) {
 
 // FindBinaryFor returns a server binary of engine ("mariadb" or "mysql"): for MariaDB a
 // mariadbd, else a mysqld that is MariaDB's; for MySQL a mysqld that is Oracle's (Debian's
-// mariadb-server installs mysqld as a link to mariadbd, which does not count). Returns
-// ErrNoBinary if there is none.
+// mariadb-server installs mysqld as a link to mariadbd, which does not count), else the
+// wrapper scripts/mysql-rootfs.sh writes (RootfsMySQL). Returns ErrNoBinary if there is none.
 func FindBinaryFor(engine string) (string, error) {
+	var candidates []string
 	names := []string{"mysqld"}
 	if engine == "mariadb" {
 		names = []string{"mariadbd", "mysqld"}
 	}
 	for _, name := range names {
-		p, ok := lookTool(name, nil)
-		if !ok {
-			continue
+		if p, ok := lookTool(name, nil); ok {
+			candidates = append(candidates, p)
 		}
+	}
+	if engine == "mysql" {
+		if p := RootfsMySQL(); p != "" {
+			candidates = append(candidates, p)
+		}
+	}
+	for _, p := range candidates {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		flavor, err := detectFlavor(ctx, p)
 		cancel()
@@ -98,6 +105,21 @@ func FindBinaryFor(engine string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w for engine %s", ErrNoBinary, engine)
+}
+
+// RootfsMySQL returns the path of the mysqld wrapper scripts/mysql-rootfs.sh writes under the
+// user's cache directory (Debian unstable's MySQL, run through its root file system's own
+// loader), or "" when it is not there.
+func RootfsMySQL() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(dir, "mend", "rootfs", "mysql-bin", "mysqld")
+	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+		return ""
+	}
+	return p
 }
 
 // lookTool finds an executable by name in PATH, then in extra, then in binaryDirs.
