@@ -94,14 +94,14 @@ func TestRunRefusesBeforeConnecting(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--once", "--dsn", nowhere, "--holder", "h\xff"}, "--holder"},
-		{[]string{"run", "--once", "--dsn", nowhere, "--wake-topic", "t\xff"}, "--wake-topic"},
-		{[]string{"run", "--once", "--dsn", nowhere, "--wake-topic", strings.Repeat("w", 256)}, "--wake-topic"},
-		{[]string{"run", "--once", "--dsn", nowhere, "--lease-ttl", "1s"}, "--lease-ttl"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--holder", "h\xff"}, "--holder"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--wake-topic", "t\xff"}, "--wake-topic"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--wake-topic", strings.Repeat("w", 256)}, "--wake-topic"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--lease-ttl", "1s"}, "--lease-ttl"},
 		{[]string{"doctor", "--dsn", nowhere, "--lease-ttl", "1s"}, "--lease-ttl"},
-		{[]string{"run", "--once", "--dsn", nowhere + "?%60sql_mode%60=%27%27"}, "sql_mode"},
+		{[]string{"run", "--once", "--dsn", nowhere + "?%60sql_mode%60=%27%27", "--host-dsn", "same"}, "sql_mode"},
 		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", nowhere + "?charset=gbk"}, "charset"},
-		{[]string{"run", "--once", "--dsn", nowhere, "--queue-dsn", nowhere + "?multiStatements=true"}, "--queue-dsn"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--queue-dsn", nowhere + "?multiStatements=true"}, "--queue-dsn"},
 	} {
 		args := tt.args
 		var out, errOut bytes.Buffer
