@@ -25,6 +25,24 @@ func lockWaits(t *testing.T, db *sql.DB) int {
 	return n
 }
 
+// sessions describes the server sessions on db's database, for a failure.
+func sessions(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	rows, err := db.Query("SELECT id, command, COALESCE(state, ''), COALESCE(info, '') FROM information_schema.processlist WHERE db = DATABASE()")
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	out := ""
+	for rows.Next() {
+		var id int64
+		var cmd, state, info string
+		_ = rows.Scan(&id, &cmd, &state, &info)
+		out += fmt.Sprintf("[%d %s %q %.80q] ", id, cmd, state, info)
+	}
+	return out
+}
+
 // pollUntil calls f until it returns nil or the deadline passes.
 func pollUntil(t *testing.T, deadline time.Time, what string, f func() error) {
 	t.Helper()
@@ -84,9 +102,14 @@ func TestHostWriteBoundedByLease(t *testing.T) {
 				_, err := h.BatchTransitionFrom(leaseCtx, batch, mend.BatchFailed)
 				done <- err
 			}()
-			pollUntil(t, time.Now().Add(10*time.Second), "the transition waiting on the row lock", func() error {
+			pollUntil(t, time.Now().Add(30*time.Second), "the transition waiting on the row lock", func() error {
+				select {
+				case err := <-done:
+					t.Fatalf("the transition returned %v before it waited on the lock", err)
+				default:
+				}
 				if n := lockWaits(t, raw); n != 1 {
-					return fmt.Errorf("%d lock waits", n)
+					return fmt.Errorf("%d lock waits; sessions: %s", n, sessions(t, raw))
 				}
 				return nil
 			})
