@@ -65,6 +65,7 @@ func newDoctorCmd(a *app) *cobra.Command {
 	f := a.newCommand("doctor", "check the server, schema and settings, and the host's tables and grants, for what breaks mend",
 		"Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
 			"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", withDSN|withLog|withJSON)
+	f.addTimeout(opTimeout)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
 	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build\n("+hostDSNSame+": the same database as --dsn; empty: the host is not checked)")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
@@ -83,8 +84,6 @@ func newDoctorCmd(a *app) *cobra.Command {
 		if *ttl <= 0 {
 			return usagef("--lease-ttl must be positive")
 		}
-		ctx, cancel := context.WithTimeout(ctx, opTimeout)
-		defer cancel()
 		checks, target := diagnose(ctx, f.dsn, *ttl)
 		checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
 		if !hostChecked {

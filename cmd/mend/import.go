@@ -65,6 +65,7 @@ func newImportCmd(a *app) *cobra.Command {
 	f.IntVar(&c.PageSize, "page-size", importPageDefault, "rows read per query")
 	f.StringVar(&c.Actor, "actor", "import", "who records them, kept in the event log")
 	f.completeValues("topic", dlqTopics()...)
+	f.addTimeout(0)
 	f.setDefault("log-level", "warn") // one intake line per row would drown the progress lines
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {

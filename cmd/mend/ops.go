@@ -25,14 +25,12 @@ import (
 	"github.com/mendq/mend/storage"
 )
 
-// opTimeout bounds the one-shot operator commands.
-const opTimeout = time.Minute
+// opTimeout is the one-shot operator commands' default --timeout.
+const opTimeout = 30 * time.Second
 
-// withStore runs fn on mend's database, opened for one operator command: ctx is bounded by
-// opTimeout, and the store is closed when fn returns.
+// withStore runs fn on mend's database, opened for one operator command (ctx
+// carries its --timeout); the store is closed when fn returns.
 func withStore(ctx context.Context, dsn string, fn func(context.Context, *storage.DB) error) error {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
 	store, err := storage.Open(ctx, dsn, storage.Options{})
 	if err != nil {
 		return fmt.Errorf("open mend's database: %w", err)
@@ -59,6 +57,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 	createDB := f.Bool("create-database", false, "up: create the DSN's database first if it does not exist")
 	f.cmdLineOnly("yes")
 	f.cmdLineOnly("force")
+	f.addTimeout(5 * time.Minute)
 	// The action and its number may come before or after the flags.
 	f.cmd.Args = cobra.ArbitraryArgs
 	f.cmd.ValidArgs = []string{"up", "down", "goto", "version", "force", "sql"}
@@ -101,8 +100,6 @@ func newMigrateCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
 		cur, dirty, err := schemaVersion(ctx, dsn)
 		if isUnknownDB(err) {
 			if action != "up" || !*createDB {
@@ -368,7 +365,9 @@ type queueStatusJSON struct {
 
 func newStatusCmd(a *app) *cobra.Command {
 	f := a.newCommand("status", "per queue: records by state, oldest due age, lease holder",
-		"Per queue: records by state, how many are due and for how long, and the lease.", withDSN|withLog|withJSON)
+		"Per queue: records by state, how many are due and for how long, and the lease.", withDSN|withLog|withList)
+	queue := f.String("queue", "", "only this queue")
+	f.addTimeout(opTimeout)
 	return f.run(func(ctx context.Context, args []string) error {
 		dsn, err := f.needDSN()
 		if err != nil {
@@ -379,10 +378,13 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if f.given("queue") {
+				st = slices.DeleteFunc(st, func(q storage.QueueStatus) bool { return q.Queue != *queue })
+			}
 			if f.json {
 				return writeJSON(a.stdout, toStatusJSON(st))
 			}
-			return printStatus(a.stdout, st)
+			return printStatus(a.stdout, st, f.listOpts())
 		})
 	})
 }
@@ -419,13 +421,20 @@ func leaseWord(l storage.LeaseStatus) string {
 }
 
 // printStatus prints status as a table for people.
-func printStatus(w io.Writer, st []storage.QueueStatus) error {
+// With -o wide it adds the lease's holder, epoch and expiry as columns.
+func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 	if len(st) == 0 {
-		fmt.Fprintln(w, "no records and no leases yet")
+		if !o.noHeaders {
+			fmt.Fprintln(w, "no records and no leases (for this selection)")
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tLEASE")
+	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tLEASE"
+	if o.wide {
+		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
+	}
+	o.header(tw, cols)
 	for _, q := range st {
 		lease := "never held"
 		if l := q.Lease; l != nil {
@@ -437,8 +446,16 @@ func printStatus(w io.Writer, st []storage.QueueStatus) error {
 			}
 		}
 		c := q.Counts
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
 			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, fmtAge(q.OldestDue), lease)
+		if o.wide {
+			holder, epoch, expires := "-", "-", "-"
+			if l := q.Lease; l != nil && l.Term.Epoch > 0 {
+				holder, epoch, expires = l.Term.Holder, fmt.Sprint(l.Term.Epoch), l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000")
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s", holder, epoch, expires)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -518,10 +535,11 @@ func toEventsJSON(evs []mend.Event) []eventJSON {
 
 func newInspectCmd(a *app) *cobra.Command {
 	f := a.newCommand("inspect", "a record and its full event history (or a queue's records)",
-		"Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", withDSN|withLog|withJSON)
+		"Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", withDSN|withLog|withList)
+	f.addTimeout(opTimeout)
 	queue := f.String("queue", "", "the queue (optional with --record)")
 	state := f.String("state", "", "list records in this state (pending, waiting, settled, parked, done), across queues unless --queue is given")
-	recordID := f.String("record", "", "record ID (32 hex characters)")
+	recordID := f.String("record", "", "record ID (32 hex characters), or its first 4 or more as with git")
 	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq")
 	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
 	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
@@ -533,11 +551,10 @@ func newInspectCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		var id mend.RecordID
 		switch {
 		case *recordID != "":
-			if id, err = mend.ParseRecordID(*recordID); err != nil {
-				return usagef("--record: %v", err)
+			if err := checkRecordRef(*recordID); err != nil {
+				return err
 			}
 		case *messageID != "":
 			if *queue == "" || *topic == "" {
@@ -558,11 +575,11 @@ func newInspectCmd(a *app) *cobra.Command {
 			var err error
 			switch {
 			case *recordID != "":
-				if rec, err = store.RecordFind(ctx, id); err != nil {
+				if rec, err = findRecord(ctx, store, *recordID); err != nil {
 					return err
 				}
 				if *queue != "" && rec.Source.Queue != *queue {
-					return fmt.Errorf("record %s is in queue %q, not %q", id, rec.Source.Queue, *queue)
+					return fmt.Errorf("record %s is in queue %q, not %q", rec.ID, rec.Source.Queue, *queue)
 				}
 			case *messageID != "":
 				src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
@@ -577,13 +594,13 @@ func newInspectCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.printRecordList(f.json, "state "+*state, recs)
+				return a.printRecordList(f.json, f.listOpts(), "state "+*state, recs)
 			default:
 				recs, err := store.RecordsList(ctx, *queue, *limit)
 				if err != nil {
 					return err
 				}
-				return a.printRecordList(f.json, "queue "+strconv.Quote(*queue), recs)
+				return a.printRecordList(f.json, f.listOpts(), "queue "+strconv.Quote(*queue), recs)
 			}
 			evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
 			if err != nil {
@@ -609,7 +626,9 @@ func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
 	return tw.Flush()
 }
 
-func (a *app) printRecordList(asJSON bool, what string, recs []mend.Record) error {
+// printRecordList prints records; -o wide adds the partition, version and
+// next attempt, and the whole last error.
+func (a *app) printRecordList(asJSON bool, o listOpts, what string, recs []mend.Record) error {
 	if asJSON {
 		out := make([]recordJSON, len(recs))
 		for i, r := range recs {
@@ -618,12 +637,27 @@ func (a *app) printRecordList(asJSON bool, what string, recs []mend.Record) erro
 		return writeJSON(a.stdout, out)
 	}
 	if len(recs) == 0 {
-		fmt.Fprintf(a.stdout, "no records (%s)\n", what)
+		if !o.noHeaders {
+			fmt.Fprintf(a.stdout, "no records (%s)\n", what)
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+	if o.wide {
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
+	} else {
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+	}
 	for _, r := range recs {
+		if o.wide {
+			next := "-"
+			if r.NextAttemptAt != nil {
+				next = r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic,
+				r.Source.Partition, r.Source.MessageID, r.Target.BatchID, r.Version, r.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), next, oneLine(r.LastError))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
 			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
 	}
@@ -675,6 +709,7 @@ func clipLine(s string, n int) string {
 func newRecordCmd(a *app) *cobra.Command {
 	f := a.newCommand("record", "record a dead letter by hand (replaying old dead letters)",
 		"Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message with the same payload again returns the\nexisting record; with a different payload it is an error that shows both.", withDSN|withLog|withJSON)
+	f.addTimeout(opTimeout)
 	queue := f.String("queue", "", "the queue (required; cross-checked: the record is filed under the queue the payload names)")
 	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
 	partition := f.String("partition", "", "the partition key, usually the queue (required; pass --partition '' for an empty one)")

@@ -77,6 +77,8 @@ func newRunCmd(a *app) *cobra.Command {
 	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
+	f.addTimeout(0)
+	f.timeoutApplies = func() bool { return c.Once }
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
 		if c.DSN, err = f.needDSN(); err != nil {
