@@ -233,6 +233,9 @@ func (a *app) exit(name string, err error) int {
 	if err == nil {
 		return exitOK
 	}
+	if mysqlErrNumber(err) == 1045 {
+		err = fmt.Errorf("access denied: the user or password in the DSN is wrong (%w)", err)
+	}
 	line := a.scrub.clean(oneLine(err.Error()))
 	code := exitFailure
 	var ue *usageError
@@ -250,6 +253,17 @@ func (a *app) exit(name string, err error) int {
 	}
 	fmt.Fprintf(a.stderr, "%s: %s\n", prefix, line)
 	return code
+}
+
+// say prints a progress line on stderr: plain in text, a JSON log line with
+// --log-format json (where every stderr line is JSON).
+func (a *app) say(format string, args ...any) {
+	msg := a.scrub.clean(fmt.Sprintf(format, args...))
+	if a.logFormat == "json" {
+		newLogger(a.stderr, "json", slog.LevelInfo, a.scrub).Info(msg)
+		return
+	}
+	fmt.Fprintln(a.stderr, msg)
 }
 
 // oneLine folds a multi-line error (errors.Join) into one line.

@@ -151,7 +151,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	asGiven.ClientFoundRows = false
 	raw, err := openConfig(ctx, asGiven)
 	if err != nil {
-		add("connect", checkFail, err.Error(), "check the address, user, password and that the database exists")
+		add("connect", checkFail, connectDetail(err, cfg.User), "check the address, user, password and that the database exists")
 		return checks, target
 	}
 	defer raw.Close()
@@ -434,6 +434,15 @@ func checkMendGrants(ctx context.Context, db *sql.DB, schema string) check {
 		return check{Name: "grants", Status: checkFail, Detail: grantee + " lacks " + strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}
 	}
 	return check{Name: "grants", Status: checkOK, Detail: grantee + " holds every privilege mend run needs on mend's tables"}
+}
+
+// connectDetail says why a connection failed; an access denial (1045)
+// says so in words rather than as the server's raw error.
+func connectDetail(err error, user string) string {
+	if mysqlErrNumber(err) == 1045 {
+		return fmt.Sprintf("access denied for user %q: the password is wrong, or the user does not exist for this client host (%v)", user, err)
+	}
+	return err.Error()
 }
 
 func mysqlErrNumber(err error) uint16 {

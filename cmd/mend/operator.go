@@ -46,6 +46,19 @@ func stateNames() []string {
 	return []string{string(mend.StatePending), string(mend.StateWaiting), string(mend.StateSettled), string(mend.StateParked), string(mend.StateDone)}
 }
 
+// dlqTopic is a topic as dead letters carry it: speculate and
+// speculate_dlq both name speculate_dlq, so `record --topic speculate`
+// cannot make a second identity for one dead letter.
+func dlqTopic(topic string) string {
+	if topic == "" || strings.HasSuffix(topic, dlq.DLQSuffix) {
+		return topic
+	}
+	return topic + dlq.DLQSuffix
+}
+
+// knownDLQTopic reports whether topic (with its suffix) is one of the host's.
+func knownDLQTopic(topic string) bool { return slices.Contains(dlqTopics(), topic) }
+
 // dlqTopics are the host's dead-letter topics, for completion of --topic.
 func dlqTopics() []string {
 	var out []string

@@ -540,8 +540,8 @@ func newInspectCmd(a *app) *cobra.Command {
 	queue := f.String("queue", "", "the queue (optional with --record)")
 	state := f.String("state", "", "list records in this state (pending, waiting, settled, parked, done), across queues unless --queue is given")
 	recordID := f.String("record", "", "record ID (32 hex characters), or its first 4 or more as with git")
-	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq")
-	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
+	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq (the _dlq suffix may be left out)")
+	partition := f.String("partition", "", "with --message-id: the source partition key (default: --queue, which it usually is; --partition '' for an empty one)")
 	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
 	limit := f.Int("limit", 50, "how many records to list (with --queue or --state)")
 	f.completeValues("state", stateNames()...)
@@ -558,7 +558,7 @@ func newInspectCmd(a *app) *cobra.Command {
 			}
 		case *messageID != "":
 			if *queue == "" || *topic == "" {
-				return usagef("--message-id needs --queue and --topic (and --partition if it is not empty)")
+				return usagef("--message-id needs --queue and --topic (and --partition if it is not the queue)")
 			}
 		case *state != "":
 			if !mend.State(*state).Valid() {
@@ -582,7 +582,11 @@ func newInspectCmd(a *app) *cobra.Command {
 					return fmt.Errorf("record %s is in queue %q, not %q", rec.ID, rec.Source.Queue, *queue)
 				}
 			case *messageID != "":
-				src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
+				part := *partition
+				if !f.given("partition") {
+					part = *queue
+				}
+				src := mend.SourceID{Queue: *queue, Topic: dlqTopic(*topic), Partition: part, MessageID: *messageID}
 				if rec, err = store.RecordGet(ctx, src); err != nil {
 					if errors.Is(err, mend.ErrInvalid) {
 						return usagef("%v", err)
@@ -710,8 +714,8 @@ func newRecordCmd(a *app) *cobra.Command {
 	f := a.newCommand("record", "record a dead letter by hand (replaying old dead letters)",
 		"Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message with the same payload again returns the\nexisting record; with a different payload it is an error that shows both.", withDSN|withLog|withJSON)
 	f.addTimeout(opTimeout)
-	queue := f.String("queue", "", "the queue (required; cross-checked: the record is filed under the queue the payload names)")
-	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
+	queue := f.String("queue", "", "the queue (required; it must be the queue the payload names, which the record is filed under)")
+	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required; the _dlq suffix may be left out)")
 	partition := f.String("partition", "", "the partition key, usually the queue (required; pass --partition '' for an empty one)")
 	messageID := f.String("message-id", "", "the message ID (required)")
 	payloadFile := f.String("payload-file", "", "file holding the payload; - reads stdin (this or --payload is required)")
@@ -762,13 +766,19 @@ func newRecordCmd(a *app) *cobra.Command {
 			return err
 		}
 		d := dlq.Delivery{
-			Source:       mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID},
+			Source:       mend.SourceID{Queue: *queue, Topic: dlqTopic(*topic), Partition: *partition, MessageID: *messageID},
 			Payload:      body,
 			FailureCount: *failures,
 			LastError:    *lastErr,
 		}
 		if err := d.Source.Validate(); err != nil {
 			return usagef("%v", err)
+		}
+		// The intake files a record under the queue its payload names; a
+		// different --queue was only a warning, and the record landed
+		// elsewhere than the operator said.
+		if q := dlq.RecordQueue(d); q != *queue && q != dlq.QueueUnresolved {
+			return usagef("--queue %q, but the payload names queue %q (the record is filed under that one): check the dead letter, or give --queue %q", *queue, q, q)
 		}
 		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
 			in, err := dlq.New(store, dlq.Config{Actor: *actor, Logger: f.logger()})
