@@ -150,6 +150,35 @@ func TestIssue19SmallerItems(t *testing.T) {
 			t.Fatalf("a continuous run logged no pass:\n%s", buf.String())
 		}
 	})
+	t.Run("status shows the oldest open record as the metric does", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, migrations.Up)
+		opsMust(t, recordArgs(db.DSN, "m", speculatePayload)...)
+		if _, err := db.SQL(t).Exec("UPDATE mend_records SET created_at = created_at - INTERVAL 1 HOUR, next_attempt_at = NOW(6) + INTERVAL 5 MINUTE"); err != nil {
+			t.Fatal(err)
+		}
+		r := opsMust(t, "status", "--dsn", db.DSN)
+		if !strings.Contains(r.stdout, "OLDEST OPEN") || !strings.Contains(r.stdout, "1h0m0s") {
+			t.Fatalf("status with a record in backoff for an hour =\n%s; want OLDEST OPEN 1h", r.stdout)
+		}
+		var st []queueStatusJSON
+		if err := json.Unmarshal([]byte(opsMust(t, "status", "--dsn", db.DSN, "--json").stdout), &st); err != nil || len(st) != 1 || st[0].OldestOpenSeconds < 3500 {
+			t.Fatalf("status --json = %+v, %v; want oldest_open_seconds about 3600", st, err)
+		}
+	})
+	t.Run("migrate up on a dirty schema gives migrate version's hint", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, migrations.Up)
+		if _, err := db.SQL(t).Exec("UPDATE mend_schema_migrations SET dirty = 1"); err != nil {
+			t.Fatal(err)
+		}
+		up, version := opsRun(t, nil, "migrate", "up", "--dsn", db.DSN), opsRun(t, nil, "migrate", "version", "--dsn", db.DSN)
+		for _, hint := range []string{"mend migrate force", "docs/operations.md"} {
+			if !strings.Contains(version.stdout+version.stderr, hint) || !strings.Contains(up.stderr, hint) {
+				t.Errorf("hint %q: migrate version said %q %q, migrate up %q", hint, version.stdout, version.stderr, up.stderr)
+			}
+		}
+	})
 }
 
 // cancelOn cancels when a record with message msg is handled.
