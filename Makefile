@@ -39,10 +39,10 @@ build: ## Compile every package (and bin/mend when cmd/mend exists)
 	@if [[ -d cmd/mend ]]; then echo "$(GO) build -o bin/mend ./cmd/mend"; $(GO) build -o bin/mend ./cmd/mend; fi
 
 demo: ## Run the stuck-queue demo on a throwaway server and print its timeline (start here)
-	@# A server is needed only when neither MEND_DSN nor MEND_TEST_DSN names one: the script finds
+	@# A server is needed only when MEND_TEST_DSN names none (the demo never reads MEND_DSN): the script finds
 	@# (or builds, or installs as root on Debian) what the demo's discovery will use: a container
 	@# image when a Docker engine answers, else a local mariadbd.
-	@if [[ -z "$${MEND_DSN:-}$${MEND_TEST_DSN:-}" ]]; then bash scripts/ensure-mysql.sh; fi
+	@if [[ -z "$${MEND_TEST_DSN:-}" ]]; then bash scripts/ensure-mysql.sh; fi
 	$(GO) build -o bin/mend ./cmd/mend
 	./bin/mend demo
 

@@ -25,6 +25,10 @@ type QueueStatus struct {
 	// OldestDue is how long the longest-overdue record has been due; zero
 	// when nothing is due.
 	OldestDue time.Duration
+	// OldestOpen is how long the oldest unfinished record (due or in
+	// backoff) has existed, as OldestOpen reports it; Status leaves it zero
+	// for the caller to fill (it is another query).
+	OldestOpen time.Duration
 	// Lease is the queue's lease row; nil if the queue was never leased.
 	Lease *LeaseStatus
 }

@@ -77,6 +77,8 @@ func newRunCmd(a *app) *cobra.Command {
 	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
+	f.addTimeout(0)
+	f.timeoutApplies = func() bool { return c.Once }
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
 		if c.DSN, err = f.needDSN(); err != nil {
@@ -154,6 +156,18 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 	if failed != nil {
 		ph.OnAttemptFailed = chainAttemptFailed(ph.OnAttemptFailed, failed.add)
 	}
+	if !c.Once {
+		// A continuous run says what each pass did, as run --once does
+		// (at debug level when a pass found nothing to do).
+		clog := log.With("component", "mend")
+		onPass := rh.OnPass
+		rh.OnPass = func(ps reconcile.PassStats, d time.Duration) {
+			if onPass != nil {
+				onPass(ps, d)
+			}
+			logPass(clog, ps, d)
+		}
+	}
 	if s.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: log, Hooks: fh}); err != nil {
 		return fail(usagef("lease settings: %v", err))
 	}
@@ -214,22 +228,21 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		clog.Info("serving metrics", "addr", ms.Addr(), "paths", "/metrics /healthz /readyz")
 		defer func() { err = errors.Join(err, ms.stop()) }()
 	}
-	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval.String(),
-		"lease_ttl", c.LeaseTTL.String(), "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
+	warnSameHolder(ctx, svc.store, c.Holder, clog)
+	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
+		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
 
 	if c.Once {
 		ps, err := svc.rec.RunOnce(ctx)
 		if ctx.Err() != nil {
+			// Cron must not read an interrupted pass as a good one.
 			clog.Info("interrupted; leases released")
-			return nil
+			return errors.Join(errors.New("interrupted (SIGINT or SIGTERM) before the pass finished; leases released"), err)
 		}
 		if err != nil {
 			return err
 		}
-		r := ps.Records
-		clog.Info("pass done", "queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
-			"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed, "done", r.Done,
-			"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned)
+		logPass(clog, ps, -1)
 		// For cron a pass is a success only if nothing it tried failed: a
 		// failed attempt is rescheduled, but someone should look.
 		if err := failed.err(); err != nil {
@@ -248,6 +261,42 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	svc.rec.Stop()
 	clog.Info("stopped cleanly")
 	return nil
+}
+
+// warnSameHolder warns when a live lease already carries this process's
+// holder name: this process has taken none yet, so another process uses the
+// same --holder, and the two would renew and write under each other's terms.
+func warnSameHolder(ctx context.Context, store *storage.DB, holder string, log *slog.Logger) {
+	leases, err := store.LeaseList(ctx)
+	if err != nil {
+		return // the pass will report a database problem
+	}
+	var queues []string
+	for _, l := range leases {
+		if l.Live() && l.Term.Holder == holder {
+			queues = append(queues, l.Term.Queue)
+		}
+	}
+	if len(queues) > 0 {
+		log.Warn("another process holds live leases under this --holder (or this holder's previous process, if it just restarted): give every replica its own (the default is unique per process)",
+			"holder", holder, "queues", queues)
+	}
+}
+
+// logPass logs what a pass did; d < 0: not measured.
+func logPass(log *slog.Logger, ps reconcile.PassStats, d time.Duration) {
+	r := ps.Records
+	level := slog.LevelInfo
+	if ps.Queues == 0 && ps.Pruned == 0 && d >= 0 {
+		level = slog.LevelDebug
+	}
+	attrs := []any{"queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
+		"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed, "done", r.Done,
+		"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned}
+	if d >= 0 {
+		attrs = append(attrs, "took", d.Round(time.Millisecond))
+	}
+	log.Log(context.Background(), level, "pass done", attrs...)
 }
 
 // attemptLog collects the attempts that failed during one pass, so that
