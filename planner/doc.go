@@ -54,7 +54,11 @@
 // A batch is never moved out of succeeded, cancelled or failed, and a
 // merging or cancelling batch is never failed (a merge may have landed): the
 // record waits with backoff and is parked after Config.Grace. A success the
-// dead letter reports is honoured. The fan-out is given the record's
+// dead letter reports is honoured, except for a cancelling batch: the real
+// controller never lets a racing merge result override a cancel, so the
+// record is parked for an operator. A batch whose fan-out could not finish
+// (a member's status message ID "<request>/<status>" over 255 characters)
+// is parked at once, before anything is written. The fan-out is given the record's
 // snapshot as its cause, so the host's users see the dead letter's error on
 // each member request.
 //

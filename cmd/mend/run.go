@@ -39,12 +39,14 @@ func (c runConfig) validate() error {
 	switch {
 	case c.Interval < 10*time.Millisecond:
 		return usagef("--interval must be at least 10ms, got %s", c.Interval)
-	case c.LeaseTTL < time.Second || c.LeaseTTL > 24*time.Hour:
-		return usagef("--lease-ttl must be between 1s and 24h, got %s", c.LeaseTTL)
+	case checkLeaseTTL(c.LeaseTTL) != nil:
+		return checkLeaseTTL(c.LeaseTTL)
 	case c.Concurrency < 1 || c.Concurrency > 256:
 		return usagef("--concurrency must be between 1 and 256, got %d", c.Concurrency)
-	case c.Holder == "" || len(c.Holder) > 255:
-		return usagef("--holder must be 1 to 255 bytes")
+	case checkRunIdentities(c.Holder, c.WakeTopic) != nil:
+		return checkRunIdentities(c.Holder, c.WakeTopic)
+	case checkHostDSNs(c.HostDSN, c.QueueDSN) != nil:
+		return checkHostDSNs(c.HostDSN, c.QueueDSN)
 	case c.MaxAttempts < 1:
 		return usagef("--max-attempts must be at least 1")
 	case c.Grace <= 0:
@@ -128,15 +130,15 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 	// A client that hangs mid-transaction must not hold the lease row (and
 	// so every takeover) for the server's default 8 hours, and a COMMIT sent
 	// into a hung connection must come back: see ioTimeout.
-	store, err := storage.Open(openCtx, withLockWait(c.DSN, c.LeaseTTL),
-		storage.Options{SessionIdleTimeout: max(c.LeaseTTL, time.Second), IOTimeout: ioTimeout(c.LeaseTTL)})
+	store, err := storage.Open(openCtx, c.DSN,
+		storage.Options{LeaseTTL: c.LeaseTTL, SessionIdleTimeout: max(c.LeaseTTL, time.Second), IOTimeout: ioTimeout(c.LeaseTTL)})
 	if err != nil {
 		return nil, fmt.Errorf("open mend's database: %w", err)
 	}
 	// The adapter reports the host rows it skips (dangling or differently
 	// spelled membership rows, differently spelled requests) to the log, and
 	// dangling ones to a metric too: the host's own planner fails on them.
-	hopts := host.Options{WakeTopic: c.WakeTopic, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log}
+	hopts := host.Options{WakeTopic: c.WakeTopic, LeaseTTL: c.LeaseTTL, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log}
 	if m != nil {
 		hopts.OnDangling = m.onDangling
 	}
@@ -188,7 +190,7 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 }
 
 // ioTimeout bounds each network read and write of mend run's connections:
-// well above a lock wait (a third of the TTL, see withLockWait) and any
+// well above a lock wait (a third of the TTL, see mysqlx.LockWaitFor) and any
 // statement mend runs, so it only ever fires on a connection that hangs.
 func ioTimeout(ttl time.Duration) time.Duration { return max(2*ttl, 30*time.Second) }
 
