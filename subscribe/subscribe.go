@@ -597,3 +597,57 @@ func (s *Subscriber) release(ctx context.Context, st *PassStats) error {
 	}
 	return nil
 }
+
+// Pending reports whether some partition holds rows that were read and
+// recorded but not yet released (the watermark waits for the settle
+// window).
+func (s *Subscriber) Pending() bool {
+	for _, p := range s.parts {
+		if len(p.cps) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Drain runs passes, PollInterval apart, until one leaves nothing unread
+// and nothing unreleased: every dead letter visible when it started is
+// recorded and the group's watermarks are past it. It takes at least the
+// settle window when anything was read. It is mend run --once's
+// subscription, and returns the sum of the passes' counts (Lag from the
+// last). Stop it with ctx.
+func (s *Subscriber) Drain(ctx context.Context) (PassStats, error) {
+	var sum PassStats
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return sum, ctx.Err()
+		case <-timer.C:
+		}
+		st, err := s.Pass(ctx)
+		if err != nil {
+			return sum, err
+		}
+		sum.Partitions = max(sum.Partitions, st.Partitions)
+		sum.Joined += st.Joined
+		sum.Read += st.Read
+		sum.Recorded += st.Recorded
+		sum.Already += st.Already
+		sum.Unrecordable += st.Unrecordable
+		sum.Dropped += st.Dropped
+		sum.Advanced += st.Advanced
+		sum.Late += st.Late
+		sum.Duration += st.Duration
+		sum.Lag = st.Lag
+		if !st.More && !s.Pending() {
+			return sum, nil
+		}
+		if st.More {
+			timer.Reset(0)
+		} else {
+			timer.Reset(s.cfg.PollInterval)
+		}
+	}
+}

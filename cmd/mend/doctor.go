@@ -68,6 +68,7 @@ func newDoctorCmd(a *app) *cobra.Command {
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
 	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build; default: --dsn")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
+	sub := addDoctorSubscribeFlags(f)
 	return f.run(func(ctx context.Context, args []string) error {
 		if f.dsn == "" {
 			return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
@@ -86,6 +87,9 @@ func newDoctorCmd(a *app) *cobra.Command {
 		defer cancel()
 		checks, target := diagnose(ctx, f.dsn, *ttl)
 		checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
+		if sub.on(f) {
+			checks = append(checks, diagnoseSubscription(ctx, *queueDSN, sub.group, sub.warnAge)...)
+		}
 		failed := 0
 		for _, c := range checks {
 			if c.Status == checkFail {

@@ -325,7 +325,9 @@ type queueStatusJSON struct {
 
 func newStatusCmd(a *app) *cobra.Command {
 	f := a.newCommand("status", "per queue: records by state, oldest due age, lease holder",
-		"Per queue: records by state, how many are due and for how long, and the lease.", withDSN|withLog|withJSON)
+		"Per queue: records by state, how many are due and for how long, and the lease.\n"+
+			"With --queue-dsn, also the subscription's lag per dead-letter topic (see mend subscribe).", withDSN|withLog|withJSON)
+	sub := addStatusLagFlags(f)
 	return f.run(func(ctx context.Context, args []string) error {
 		dsn, err := f.needDSN()
 		if err != nil {
@@ -335,6 +337,9 @@ func newStatusCmd(a *app) *cobra.Command {
 			st, err := store.Status(ctx)
 			if err != nil {
 				return err
+			}
+			if sub.queueDSN != "" {
+				return sub.print(ctx, a, f, toStatusJSON(st), func() error { return printStatus(a.stdout, st) })
 			}
 			if f.json {
 				return writeJSON(a.stdout, toStatusJSON(st))

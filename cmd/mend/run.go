@@ -33,6 +33,7 @@ type runConfig struct {
 	Grace                  time.Duration
 	WakeTopic              string
 	RetryBase, RetryMax    time.Duration // zero: planner.RetryDefaults(Interval)
+	Sub                    subscribeConfig
 }
 
 func (c runConfig) validate() error {
@@ -77,6 +78,7 @@ func newRunCmd(a *app) *cobra.Command {
 	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
+	addSubscribeFlags(f, &c.Sub)
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
 		if c.DSN, err = f.needDSN(); err != nil {
@@ -93,6 +95,9 @@ func newRunCmd(a *app) *cobra.Command {
 			return err
 		}
 		if err := c.validate(); err != nil {
+			return err
+		}
+		if err := c.Sub.resolve(f); err != nil {
 			return err
 		}
 		return serve(ctx, c, f.logger(), a.scrub)
@@ -200,7 +205,15 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval.String(),
 		"lease_ttl", c.LeaseTTL.String(), "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
 
+	sub, err := startSubscription(ctx, c, svc, log, m)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sub.close()) }()
 	if c.Once {
+		if err := sub.drain(ctx, clog); err != nil {
+			return err
+		}
 		ps, err := svc.rec.RunOnce(ctx)
 		if ctx.Err() != nil {
 			clog.Info("interrupted; leases released")
