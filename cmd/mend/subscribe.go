@@ -204,21 +204,25 @@ func newSubscribeCmd(a *app) *cobra.Command {
 	f := a.newCommand("subscribe", "show mend's consumer group on the host's *_dlq topics, or --remove it",
 		"Show the consumer group mend run joins the host's *_dlq topics as: per topic, the rows above its watermarks\n"+
 			"(dead letters not yet recorded, or within the settle window), which the host's GC keeps.\n\n"+
-			"--remove deregisters the group from every partition (the queue's own leave statement). A stopped mend that\n"+
+			"--remove --yes deregisters the group from every partition (the queue's own leave statement). A stopped mend that\n"+
 			"stays registered holds the queue's garbage collection back on every *_dlq partition for good; remove the\n"+
 			"group when you stop running mend for good. Stop every mend run first: a running one joins again.\n"+
 			"After --remove the queue's GC deletes dead letters as soon as its own groups have acknowledged them,\n"+
 			"including any mend never recorded.", withLog|withJSON)
 	queueDSN := f.String("queue-dsn", "", "DSN of the host's queue database (queue_messages, queue_offsets) (required)")
 	group := f.String("group", subscribe.GroupDefault, "the consumer group")
-	remove := f.Bool("remove", false, "deregister the group from every partition (command line only)")
-	f.cmdLineOnly("remove")
+	remove := f.Bool("remove", false, "deregister the group from every partition (with --yes; without it, say what it would do)")
+	yes := f.Bool("yes", false, "really --remove (command line only)")
+	f.cmdLineOnly("yes")
 	return f.run(func(ctx context.Context, args []string) error {
 		if _, err := checkDSN("--queue-dsn", *queueDSN); err != nil {
 			return err
 		}
 		if err := mend.ValidateIdentity("group", *group, true); err != nil {
 			return usagef("--group: %v", err)
+		}
+		if *yes && !*remove {
+			return usagef("--yes confirms --remove; nothing else needs it")
 		}
 		ctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
@@ -227,7 +231,7 @@ func newSubscribeCmd(a *app) *cobra.Command {
 			return err
 		}
 		defer db.Close()
-		if *remove {
+		if *remove && *yes {
 			n, err := subscribe.Remove(ctx, db, *group)
 			if err != nil {
 				return err
@@ -244,9 +248,20 @@ func newSubscribeCmd(a *app) *cobra.Command {
 		}
 		now := time.Now()
 		if f.json {
-			return writeJSON(a.stdout, map[string]any{"group": *group, "topics": toLagJSON(lag, now)})
+			return writeJSON(a.stdout, map[string]any{"group": *group, "topics": toLagJSON(lag, now), "removed": false})
 		}
-		return printLag(a.stdout, *group, lag, now)
+		if err := printLag(a.stdout, *group, lag, now); err != nil {
+			return err
+		}
+		if *remove {
+			var rows int64
+			parts := 0
+			for _, l := range lag {
+				rows, parts = rows+l.Rows, parts+l.Partitions
+			}
+			fmt.Fprintf(a.stdout, "mend subscribe: --remove would leave %d partition(s); the host's GC would then delete dead letters its own groups acknowledged, including %d row(s) above this group's watermarks. Stop every mend run of the group first, then add --yes.\n", parts, rows)
+		}
+		return nil
 	})
 }
 
