@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -43,6 +44,8 @@ type part struct {
 	// cps are the ends of reads not yet released, oldest first: rows is
 	// how many rows the server returned in (acked, offset].
 	cps []checkpoint
+	// passRows counts the server's rows read in the current pass.
+	passRows int
 }
 
 type checkpoint struct {
@@ -51,7 +54,7 @@ type checkpoint struct {
 }
 
 func (p *part) reset(acked uint64) {
-	p.acked, p.seen, p.cps = acked, acked, nil
+	p.acked, p.seen, p.cps, p.passRows = acked, acked, nil, 0
 }
 
 // sample is the table's highest committed offset at a time.
@@ -341,75 +344,51 @@ func (s *Subscriber) discover(ctx context.Context) ([]partKey, int, error) {
 	return active, joined, nil
 }
 
-// readAll reads the active partitions, Concurrency at a time.
+// readAll reads the active partitions, Concurrency workers at a time, and
+// then leaves a checkpoint on each partition read.
 func (s *Subscriber) readAll(ctx context.Context, active []partKey, st *PassStats) error {
 	work := make(chan *part)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
 	for range min(s.cfg.Concurrency, max(len(active), 1)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				var ps PassStats
-				err := s.read(ctx, p, &ps)
-				mu.Lock()
-				st.Read += ps.Read
-				st.Recorded += ps.Recorded
-				st.Already += ps.Already
-				st.Unrecordable += ps.Unrecordable
-				st.Dropped += ps.Dropped
-				st.More = st.More || ps.More
-				if err != nil {
-					errs = append(errs, err)
-				}
-				mu.Unlock()
+		wg.Go(func() {
+			var ps PassStats
+			err := s.worker(ctx, work, &ps)
+			mu.Lock()
+			defer mu.Unlock()
+			st.Read += ps.Read
+			st.Recorded += ps.Recorded
+			st.Already += ps.Already
+			st.Unrecordable += ps.Unrecordable
+			st.Dropped += ps.Dropped
+			st.More = st.More || ps.More
+			if err != nil {
+				errs = append(errs, err)
 			}
-		}()
+		})
 	}
-	for _, k := range active {
+	// Each pass starts at a random partition, so replicas of the group
+	// overlapping on a backlog mostly work on different partitions first.
+	start := 0
+	if len(active) > 0 {
+		start = rand.IntN(len(active))
+	}
+	for i := range active {
 		if ctx.Err() != nil {
 			break
 		}
-		work <- s.parts[k]
+		work <- s.parts[active[(start+i)%len(active)]]
 	}
 	close(work)
 	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// read reads one partition from where this process left it, page by page,
-// until the server returns a short page (not until a page holds few rows
-// mend keeps: rows matched only through the collation are dropped) or the
-// page budget runs out, recording each page before moving on. A row whose
-// recording failed for a reason that may pass stops the partition there,
-// so the next pass reads it again.
-func (s *Subscriber) read(ctx context.Context, p *part, st *PassStats) error {
-	read := 0 // rows the server returned in (p.seen at start, p.seen]
-	defer func() {
-		if read > 0 {
-			p.cps = append(p.cps, checkpoint{offset: p.seen, rows: read + p.pending()})
-		}
-	}()
-	for range s.cfg.PagesPerPass {
-		pg, err := s.fetch(ctx, p.topic, p.partition, p.seen)
-		if err != nil {
-			return err
-		}
-		st.Dropped += pg.dropped
-		upTo, kept, err := s.record(ctx, p, pg, st)
-		read += kept
-		p.seen = upTo
-		if err != nil {
-			return err
-		}
-		if pg.n < s.cfg.PageSize {
-			return nil
+	for _, k := range active {
+		if p := s.parts[k]; p.passRows > 0 {
+			p.cps = append(p.cps, checkpoint{offset: p.seen, rows: p.passRows + p.pending()})
+			p.passRows = 0
 		}
 	}
-	st.More = true
-	return nil
+	return errors.Join(errs...)
 }
 
 // pending is the rows counted by p's checkpoints so far.
@@ -420,59 +399,134 @@ func (p *part) pending() int {
 	return p.cps[len(p.cps)-1].rows
 }
 
-// record records a page's rows with one RecordMany and returns how far the
-// partition may now count as read, and how many server rows that covers.
-func (s *Subscriber) record(ctx context.Context, p *part, pg page, st *PassStats) (uint64, int, error) {
-	if len(pg.rows) == 0 {
-		return pg.last, pg.n, nil
-	}
-	ds := make([]dlq.Delivery, len(pg.rows))
-	for i, r := range pg.rows {
-		ds[i] = r.Delivery()
-	}
-	results, err := s.cfg.Intake.RecordMany(ctx, ds)
-	if err != nil {
-		return p.seen, 0, fmt.Errorf("subscribe: record %s/%q offsets %d to %d: %w", p.topic, p.partition, pg.rows[0].Offset, pg.rows[len(pg.rows)-1].Offset, err)
-	}
-	for i, res := range results {
-		r := pg.rows[i]
-		switch {
-		case res.Err == nil && res.Created:
-			st.Recorded++
-		case res.Err == nil:
-			st.Already++
-		case errors.Is(res.Err, mend.ErrInvalid) || errors.Is(res.Err, mend.ErrIdentityMismatch):
-			if err := s.park(ctx, r, res.Err); err != nil {
-				return s.stopBefore(p, pg, i, st, err)
-			}
-			st.Unrecordable++
-		default:
-			return s.stopBefore(p, pg, i, st, fmt.Errorf("subscribe: record offset %d of %s/%q: %w", r.Offset, p.topic, p.partition, res.Err))
-		}
-		st.Read++
-	}
-	return pg.last, pg.n, nil
+// batch is the pages a worker has read and not yet recorded, from one or
+// more partitions: recording them in one RecordMany (one transaction)
+// costs the same round trips as a single partition's page.
+type batch struct {
+	pages []batchPage
+	rows  int
 }
 
-// stopBefore ends a partition's read just before the page's i-th kept row:
-// everything the server returned below it counts as read.
-func (s *Subscriber) stopBefore(p *part, pg page, i int, st *PassStats, err error) (uint64, int, error) {
-	stop := pg.rows[i].Offset
-	if i == 0 && stop <= p.seen+1 {
-		return p.seen, 0, err
-	}
-	// Rows the server returned below stop: kept rows before i, and dropped
-	// rows in between, which count as the server counted them. Recount
-	// exactly by asking how many the page held below stop is not possible
-	// without the page's offsets, so stop after the previous kept row only
-	// when no dropped row lies between (the usual case); otherwise retry
-	// the whole page next pass, which is safe since recording is
-	// idempotent.
-	if i > 0 && pg.dropped == 0 {
-		return pg.rows[i-1].Offset, i, err
-	}
-	return p.seen, 0, err
+type batchPage struct {
+	p    *part
+	from uint64 // the offset the page was read after
+	pg   page
 }
+
+// worker reads the partitions it is handed, page by page from where this
+// process left each, until the server returns a short page (not until a
+// page holds few rows mend keeps: rows matched only through the collation
+// are dropped) or the page budget runs out. It records its pages in
+// batches of at least PageSize rows; a partition counts as read only as
+// far as its rows are recorded.
+func (s *Subscriber) worker(ctx context.Context, work <-chan *part, st *PassStats) error {
+	var b batch
+	var failed error
+	for p := range work {
+		if failed != nil {
+			continue // drain the channel
+		}
+		after := p.seen
+		more := true
+		for range s.cfg.PagesPerPass {
+			pg, err := s.fetch(ctx, p.topic, p.partition, after)
+			if err != nil {
+				failed = err
+				break
+			}
+			st.Dropped += pg.dropped
+			if pg.n > 0 {
+				b.pages = append(b.pages, batchPage{p, after, pg})
+				b.rows += len(pg.rows)
+				after = pg.last
+			}
+			if b.rows >= s.cfg.PageSize {
+				if err := s.flush(ctx, &b, st); err != nil {
+					failed = err
+					break
+				}
+			}
+			if pg.n < s.cfg.PageSize {
+				more = false
+				break
+			}
+		}
+		if failed == nil && more {
+			st.More = true
+		}
+	}
+	if failed != nil {
+		return failed
+	}
+	return s.flush(ctx, &b, st)
+}
+
+// flush records a batch's rows with one RecordMany and moves each
+// partition's read mark past what is now recorded (or parked). A row that
+// failed for a reason that may pass stops its partition just before it,
+// so the next pass reads it again.
+func (s *Subscriber) flush(ctx context.Context, b *batch, st *PassStats) error {
+	defer func() { b.pages, b.rows = b.pages[:0], 0 }()
+	var ds []dlq.Delivery
+	for _, bp := range b.pages {
+		for _, r := range bp.pg.rows {
+			ds = append(ds, r.Delivery())
+		}
+	}
+	var results []dlq.ManyResult
+	if len(ds) > 0 {
+		var err error
+		if results, err = s.cfg.Intake.RecordMany(ctx, ds); err != nil {
+			return fmt.Errorf("subscribe: record %d dead letters: %w", len(ds), err)
+		}
+	}
+	var errs []error
+	i := 0
+	for _, bp := range b.pages {
+		p, pg := bp.p, bp.pg
+		res := results[i : i+len(pg.rows)]
+		i += len(pg.rows)
+		if p.seen != bp.from {
+			continue // the partition stopped at an earlier row: read again next pass
+		}
+		stopped := false
+		for j, r := range res {
+			row := pg.rows[j]
+			switch {
+			case r.Err == nil && r.Created:
+				st.Recorded++
+			case r.Err == nil:
+				st.Already++
+			case errors.Is(r.Err, mend.ErrInvalid) || errors.Is(r.Err, mend.ErrIdentityMismatch):
+				if err := s.park(ctx, row, r.Err); err != nil {
+					r.Err = err
+					break
+				}
+				st.Unrecordable++
+			}
+			if r.Err != nil && !errors.Is(r.Err, mend.ErrInvalid) && !errors.Is(r.Err, mend.ErrIdentityMismatch) || errors.Is(r.Err, errPark) {
+				// Count as read only the server's rows below this one, and
+				// only when none of them was dropped (then they are the
+				// kept rows before it); otherwise the whole page is read
+				// again next pass, which recording makes harmless.
+				if j > 0 && pg.dropped == 0 {
+					p.seen, p.passRows = pg.rows[j-1].Offset, p.passRows+j
+				}
+				stopped = true
+				errs = append(errs, fmt.Errorf("subscribe: record offset %d of %s/%q: %w", row.Offset, p.topic, p.partition, r.Err))
+				break
+			}
+			st.Read++
+		}
+		if !stopped {
+			p.seen, p.passRows = pg.last, p.passRows+pg.n
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// errPark marks a stand-in that could not be recorded now.
+var errPark = errors.New("subscribe: park the stand-in")
 
 // park records a parked stand-in for a row the intake refused, under an
 // identity naming the row's offset, so an operator sees it and the
@@ -504,7 +558,7 @@ func (s *Subscriber) park(ctx context.Context, r dlq.Row, cause error) error {
 	_, _, err := s.cfg.Parker.RecordCreate(ctx, mend.CreateParams{Source: src, Snapshot: snap, State: mend.StateParked, Reason: reason,
 		OpID: mend.NewOpID(), Actor: s.cfg.Actor})
 	if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) {
-		return fmt.Errorf("subscribe: park the stand-in for offset %d of %s/%q: %w", r.Offset, r.Topic, r.PartitionKey, err)
+		return fmt.Errorf("%w for offset %d of %s/%q: %w", errPark, r.Offset, r.Topic, r.PartitionKey, err)
 	}
 	if err != nil {
 		s.log.ErrorContext(ctx, "a dead letter could not be recorded, nor its stand-in; passing it so the watermark does not stall",
