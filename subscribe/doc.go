@@ -53,11 +53,11 @@
 // something: the last offset read and how many rows the server returned
 // between the watermark and it.
 //
-//	  watermark (queue_offsets)      seen (this process)
-//	      │                              │
-//	 ─────┼──────────────────────────────┼────────────▶ offset
-//	      │ recorded, waiting to settle  │ not read yet
-//	      └─ checkpoints c1 < c2 < ... ──┘
+//	 watermark (queue_offsets)      seen (this process)
+//	     │                              │
+//	─────┼──────────────────────────────┼────────────▶ offset
+//	     │ recorded, waiting to settle  │ not read yet
+//	     └─ checkpoints c1 < c2 < ... ──┘
 //
 // A checkpoint is released once it has settled: its offset is at or below
 // the table's highest committed offset as sampled at least Settle ago. Then

@@ -47,6 +47,9 @@ func Open(ctx context.Context, queueDSN string) (*sql.DB, error) {
 const sqlJoin = "-- name: SubscribeJoin\n" +
 	"INSERT IGNORE INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) VALUES (?, ?, ?, 0, ?)"
 
+// sqlJoinMore adds a partition to SubscribeJoin.
+const sqlJoinMore = ", (?, ?, ?, 0, ?)"
+
 // The real subscriber's advance: guarded, so it never moves a watermark
 // back (another replica's, or a stale read's).
 const sqlAdvance = "-- name: SubscribeAdvance\n" +
@@ -171,12 +174,27 @@ func (s *Subscriber) others(ctx context.Context) ([]otherRow, error) {
 	return out, nil
 }
 
-func (s *Subscriber) join(ctx context.Context, topic, partition string) error {
-	if _, err := s.cfg.DB.ExecContext(ctx, sqlJoin, s.cfg.Group, topic, partition, s.nowMS()); err != nil {
-		return fmt.Errorf("subscribe: join %s/%q: %w", topic, partition, mysqlx.Translate(err))
+// joinMany joins the partitions ks (spelled as spell), joinChunk per
+// statement: the real join's INSERT IGNORE with one row per partition, so
+// registering ahead a thousand partitions is two commits, not a thousand.
+func (s *Subscriber) joinMany(ctx context.Context, ks []partKey, spell []string) error {
+	for from := 0; from < len(ks); from += joinChunk {
+		n := min(joinChunk, len(ks)-from)
+		q := sqlJoin + strings.Repeat(sqlJoinMore, n-1)
+		args := make([]any, 0, 4*n)
+		now := s.nowMS()
+		for i := from; i < from+n; i++ {
+			args = append(args, s.cfg.Group, ks[i].topic, spell[i], now)
+		}
+		if _, err := s.cfg.DB.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("subscribe: join %d partitions (%s/%q, ...): %w", n, ks[from].topic, spell[from], mysqlx.Translate(err))
+		}
 	}
 	return nil
 }
+
+// joinChunk bounds the partitions one join statement names.
+const joinChunk = 500
 
 func (s *Subscriber) advance(ctx context.Context, topic, partition string, to uint64) error {
 	if _, err := s.cfg.DB.ExecContext(ctx, sqlAdvance, to, s.nowMS(), s.cfg.Group, topic, partition, to); err != nil {

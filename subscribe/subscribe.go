@@ -279,13 +279,11 @@ func (s *Subscriber) registerAhead(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	for i, k := range want {
-		if err := s.join(ctx, k.topic, spell[i]); err != nil {
-			for _, k := range want[i:] {
-				delete(s.joined, k)
-			}
-			return i, err
+	if err := s.joinMany(ctx, want, spell); err != nil {
+		for _, k := range want {
+			delete(s.joined, k) // joined again next time; INSERT IGNORE keeps a row that made it
 		}
+		return 0, err
 	}
 	return len(want), nil
 }
@@ -304,22 +302,18 @@ func (s *Subscriber) discover(ctx context.Context) ([]partKey, int, error) {
 			topics = append(topics, t)
 		}
 	}
-	var active []partKey
-	joined := 0
+	var active, fresh []partKey
+	var spell []string
 	for _, t := range topics {
 		parts, err := queryStrings(ctx, s.cfg.DB, "list partitions of "+t, sqlPartitions, t)
 		if err != nil {
-			return nil, joined, err
+			return nil, 0, err
 		}
 		for _, p := range parts {
 			k := keyOf(t, p)
 			acked, ok := s.joined[k]
 			if !ok {
-				if err := s.join(ctx, t, p); err != nil {
-					return nil, joined, err
-				}
-				s.joined[k] = 0
-				joined++
+				fresh, spell = append(fresh, k), append(spell, p)
 			}
 			if s.parts[k] == nil {
 				s.parts[k] = &part{topic: t, partition: p, acked: acked, seen: acked}
@@ -327,6 +321,13 @@ func (s *Subscriber) discover(ctx context.Context) ([]partKey, int, error) {
 			active = append(active, k)
 		}
 	}
+	if err := s.joinMany(ctx, fresh, spell); err != nil {
+		return nil, 0, err
+	}
+	for _, k := range fresh {
+		s.joined[k] = 0
+	}
+	joined := len(fresh)
 	slices.SortFunc(active, func(a, b partKey) int {
 		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	})
@@ -610,46 +611,79 @@ func (s *Subscriber) release(ctx context.Context, st *PassStats) error {
 	if !ok {
 		return nil
 	}
-	keys := make([]partKey, 0, len(s.parts))
-	for k, p := range s.parts {
-		if len(p.cps) > 0 {
-			keys = append(keys, k)
+	var todo []*part
+	for _, p := range s.parts {
+		if len(p.cps) > 0 && p.cps[0].offset <= f {
+			todo = append(todo, p)
 		}
 	}
-	for _, k := range keys {
-		p := s.parts[k]
-		i := -1
-		for j, c := range p.cps {
-			if c.offset <= f {
-				i = j
+	// Partitions are released Concurrency at a time: each advance is an
+	// autocommit UPDATE, so a commit (a log flush) per partition.
+	work := make(chan *part)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for range min(s.cfg.Concurrency, max(len(todo), 1)) {
+		wg.Go(func() {
+			for p := range work {
+				late, advanced, err := s.releasePart(ctx, p, f)
+				mu.Lock()
+				if late {
+					st.Late++
+				}
+				if advanced {
+					st.Advanced++
+				}
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
 			}
-		}
-		if i < 0 {
-			continue
-		}
-		c := p.cps[i]
-		n, err := s.count(ctx, p.topic, p.partition, p.acked, c.offset)
-		if err != nil {
-			return err
-		}
-		if n != c.rows {
-			s.log.InfoContext(ctx, "rows appeared (or went) below what was read; reading the partition again from its watermark",
-				"topic", p.topic, "partition", p.partition, "watermark", p.acked, "up_to", c.offset, "read", c.rows, "now", n)
-			p.reset(p.acked)
-			st.Late++
-			continue
-		}
-		if err := s.advance(ctx, p.topic, p.partition, c.offset); err != nil {
-			return err
-		}
-		rest := p.cps[i+1:]
-		for j := range rest {
-			rest[j].rows -= c.rows
-		}
-		p.acked, p.cps = c.offset, slices.Clone(rest)
-		st.Advanced++
+		})
 	}
-	return nil
+	for _, p := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// releasePart releases one partition up to its newest checkpoint at or
+// below the settled offset f.
+func (s *Subscriber) releasePart(ctx context.Context, p *part, f uint64) (late, advanced bool, err error) {
+	i := -1
+	for j, c := range p.cps {
+		if c.offset <= f {
+			i = j
+		}
+	}
+	if i < 0 {
+		return false, false, nil
+	}
+	c := p.cps[i]
+	n, err := s.count(ctx, p.topic, p.partition, p.acked, c.offset)
+	if err != nil {
+		return false, false, err
+	}
+	if n != c.rows {
+		s.log.InfoContext(ctx, "rows appeared (or went) below what was read; reading the partition again from its watermark",
+			"topic", p.topic, "partition", p.partition, "watermark", p.acked, "up_to", c.offset, "read", c.rows, "now", n)
+		p.reset(p.acked)
+		return true, false, nil
+	}
+	if err := s.advance(ctx, p.topic, p.partition, c.offset); err != nil {
+		return false, false, err
+	}
+	rest := p.cps[i+1:]
+	for j := range rest {
+		rest[j].rows -= c.rows
+	}
+	p.acked, p.cps = c.offset, slices.Clone(rest)
+	return false, true, nil
 }
 
 // Pending reports whether some partition holds rows that were read and
