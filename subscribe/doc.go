@@ -26,11 +26,14 @@
 //     of T that one of the host's groups has joined (T in AheadTopics), each
 //     *_dlq partition another group has joined, and the queue-partitioned
 //     *_dlq partitions of every queue Config.Queues lists;
-//  4. discover the *_dlq partitions that hold rows, with a loose index scan
-//     of (topic, partition_key, offset): SELECT DISTINCT topic, then
-//     SELECT DISTINCT partition_key per DLQ topic. Its cost grows with the
-//     topics and the DLQ partitions, never with the rows in the table.
-//     A partition the group has no row for is joined on first sight;
+//  4. discover the *_dlq partitions that hold rows from the (topic,
+//     partition_key, offset) index: SELECT DISTINCT topic (a loose index
+//     scan, whose cost grows with the topics), then SELECT DISTINCT
+//     partition_key per DLQ topic (a covering range over that topic's
+//     entries: the dead letters not yet collected, as in the real
+//     subscriber's own discovery). Never a scan of the table or of the
+//     other topics' rows. A partition the group has no row for is joined
+//     on first sight;
 //  5. read each partition from where this process left it, with the real
 //     FetchByOffset (topic = ? AND partition_key = ? AND `offset` > ? ORDER
 //     BY `offset` LIMIT ?), and record the rows through dlq's RecordMany,

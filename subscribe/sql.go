@@ -69,9 +69,10 @@ const sqlOwn = "-- name: SubscribeOwn\n" +
 const sqlOthers = "-- name: SubscribeOthers\n" +
 	"SELECT DISTINCT topic, partition_key FROM queue_offsets WHERE consumer_group <> ?"
 
-// Discovery reads the (topic, partition_key, offset) index with a loose
-// index scan: its cost grows with the number of topics and of DLQ
-// partitions, never with the rows in the table.
+// Discovery reads the (topic, partition_key, offset) index: the topics
+// with a loose index scan (cost: the number of topics), a DLQ topic's
+// partitions with a covering range over that topic's entries (cost: its
+// dead letters not yet collected). Neither reads the other topics' rows.
 const sqlTopics = "-- name: SubscribeTopics\n" +
 	"SELECT DISTINCT topic FROM queue_messages"
 
