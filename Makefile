@@ -10,6 +10,13 @@ GO ?= go
 TESTFLAGS ?=
 # Packages `make test` runs, e.g. make test PKGS=./storage/...
 PKGS ?= ./...
+# ENGINE=mysql|mariadb picks the server engine of test, demo and bench (MEND_TEST_ENGINE). Unset,
+# the harness uses MySQL, the engine the real submit queue runs on, and falls back to MariaDB
+# (saying so) on a machine that has no MySQL image or binary.
+ENGINE ?=
+ifneq ($(strip $(ENGINE)),)
+export MEND_TEST_ENGINE := $(ENGINE)
+endif
 # Per-package test timeout: a hung test fails with a stack dump well inside CI's 15-minute budget.
 TEST_TIMEOUT ?= 8m
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -22,7 +29,7 @@ ifeq ($(strip $(GOFLAGS)),)
 export GOFLAGS := -mod=readonly
 endif
 
-.PHONY: help build test lint fuzz demo
+.PHONY: help build test test-all lint fuzz demo
 
 help: ## List the documented targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,12 +46,16 @@ demo: ## Run the stuck-queue demo on a throwaway server and print its timeline (
 	$(GO) build -o bin/mend ./cmd/mend
 	./bin/mend demo
 
-test: ## Run unit, integration and end-to-end tests with -race against a real MySQL/MariaDB (TESTFLAGS=... adds flags)
+test: ## Run unit, integration and end-to-end tests with -race against a real server (ENGINE=mysql|mariadb, TESTFLAGS=...)
 	bash scripts/ensure-mysql.sh
 	@report="$$(mktemp)"; status=0; \
 	MEND_TEST_REPORT="$$report" $(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS) || status=$$?; \
-	echo "== servers the test packages used =="; sort "$$report"; rm -f "$$report"; \
+	echo "== servers the test packages used (package: engine version via backend) =="; sort "$$report"; rm -f "$$report"; \
 	bash scripts/docker-leftovers.sh || status=1; exit $$status
+
+test-all: ## Run make test once per engine: MySQL, then MariaDB
+	$(MAKE) test ENGINE=mysql
+	$(MAKE) test ENGINE=mariadb
 
 lint: ## Check formatting (gofmt), go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [[ -n "$$out" ]]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi

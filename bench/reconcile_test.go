@@ -58,7 +58,7 @@ const digits = `(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELE
 const sqlBulkFinished = `INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, payload,
 	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
 	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
-SELECT UNHEX(MD5(CONCAT('done-', n.i))), CONCAT('q', n.i MOD 4), UNHEX(SHA2(CONCAT('done-', n.i), 256)),
+SELECT UNHEX(LEFT(SHA2(CONCAT('done-', n.i), 256), 32)), CONCAT('q', n.i MOD 4), UNHEX(SHA2(CONCAT('done-', n.i), 256)),
 	'speculate_dlq', CONCAT('q', n.i MOD 4), CONCAT('done-', n.i), CONCAT('{"id":"old-', n.i, '","queue":"q', n.i MOD 4, '"}'),
 	3, 'boom', NULL, '[]', CONCAT('old-', n.i), 'failed',
 	'done', 4, 1, NULL, '', 1, NOW(6), NOW(6), NOW(6)
@@ -77,7 +77,7 @@ FROM ` + digits + ` a, ` + digits + ` b, ` + digits + ` c, ` + digits + ` e, ` +
 
 // sqlBulkFinishedEvents gives the same records their last event.
 const sqlBulkFinishedEvents = `INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
-SELECT UNHEX(MD5(CONCAT('done-', n.i))), 4, CONCAT('q', n.i MOD 4), 'woken', 1, 'bench', CONCAT('op-done-', n.i), '{}', NOW(6)
+SELECT UNHEX(LEFT(SHA2(CONCAT('done-', n.i), 256), 32)), 4, CONCAT('q', n.i MOD 4), 'woken', 1, 'bench', CONCAT('op-done-', n.i), '{}', NOW(6)
 FROM ` + numbers + ` n
 WHERE n.i >= ? AND n.i < ?
 ORDER BY 1`

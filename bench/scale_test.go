@@ -220,14 +220,14 @@ func (c *countConn) Write(b []byte) (int, error) {
 const sqlScaleFinished = `INSERT INTO mend_records (record_id, queue, source_key, topic, partition_key, message_id, payload,
 	failure_count, failure_error, failed_at, failure_subjects, batch_id, desired_outcome,
 	state, version, attempts, next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
-SELECT UNHEX(MD5(CONCAT('scale-', n.i))), CONCAT('s', LPAD(n.i MOD ?, 5, '0')), UNHEX(SHA2(CONCAT('scale-', n.i), 256)),
+SELECT UNHEX(LEFT(SHA2(CONCAT('scale-', n.i), 256), 32)), CONCAT('s', LPAD(n.i MOD ?, 5, '0')), UNHEX(SHA2(CONCAT('scale-', n.i), 256)),
 	'speculate_dlq', CONCAT('s', LPAD(n.i MOD ?, 5, '0')), CONCAT('done-', n.i), '{}',
 	3, 'boom', NULL, '[]', CONCAT('old-', n.i), 'failed',
 	'done', 4, 1, NULL, '', 1, NOW(6), NOW(6), NOW(6)
 FROM bench_numbers n WHERE n.i >= ? AND n.i < ? ORDER BY 1`
 
 const sqlScaleFinishedEvents = `INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
-SELECT UNHEX(MD5(CONCAT('scale-', n.i))), 4, CONCAT('s', LPAD(n.i MOD ?, 5, '0')), 'woken', 1, 'bench', CONCAT('op-scale-', n.i), '{}', NOW(6)
+SELECT UNHEX(LEFT(SHA2(CONCAT('scale-', n.i), 256), 32)), 4, CONCAT('s', LPAD(n.i MOD ?, 5, '0')), 'woken', 1, 'bench', CONCAT('op-scale-', n.i), '{}', NOW(6)
 FROM bench_numbers n WHERE n.i >= ? AND n.i < ? ORDER BY 1`
 
 // Every queue of the world has been leased before: its lease row holds a

@@ -39,6 +39,17 @@ type bundle struct {
 	dangling []dangling
 }
 
+// padSpace reports whether table's collation ignores trailing spaces, as the
+// server answers it (see sqtest.World.PadSpace).
+func (b *bundle) padSpace(t *testing.T, table string) bool {
+	t.Helper()
+	pad, err := b.w.PadSpace(context.Background(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pad
+}
+
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := mysqltest.NewDB(t, sqtest.Apply)

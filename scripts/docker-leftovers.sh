@@ -25,8 +25,16 @@ while read -r name; do
 		found=1
 	fi
 done < <(docker volume ls -q --filter label=mend.testserver)
+# A test image that lost its tag (two builds racing for one tag, or a --force rebuild that could
+# not remove the old one) is dead weight of several hundred MB.
+while read -r id; do
+	[[ -n "$id" ]] || continue
+	echo "mend: dangling test image $id (a build lost its tag); removing it" >&2
+	docker rmi "$id" >/dev/null 2>&1 || true
+	found=1
+done < <(docker images -q --filter dangling=true --filter label=mend.test-image)
 if [[ $found -eq 1 ]]; then
-	echo "mend: the test harness left containers or volumes behind (removed now); that is a bug" >&2
+	echo "mend: the test harness or an image build left containers, volumes or images behind (removed now); that is a bug" >&2
 	exit 1
 fi
-echo "mend: no test containers or volumes left behind"
+echo "mend: no test containers, volumes or dangling test images left behind"

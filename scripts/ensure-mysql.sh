@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
-# ensure-mysql.sh makes sure the tests (and the demo) will find a MySQL-compatible server, in
-# the order internal/testserver looks for one: MEND_TEST_DSN; a Docker engine with an image
-# (mysql:8.4 where a registry answers, else the MariaDB image scripts/build-test-image.sh builds
-# from Debian packages, which this script builds once when it is missing); a local
-# mariadbd/mysqld. As a last resort, as root on Debian/Ubuntu, it installs mariadb-server
-# (without starting its system service: the tests start private servers themselves).
-# MEND_TEST_BACKEND=dsn|docker|local limits it to that backend, as it limits the harness.
+# ensure-mysql.sh makes sure the tests (and the demo) will find a MySQL-compatible server of the
+# engine they will ask for, in the order internal/testserver looks for one: MEND_TEST_DSN; a
+# Docker engine with an image (for MySQL: mysql:8.4 where a registry answers, else the image
+# scripts/build-test-image.sh builds from Debian unstable's mysql-server; for MariaDB: the image
+# it builds from this machine's Debian mariadb-server), built once here when missing; a local
+# server binary. As a last resort, as root on Debian/Ubuntu, it installs mariadb-server (without
+# starting its system service: the tests start private servers themselves).
+# MEND_TEST_BACKEND=dsn|docker|local limits it to that backend, as it limits the harness;
+# MEND_TEST_ENGINE=mysql|mariadb picks the engine (default mysql; unset, a machine that cannot
+# have MySQL falls back to MariaDB, as the harness does).
 set -euo pipefail
 cd "$(dirname "$0")"
 backend="${MEND_TEST_BACKEND:-}"
+engine="${MEND_TEST_ENGINE:-}"
+explicit=1
+if [[ -z "$engine" ]]; then
+	engine=mysql
+	explicit=0
+fi
+case "$engine" in
+mysql | mariadb) ;;
+*) echo "mend: MEND_TEST_ENGINE=$engine: want mysql or mariadb" >&2; exit 2 ;;
+esac
 
 if [[ "$backend" == dsn || ( -z "$backend" && -n "${MEND_TEST_DSN:-}" ) ]]; then
 	echo "mend: tests use the server in MEND_TEST_DSN"
@@ -23,55 +36,86 @@ have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 if [[ "$backend" != local ]] && docker_answers; then
 	. /etc/os-release
-	built="mend-test/mariadb:debian-${VERSION_ID:-none}"
 	if [[ -n "${MEND_TEST_IMAGE:-}" ]]; then
 		echo "mend: tests use Docker containers of ${MEND_TEST_IMAGE} (MEND_TEST_IMAGE)"
 		exit 0
 	fi
-	if have_image mysql:8.4; then
-		echo "mend: tests use Docker containers of mysql:8.4"
+	# image_for ENGINE: the first image of that engine present or obtainable, else fails.
+	image_for() {
+		local built registry
+		if [[ "$1" == mysql ]]; then
+			built="mend-test/mysql:sid" registry="mysql:8.4"
+			if have_image "$registry"; then echo "$registry"; return 0; fi
+		else
+			built="mend-test/mariadb:debian-${VERSION_ID:-none}" registry="mariadb:10.11"
+		fi
+		if have_image "$built"; then echo "$built"; return 0; fi
+		if have_image "$registry"; then echo "$registry"; return 0; fi
+		if timeout 600 docker pull -q "$registry" >/dev/null 2>&1; then echo "$registry"; return 0; fi
+		if [[ "${ID:-}" == debian && "$(id -u)" -eq 0 ]] && bash ./build-test-image.sh "$1" >&2; then
+			echo "$built"
+			return 0
+		fi
+		return 1
+	}
+	if image="$(image_for "$engine")"; then
+		echo "mend: tests use Docker containers of $image ($engine)"
 		exit 0
 	fi
-	if have_image "$built"; then
-		echo "mend: tests use Docker containers of $built (built here; no registry needed)"
-		exit 0
-	fi
-	if timeout 600 docker pull -q mysql:8.4 >/dev/null 2>&1; then
-		echo "mend: tests use Docker containers of mysql:8.4 (pulled)"
-		exit 0
-	fi
-	if [[ "${ID:-}" == debian && "$(id -u)" -eq 0 ]] && bash ./build-test-image.sh; then
-		echo "mend: tests use Docker containers of $built"
+	if [[ $explicit -eq 0 ]] && image="$(image_for mariadb)"; then
+		echo "mend: no MySQL image could be had; tests use Docker containers of $image (MariaDB; set MEND_TEST_ENGINE to insist)"
 		exit 0
 	fi
 	if [[ "$backend" == docker ]]; then
-		echo "mend: MEND_TEST_BACKEND=docker, but mysql:8.4 cannot be pulled and $built could not be built (run scripts/build-test-image.sh as root on Debian, or set MEND_TEST_IMAGE)" >&2
+		echo "mend: MEND_TEST_BACKEND=docker, but no $engine image can be pulled or built here (run scripts/build-test-image.sh $engine as root on Debian, or set MEND_TEST_IMAGE)" >&2
 		exit 1
 	fi
-	echo "mend: Docker answers but has no usable image; falling back to a local mariadbd/mysqld"
+	echo "mend: Docker answers but has no usable $engine image; falling back to a local server binary"
 elif [[ "$backend" == docker ]]; then
 	echo "mend: MEND_TEST_BACKEND=docker, but no Docker engine answers (docker info)" >&2
 	exit 1
 fi
 
+# find_server ENGINE prints a server binary of that engine (Debian's mariadb-server installs
+# mysqld as a link to mariadbd, which is not MySQL).
 find_server() {
-	local name dir
-	for name in mariadbd mysqld; do
-		if command -v "$name" 2>/dev/null; then
-			return 0
-		fi
-		for dir in /usr/sbin /usr/local/sbin /usr/local/bin /usr/local/mysql/bin; do
-			if [[ -x "$dir/$name" ]]; then
-				echo "$dir/$name"
-				return 0
+	local name dir path
+	local names=(mysqld)
+	[[ "$1" == mariadb ]] && names=(mariadbd mysqld)
+	for name in "${names[@]}"; do
+		local cached="${XDG_CACHE_HOME:-$HOME/.cache}/mend/rootfs/mysql-bin/mysqld"
+	for path in "$(command -v "$name" 2>/dev/null)" /usr/sbin/$name "$cached" /usr/local/sbin/$name /usr/local/bin/$name /usr/local/mysql/bin/$name; do
+			[[ -n "$path" && -x "$path" ]] || continue
+			if "$path" --version 2>/dev/null | grep -qi mariadb; then
+				[[ "$1" == mariadb ]] || continue
+			else
+				[[ "$1" == mysql ]] || continue
 			fi
+			echo "$path"
+			return 0
 		done
 	done
 	return 1
 }
-if bin="$(find_server)"; then
-	echo "mend: tests start private servers from $bin"
+if bin="$(find_server "$engine")"; then
+	echo "mend: tests start private $engine servers from $bin"
 	exit 0
+fi
+# No MySQL binary on the machine: Debian unstable's, in a root file system under the cache
+# directory (exported from the MySQL image if Docker has it, else built with debootstrap as root).
+if [[ "$engine" == mysql && $explicit -eq 1 ]]; then
+	if bin="$(bash ./mysql-rootfs.sh)"; then
+		echo "mend: tests start private mysql servers from $bin"
+		exit 0
+	fi
+fi
+if [[ $explicit -eq 0 ]] && bin="$(find_server mariadb)"; then
+	echo "mend: no MySQL server binary; tests start private MariaDB servers from $bin (set MEND_TEST_ENGINE to insist)"
+	exit 0
+fi
+if [[ $explicit -eq 1 && "$engine" == mysql ]]; then
+	echo "mend: MEND_TEST_ENGINE=mysql, but no Docker image and no MySQL mysqld binary (install mysql-server, or run Docker)" >&2
+	exit 1
 fi
 
 is_debian() {
@@ -89,7 +133,7 @@ if [[ "$(id -u)" -eq 0 ]] && is_debian && command -v apt-get >/dev/null 2>&1; th
 	fi
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mariadb-server >/dev/null
-	if bin="$(find_server)"; then
+	if bin="$(find_server mariadb)"; then
 		echo "mend: installed; tests start private servers from $bin"
 		exit 0
 	fi

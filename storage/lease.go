@@ -20,6 +20,37 @@ const (
 	LeaseEndExpired = "expired"
 )
 
+// How a lease term ended, in the words every surface shows: mend lease
+// list, mend status, mend lease history and the views mend_lease_status and
+// mend_lease_terms. ended_how stores the short codes above (and
+// LeaseEndOperator); these are what people read.
+const (
+	// LeaseEndedHolder: the holder released its term (a clean stop).
+	LeaseEndedHolder = "holder released"
+	// LeaseEndedOperator: an operator ended the term (mend lease release).
+	LeaseEndedOperator = "operator released"
+	// LeaseEndedExpired: the term ran out by the database clock without a
+	// release (its holder died, hung or lost the database) and no later
+	// term has taken the queue yet.
+	LeaseEndedExpired = "expired"
+	// LeaseEndedTakenOver: the term ran out without a release and a later
+	// acquire took the queue (ended_how 'expired' in mend_lease_history).
+	LeaseEndedTakenOver = "taken over"
+)
+
+// leaseEndedHow names a closed term's ending from ended_how as stored.
+func leaseEndedHow(stored string) string {
+	switch stored {
+	case LeaseEndReleased:
+		return LeaseEndedHolder
+	case LeaseEndOperator:
+		return LeaseEndedOperator
+	case LeaseEndExpired:
+		return LeaseEndedTakenOver
+	}
+	return stored
+}
+
 // maxLeaseTTL bounds a lease's time to live; a longer one is surely a unit
 // mistake, and it keeps NOW(6) + INTERVAL far from DATETIME's range.
 const maxLeaseTTL = 24 * time.Hour
@@ -35,11 +66,11 @@ type LeaseStatus struct {
 	// Remaining is ExpiresAt - NOW(6) computed by the database; zero or
 	// negative when the term has ended.
 	Remaining time.Duration
-	// Ended says how the latest term ended, once it has: LeaseEndReleased,
-	// LeaseEndOperator (mend lease release), or LeaseEndExpired for a term that ran out by the database clock
-	// without a release (its holder died, hung or lost the database), also
-	// before a later acquire closes it in mend_lease_history. Empty while
-	// the term is live or the queue was never held.
+	// Ended says how the latest term ended, once it has: LeaseEndedHolder,
+	// LeaseEndedOperator (mend lease release), or LeaseEndedExpired for a
+	// term that ran out by the database clock without a release (its holder
+	// died, hung or lost the database). Empty while the term is live or the
+	// queue was never held.
 	Ended string
 }
 
@@ -260,11 +291,11 @@ func (r leaseRow) status() LeaseStatus {
 	switch {
 	case st.Term.Epoch == 0 || st.Live():
 	case r.EndedHow == LeaseEndReleased || r.EndedHow == LeaseEndOperator:
-		st.Ended = r.EndedHow
+		st.Ended = leaseEndedHow(r.EndedHow)
 	default:
 		// Not released and past expires_at: history closes it only at the
 		// next acquire, but it ended when it ran out.
-		st.Ended = LeaseEndExpired
+		st.Ended = LeaseEndedExpired
 	}
 	return st
 }

@@ -129,11 +129,11 @@ func (d *DB) RecordResolve(ctx context.Context, p ResolveParams) (mend.Record, e
 	return d.RecordGetByID(ctx, rec.Source.Queue, rec.ID)
 }
 
+// The join with the history says how the latest term ended; without it a
+// released term read as expired.
 const sqlLeaseList = `-- name: LeaseList
-SELECT queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions,
-	TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
-FROM mend_leases
-ORDER BY queue`
+` + leaseSelect + `
+ORDER BY l.queue`
 
 // LeaseList returns every queue's lease row with the time left by the
 // database clock, sorted by queue.
@@ -153,18 +153,23 @@ func (d *DB) LeaseList(ctx context.Context) ([]LeaseStatus, error) {
 type LeaseTerm struct {
 	Term       mend.Term
 	AcquiredAt time.Time
-	// EndedAt is nil while the term has not been closed: it is current, or
-	// it expired and no later acquire has closed it yet.
+	// EndedAt is nil while the term is current. A term that ran out and
+	// that no later acquire has closed yet ended at its expires_at.
 	EndedAt *time.Time
-	// EndedHow is LeaseEndReleased, LeaseEndExpired, LeaseEndOperator, or
-	// empty while EndedAt is nil.
+	// EndedHow is LeaseEndedHolder, LeaseEndedOperator, LeaseEndedExpired or
+	// LeaseEndedTakenOver; empty while the term is current.
 	EndedHow string
 }
 
+// The lease row says whether the newest, unclosed term is current or ran
+// out (and when).
 const sqlLeaseHistory = `-- name: LeaseHistory
-SELECT queue, epoch, holder, acquired_at, ended_at, COALESCE(ended_how, '') AS ended_how
-FROM mend_lease_history WHERE queue = ?
-ORDER BY epoch DESC
+SELECT h.queue, h.epoch, h.holder, h.acquired_at, h.ended_at, COALESCE(h.ended_how, '') AS ended_how,
+	COALESCE(l.epoch = h.epoch AND l.expires_at > NOW(6), FALSE) AS live,
+	CASE WHEN l.epoch = h.epoch THEN l.expires_at END AS expires_at
+FROM mend_lease_history h LEFT JOIN mend_leases l ON l.queue = h.queue
+WHERE h.queue = ?
+ORDER BY h.epoch DESC
 LIMIT ?`
 
 // LeaseHistory returns up to limit of queue's terms, newest first.
@@ -184,6 +189,8 @@ func (d *DB) LeaseHistory(ctx context.Context, queue string, limit int) ([]Lease
 		AcquiredAt time.Time    `db:"acquired_at"`
 		EndedAt    sql.NullTime `db:"ended_at"`
 		EndedHow   string       `db:"ended_how"`
+		Live       bool         `db:"live"`
+		ExpiresAt  sql.NullTime `db:"expires_at"`
 	}
 	if err := d.db.SelectContext(ctx, &rows, sqlLeaseHistory, queue, limit); err != nil {
 		return nil, fmt.Errorf("storage: lease history: %w", translate(err))
@@ -191,10 +198,14 @@ func (d *DB) LeaseHistory(ctx context.Context, queue string, limit int) ([]Lease
 	out := make([]LeaseTerm, len(rows))
 	for i, r := range rows {
 		out[i] = LeaseTerm{Term: mend.Term{Queue: string(r.Queue), Holder: string(r.Holder), Epoch: r.Epoch},
-			AcquiredAt: r.AcquiredAt, EndedHow: r.EndedHow}
-		if r.EndedAt.Valid {
+			AcquiredAt: r.AcquiredAt, EndedHow: leaseEndedHow(r.EndedHow)}
+		switch {
+		case r.EndedAt.Valid:
 			t := r.EndedAt.Time
 			out[i].EndedAt = &t
+		case !r.Live && r.ExpiresAt.Valid:
+			t := r.ExpiresAt.Time
+			out[i].EndedAt, out[i].EndedHow = &t, LeaseEndedExpired
 		}
 	}
 	return out, nil

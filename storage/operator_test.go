@@ -144,10 +144,10 @@ func TestLeaseEndByOperator(t *testing.T) {
 		t.Fatalf("ending it twice = %v; want ErrLeaseLost", err)
 	}
 	hist, err := b.store.LeaseHistory(ctx, "q", 10)
-	if err != nil || len(hist) != 1 || hist[0].EndedHow != storage.LeaseEndOperator || hist[0].EndedAt == nil {
+	if err != nil || len(hist) != 1 || hist[0].EndedHow != storage.LeaseEndedOperator || hist[0].EndedAt == nil {
 		t.Fatalf("history = %+v, %v; want the term ended by the operator", hist, err)
 	}
-	if st, err := b.store.LeaseGet(ctx, "q"); err != nil || st.Live() || st.Ended != storage.LeaseEndOperator {
+	if st, err := b.store.LeaseGet(ctx, "q"); err != nil || st.Live() || st.Ended != storage.LeaseEndedOperator {
 		t.Fatalf("LeaseGet after the operator ended the term = %+v, %v; want ended by the operator, not expired", st, err)
 	}
 	next, err := b.store.LeaseAcquire(ctx, "q", "new-host", time.Hour)

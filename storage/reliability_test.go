@@ -321,7 +321,7 @@ func TestLeaseEndedShowsExpiry(t *testing.T) {
 		}
 		return nil
 	})
-	want := map[string]string{"lost": storage.LeaseEndExpired, "rel": storage.LeaseEndReleased, "live": ""}
+	want := map[string]string{"lost": storage.LeaseEndedExpired, "rel": storage.LeaseEndedHolder, "live": ""}
 	for q, w := range want {
 		st, err := b.store.LeaseGet(ctx, q)
 		if err != nil || st.Ended != w {
@@ -338,7 +338,7 @@ func TestLeaseEndedShowsExpiry(t *testing.T) {
 		}
 	}
 	raw := b.db.SQL(t)
-	views := map[string]string{"lost": "expired", "rel": "released", "live": "held"}
+	views := map[string]string{"lost": "expired", "rel": "holder released", "live": "held"}
 	for q, w := range views {
 		var status string
 		if err := raw.QueryRow("SELECT status FROM mend_lease_status WHERE queue = ?", q).Scan(&status); err != nil || status != w {

@@ -10,8 +10,9 @@ import (
 
 // startDemoServer gets the demo its throwaway server through the same
 // discovery as the tests' private servers: a container when a Docker engine
-// has an image (mysql:8.4, or the MariaDB image scripts/build-test-image.sh
-// builds), else a local mariadbd/mysqld process; MEND_TEST_BACKEND and
+// has an image of the engine (MySQL by default: mysql:8.4, or the image
+// scripts/build-test-image.sh builds; MEND_TEST_ENGINE=mariadb for MariaDB),
+// else a local server process; MEND_TEST_BACKEND, MEND_TEST_ENGINE and
 // MEND_TEST_IMAGE steer it as they steer the tests.
 func startDemoServer(ctx context.Context, a *app) (*testserver.Server, error) {
 	p := testserver.SystemProbes()
@@ -22,7 +23,7 @@ func startDemoServer(ctx context.Context, a *app) (*testserver.Server, error) {
 	}
 	if c.Backend == testserver.BackendNone {
 		return nil, errors.New("no MySQL-compatible server for the demo: pass --dsn user:pass@tcp(host:port)/ of a server it may create a database on, " +
-			"start a Docker engine (make demo builds a MariaDB image when it has no registry), or install mariadb-server " +
+			"start a Docker engine (make demo builds a MySQL or MariaDB image when it has no registry), or install mariadb-server " +
 			"(make demo does that when run as root on Debian/Ubuntu)")
 	}
 	what := "a Docker container of " + c.Image
@@ -34,6 +35,7 @@ func startDemoServer(ctx context.Context, a *app) (*testserver.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(a.stdout, "The server is %s (MEND_TEST_ENGINE=mysql|mariadb picks the engine).\n\n", srv.Engine())
 	return srv, nil
 }
 

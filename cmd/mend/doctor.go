@@ -66,15 +66,16 @@ func newDoctorCmd(a *app) *cobra.Command {
 		"Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
 			"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", withDSN|withLog|withJSON)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
-	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build; default: --dsn")
+	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build\n("+hostDSNSame+": the same database as --dsn; empty: the host is not checked)")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
 	sub := addDoctorSubscribeFlags(f)
 	return f.run(func(ctx context.Context, args []string) error {
 		if f.dsn == "" {
 			return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
 		}
-		// The same defaults as mend run's: doctor checks what run would use.
-		if *hostDSN == "" {
+		// The same rules as mend run's: doctor checks what run would use.
+		hostChecked := *hostDSN != ""
+		if *hostDSN == hostDSNSame {
 			*hostDSN = f.dsn
 		}
 		if *queueDSN == "" {
@@ -87,6 +88,10 @@ func newDoctorCmd(a *app) *cobra.Command {
 		defer cancel()
 		checks, target := diagnose(ctx, f.dsn, *ttl)
 		checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
+		if !hostChecked {
+			checks = append(checks, check{Name: "host", Status: checkWarn, Detail: "not checked: no --host-dsn",
+				Fix: "give --host-dsn as mend run gets it (--host-dsn=" + hostDSNSame + " when the submit queue's tables are in mend's database)"})
+		}
 		if sub.on(f) {
 			checks = append(checks, diagnoseSubscription(ctx, *queueDSN, sub.group, sub.warnAge)...)
 		}
@@ -168,6 +173,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	defer mendDB.Close()
 
 	checks = append(checks, checkServer(ctx, raw))
+	checks = append(checks, checkEngine(ctx, raw)...)
 	checks = append(checks, checkTopology(ctx, raw))
 	checks = append(checks, checkSchema(ctx, raw))
 	checks = append(checks, checkSQLMode(ctx, raw))

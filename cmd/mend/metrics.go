@@ -289,12 +289,17 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // readiness reports whether mend run can do its work: mend's database
-// answers and holds the schema this binary needs, clean. A replica whose
-// every pass would fail on a missing table is not ready.
-func readiness(db *sql.DB) func(ctx context.Context) error {
+// answers and holds the schema this binary needs, clean, and the host's
+// databases answer. A replica whose every pass would fail is not ready.
+func readiness(db *sql.DB, hosts ...pool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if err := db.PingContext(ctx); err != nil {
 			return fmt.Errorf("database unreachable: %w", err)
+		}
+		for _, h := range hosts {
+			if err := h.db.PingContext(ctx); err != nil {
+				return fmt.Errorf("host database (%s) unreachable: %w", h.flag, err)
+			}
 		}
 		v, dirty, err := storage.ReadSchemaVersion(ctx, db)
 		if err != nil {

@@ -170,7 +170,9 @@ func newResolveCmd(a *app) *cobra.Command {
 		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", withDSN|withLog|withJSON)
 	sel := addSelection(f, "resolve")
 	actor := f.String("actor", "operator", "who resolves, kept in the event log")
-	reason := f.String("reason", "", "why the record is closed by hand (required), kept in the event log")
+	reason := f.String("reason", "", "why the record is closed by hand (required to close; a listing needs none), kept in the event log")
+	force := f.Bool("force", false, "with a selection and --yes: resolve open records (pending, waiting, settled) too, although their repair is then never done")
+	f.cmdLineOnly("force")
 	return f.run(func(ctx context.Context, _ []string) error {
 		dsn, err := f.needDSN()
 		if err != nil {
@@ -179,8 +181,11 @@ func newResolveCmd(a *app) *cobra.Command {
 		if err := sel.check(f); err != nil {
 			return err
 		}
-		if err := requireFlag("reason", *reason); err != nil {
-			return err
+		// A selection without --yes only lists: it needs no reason.
+		if *sel.record != "" || *sel.yes {
+			if err := requireFlag("reason", *reason); err != nil {
+				return err
+			}
 		}
 		if *sel.state == string(mend.StateDone) {
 			return usagef("--state done: done records are closed already")
@@ -196,9 +201,19 @@ func newResolveCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			risk := ""
+			if *sel.record == "" {
+				risk = openAtStake(ctx, store, recs)
+			}
 			if dry {
 				a.listSelection("resolve", recs, skip)
+				if risk != "" {
+					fmt.Fprintf(a.stdout, "at stake: %s; --yes alone refuses them, --yes --force resolves them\n", risk)
+				}
 				return nil
+			}
+			if risk != "" && !*force {
+				return fmt.Errorf("refusing to resolve a selection with open records: %s; narrow it (--state parked), wait for the repair, or add --force", risk)
 			}
 			return a.each(f.json, "resolve", recs, skip, func(r mend.Record) (mend.Record, error) {
 				return store.RecordResolve(ctx, storage.ResolveParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
@@ -207,6 +222,32 @@ func newResolveCmd(a *app) *cobra.Command {
 			})
 		})
 	})
+}
+
+// openAtStake says what resolving recs would lose: its open records (a
+// repair still owed, perhaps running on a replica's live lease), or "" if
+// there are none. Resolving them closes them unrepaired.
+func openAtStake(ctx context.Context, store *storage.DB, recs []mend.Record) string {
+	queues := map[string]int{}
+	n := 0
+	for _, r := range recs {
+		if r.State.Due() {
+			queues[r.Source.Queue]++
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("%d open record(s) in %d queue(s) would be closed without their repair", n, len(queues))
+	if leases, err := store.LeaseList(ctx); err == nil {
+		for _, l := range leases {
+			if l.Live() && queues[l.Term.Queue] > 0 {
+				s += fmt.Sprintf("; queue %q is held by %q (a replica is repairing it now)", l.Term.Queue, l.Term.Holder)
+			}
+		}
+	}
+	return s
 }
 
 // each applies do to every record that skip lets through and reports each
@@ -333,7 +374,7 @@ func newLeaseCmd(a *app) *cobra.Command {
 				return err
 			}
 			if f.json {
-				return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndOperator})
+				return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndedOperator})
 			}
 			fmt.Fprintf(a.stdout, "ended the term of %q at epoch %d on queue %q; its writes are refused from now on, and the next replica takes the queue at epoch %d or later\n",
 				term.Holder, term.Epoch, term.Queue, term.Epoch+1)
@@ -346,7 +387,7 @@ func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
 	if asJSON {
 		out := make([]map[string]any, len(leases))
 		for i, l := range leases {
-			out[i] = map[string]any{"queue": l.Term.Queue, "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
+			out[i] = map[string]any{"queue": l.Term.Queue, "status": leaseWord(l), "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
 				"seconds_left": max(l.Remaining.Seconds(), 0), "expires_at": l.ExpiresAt.Format(time.RFC3339Nano)}
 		}
 		return writeJSON(a.stdout, out)
@@ -358,14 +399,9 @@ func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tSTATUS\tHOLDER\tEPOCH\tTIME LEFT")
 	for _, l := range leases {
-		status, left := "free", "-"
-		switch {
-		case l.Term.Epoch == 0:
-			status = "never held"
-		case l.Live():
-			status, left = "held", fmtAge(l.Remaining)
-		case l.Ended != "":
-			status = l.Ended // released, expired (ran out without a release), or by an operator
+		status, left := leaseWord(l), "-"
+		if l.Live() {
+			left = fmtAge(l.Remaining)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
 	}
@@ -392,7 +428,7 @@ func (a *app) printLeaseHistory(asJSON bool, queue string, terms []storage.Lease
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "EPOCH\tHOLDER\tACQUIRED (UTC)\tENDED (UTC)\tHOW")
 	for _, t := range terms {
-		ended, how := "-", "(current, or expired and not yet replaced)"
+		ended, how := "-", "current"
 		if t.EndedAt != nil {
 			ended, how = t.EndedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EndedHow
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -20,9 +21,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
 	"github.com/mendq/mend/storage"
 )
 
@@ -139,7 +144,7 @@ func TestLeastPrivilegeUsersRepairFully(t *testing.T) {
 	opsMust(t, "migrate", "up", "--dsn", ddl)
 	runtime := opsUser(t, db, runtimeGrants...)
 	opsMust(t, recordArgs(runtime, "q/batch/1", speculatePayload)...)
-	r := opsMust(t, "run", "--once", "--dsn", runtime)
+	r := opsMust(t, "run", "--once", "--dsn", runtime, "--host-dsn=same")
 	if strings.Contains(r.stderr, "denied") {
 		t.Fatalf("run --once logged a refused statement:\n%s", r.stderr)
 	}
@@ -150,13 +155,13 @@ func TestLeastPrivilegeUsersRepairFully(t *testing.T) {
 	if b, _ := w.Batch(ctx, "q", "q/batch/1"); b.State != "failed" {
 		t.Errorf("batch 1 = %s; want failed", b.State)
 	}
-	if r := opsRun(t, nil, "doctor", "--dsn", runtime); r.code != exitOK {
+	if r := opsRun(t, nil, "doctor", "--dsn", runtime, "--host-dsn", "same"); r.code != exitOK {
 		t.Errorf("doctor as the runtime user = exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// Without SELECT on queue_messages the dedupe's ON DUPLICATE KEY
 	// UPDATE is refused (the negative control of the grant above).
 	short := opsUser(t, db, append(runtimeGrants[:9:9], "INSERT, UPDATE ON %s.queue_messages")...)
-	r = opsRun(t, nil, "doctor", "--dsn", short)
+	r = opsRun(t, nil, "doctor", "--dsn", short, "--host-dsn", "same")
 	if r.code != exitFailure || !strings.Contains(r.stdout, "GRANT SELECT ON") {
 		t.Errorf("doctor without SELECT on queue_messages = exit %d; want 1 naming the GRANT\n%s", r.code, r.stdout)
 	}
@@ -181,7 +186,7 @@ func TestDoctorChecksWhatRunNeedsAndWritesNothing(t *testing.T) {
 	t.Run("no host tables where run would look", func(t *testing.T) {
 		t.Parallel()
 		db := mysqltest.NewDB(t, migrations.Up)
-		r := opsRun(t, nil, "doctor", "--dsn", db.DSN)
+		r := opsRun(t, nil, "doctor", "--dsn", db.DSN, "--host-dsn", "same")
 		if r.code != exitFailure || !strings.Contains(r.stdout, "table batch is missing") {
 			t.Fatalf("doctor without host tables = exit %d; want 1 naming the missing batch table\n%s", r.code, r.stdout)
 		}
@@ -202,19 +207,64 @@ func TestDoctorChecksWhatRunNeedsAndWritesNothing(t *testing.T) {
 	})
 }
 
-// Item 3: a pass whose attempts all failed (no host tables) exits 1 and
-// names the record.
+// Item 3: a pass whose attempts all failed (the host's batch table went
+// away after run checked itself) exits 1 and names the record.
 func TestRunOnceFailsWhenAnAttemptFailed(t *testing.T) {
 	t.Parallel()
 	db := mysqltest.NewDB(t, migrations.Up)
 	out := opsMust(t, recordArgs(db.DSN, "q/batch/1", speculatePayload)...)
 	id := recordIDRE.FindString(out.stdout)
-	r := opsRun(t, nil, "run", "--once", "--dsn", db.DSN)
-	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
-	last := lines[len(lines)-1]
-	if r.code != exitFailure || !strings.Contains(last, id) || !strings.Contains(last, "read batch") {
-		t.Fatalf("run --once with no host tables = exit %d, last line %q; want 1 naming record %s", r.code, last, id)
+	c := runConfig{DSN: db.DSN, HostDSN: db.DSN, QueueDSN: db.DSN, Once: true, Interval: reconcile.IntervalDefault,
+		LeaseTTL: fence.TTLDefault, Concurrency: 1, Holder: "t", Retention: reconcile.RetentionDefault,
+		MaxAttempts: planner.MaxAttemptsDefault, Grace: planner.GraceDefault, WakeTopic: host.WakeTopicDefault}
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
 	}
+	// serve is what runs after the preflight (which would refuse here).
+	err := serve(context.Background(), c, slog.New(slog.DiscardHandler), &scrubber{})
+	if err == nil || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "read batch") {
+		t.Fatalf("run --once with no host tables = %v; want an error naming record %s", err, id)
+	}
+}
+
+// Issue 19, Why 1: mend run with only MEND_DSN once started and parked every
+// due record on "SELECT command denied". Now --host-dsn is required, and
+// run checks itself (doctor's checks) before it starts, changing nothing
+// when it refuses.
+func TestRunChecksItselfBeforeStarting(t *testing.T) {
+	t.Parallel()
+	t.Run("no silent --host-dsn default", func(t *testing.T) {
+		t.Parallel()
+		r := opsRun(t, []string{"MEND_DSN=u@tcp(127.0.0.1:1)/mend"}, "run", "--once")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--host-dsn is required") || !strings.Contains(r.stderr, "--host-dsn=same") {
+			t.Fatalf("run with only MEND_DSN = exit %d %q; want 2 asking for --host-dsn", r.code, r.stderr)
+		}
+	})
+	t.Run("missing host tables: refuses with the doctor line, attempts nothing", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, migrations.Up)
+		out := opsMust(t, recordArgs(db.DSN, "q/batch/1", speculatePayload)...)
+		id := recordIDRE.FindString(out.stdout)
+		r := opsRun(t, nil, "run", "--once", "--dsn", db.DSN, "--host-dsn=same")
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		last := lines[len(lines)-1]
+		if r.code != exitFailure || !strings.Contains(last, "refusing to start") || !strings.Contains(last, "FAIL host app batch") {
+			t.Fatalf("run without host tables = exit %d, last line %q; want 1 naming the failed doctor check", r.code, last)
+		}
+		var attempts int
+		if err := db.SQL(t).QueryRow("SELECT attempts FROM mend_records WHERE HEX(record_id) = ?", strings.ToUpper(id)).Scan(&attempts); err != nil || attempts != 0 {
+			t.Fatalf("record attempts = %d, %v; want 0: a refused start attempts nothing", attempts, err)
+		}
+	})
+	t.Run("an old schema: refuses naming migrate up", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, sqtest.Apply)
+		opsMust(t, "migrate", "up", "2", "--dsn", db.DSN)
+		r := opsRun(t, nil, "run", "--once", "--dsn", db.DSN, "--host-dsn=same")
+		if r.code != exitFailure || !strings.Contains(r.stderr, "FAIL schema") || !strings.Contains(r.stderr, "mend migrate up") {
+			t.Fatalf("run on schema version 2 = exit %d %q; want 1 naming the schema check", r.code, r.stderr)
+		}
+	})
 }
 
 // Item 4: resolve closes a parked record with who and why; retry refuses
@@ -337,6 +387,24 @@ func TestReadinessChecksTheSchema(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 		if rec.Code != tc.want {
 			t.Errorf("%s: /readyz = %d %q; want %d", tc.name, rec.Code, rec.Body.String(), tc.want)
+		}
+	}
+	// Issue 19: a host database that does not answer makes the replica unready.
+	db := mysqltest.NewDB(t, migrations.Up)
+	down, err := sql.Open("mysql", "u@tcp(127.0.0.1:1)/host?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	for _, tc := range []struct {
+		hosts []pool
+		want  int
+	}{{[]pool{{"--host-dsn", db.SQL(t)}}, 200}, {[]pool{{"--host-dsn", db.SQL(t)}, {"--queue-dsn", down}}, 503}} {
+		h := newHTTPHandler(newMetrics(), readiness(db.SQL(t), tc.hosts...), &scrubber{})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		if rec.Code != tc.want {
+			t.Errorf("host pools %d: /readyz = %d %q; want %d", len(tc.hosts), rec.Code, rec.Body.String(), tc.want)
 		}
 	}
 }

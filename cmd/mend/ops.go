@@ -55,8 +55,10 @@ func newMigrateCmd(a *app) *cobra.Command {
 			"version (exit 1 if dirty), record a version by hand after repairing a dirty schema (force), or print the\n"+
 			"migrations as SQL for a DBA who applies them by hand (sql; needs no database).", withDSN|withLog|withJSON)
 	yes := f.Bool("yes", false, "confirm 'down' or a 'goto' below the current version (they drop mend's tables and data), or 'force' on a clean schema")
+	force := f.Bool("force", false, "with --yes: 'down' or a lower 'goto' even while a lease is live or records are open (they are lost)")
 	createDB := f.Bool("create-database", false, "up: create the DSN's database first if it does not exist")
 	f.cmdLineOnly("yes")
+	f.cmdLineOnly("force")
 	// The action and its number may come before or after the flags.
 	f.cmd.Args = cobra.ArbitraryArgs
 	f.cmd.ValidArgs = []string{"up", "down", "goto", "version", "force", "sql"}
@@ -157,6 +159,11 @@ func newMigrateCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.stdout, "recorded version %d as clean (no migration ran)\n", num)
 			cur, dirty = uint(num), false
 		}
+		if target < cur {
+			if err := a.refuseIfAtRisk(ctx, dsn, list, cur, target, *force); err != nil {
+				return err
+			}
+		}
 		for cur != target {
 			step, m := 1, migrationAt(list, cur, true)
 			if target < cur {
@@ -191,6 +198,41 @@ func newMigrateCmd(a *app) *cobra.Command {
 		}
 		return nil
 	})
+}
+
+// refuseIfAtRisk says what reverting from cur to target would lose, and
+// refuses while a replica holds a lease or a repair is still owed, unless
+// force. `mend migrate down --yes` once deleted every record while a
+// replica ran, a queue still waiting among them.
+func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.Migration, cur, target uint, force bool) error {
+	cfg, err := storage.NormalizeDSN(dsn)
+	if err != nil {
+		return usagef("--dsn: %v", err)
+	}
+	db, err := openConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	risk, err := storage.ReadAtRisk(ctx, db)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, m := range slices.Backward(list) {
+		if m.Version <= cur && m.Version > target {
+			names = append(names, fmt.Sprintf("%04d_%s", m.Version, m.Name))
+		}
+	}
+	fmt.Fprintf(a.stderr, "mend migrate: reverting %s; at stake: %s\n", strings.Join(names, ", "), risk)
+	if !risk.Lost() {
+		return nil
+	}
+	if !force {
+		return fmt.Errorf("refusing to revert while replicas work or repairs are owed: %s; stop every mend run and let the open records finish (mend status), or add --force to lose them", risk)
+	}
+	fmt.Fprintf(a.stderr, "mend migrate: --force: reverting although %s\n", risk)
+	return nil
 }
 
 // schemaVersion reads the version without creating the bookkeeping table.
@@ -308,6 +350,7 @@ func printMigrationSQL(w io.Writer, list []migrations.Migration) error {
 // ---- status ----
 
 type leaseJSON struct {
+	Status      string  `json:"status"` // as leaseWord says it
 	Holder      string  `json:"holder"`
 	Epoch       int64   `json:"epoch"`
 	Held        bool    `json:"held"`
@@ -358,12 +401,26 @@ func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
 			j.Counts[string(s)] = n
 		}
 		if q.Lease != nil {
-			j.Lease = &leaseJSON{Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
+			j.Lease = &leaseJSON{Status: leaseWord(*q.Lease), Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
 				SecondsLeft: max(q.Lease.Remaining.Seconds(), 0), ExpiresAt: q.Lease.ExpiresAt.Format(time.RFC3339Nano)}
 		}
 		out = append(out, j)
 	}
 	return out
+}
+
+// leaseWord is a queue's lease in the one vocabulary of every surface
+// (mend lease list, mend status, the view mend_lease_status): never held,
+// held, or how the last term ended (holder released, operator released,
+// expired).
+func leaseWord(l storage.LeaseStatus) string {
+	switch {
+	case l.Term.Epoch == 0:
+		return "never held"
+	case l.Live():
+		return "held"
+	}
+	return cmp.Or(l.Ended, storage.LeaseEndedExpired)
 }
 
 // printStatus prints status as a table for people.
@@ -381,9 +438,7 @@ func printStatus(w io.Writer, st []storage.QueueStatus) error {
 			case l.Live():
 				lease = fmt.Sprintf("held by %s, epoch %d, %s left", l.Term.Holder, l.Term.Epoch, fmtAge(l.Remaining))
 			case l.Term.Epoch > 0:
-				// How the last term ended: released, ended by an operator, or
-				// expired (ran out without a release: a dead or hung holder).
-				lease = fmt.Sprintf("free (last epoch %d, %s, %s)", l.Term.Epoch, l.Term.Holder, cmp.Or(l.Ended, "ended"))
+				lease = fmt.Sprintf("free (last epoch %d, %s, %s)", l.Term.Epoch, l.Term.Holder, leaseWord(*l))
 			}
 		}
 		c := q.Counts

@@ -64,7 +64,7 @@ func newRunCmd(a *app) *cobra.Command {
 	f := a.newCommand("run", "run the reconciler: repair due records under per-queue leases",
 		"Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", withDSN|withLog)
 	var c runConfig
-	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build); default: --dsn")
+	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build) (required;\n"+hostDSNSame+": the same database as --dsn)")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
 	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
@@ -84,10 +84,15 @@ func newRunCmd(a *app) *cobra.Command {
 		if c.DSN, err = f.needDSN(); err != nil {
 			return err
 		}
-		if c.HostDSN == "" {
+		switch c.HostDSN {
+		case "":
+			return usagef("--host-dsn is required (or %s): the submit queue's application database; give --host-dsn=%s if its tables are in mend's own database (--dsn)", envName("host-dsn"), hostDSNSame)
+		case hostDSNSame:
 			c.HostDSN = c.DSN
-		} else if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
-			return err
+		default:
+			if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
+				return err
+			}
 		}
 		if c.QueueDSN == "" {
 			c.QueueDSN = c.HostDSN
@@ -98,6 +103,9 @@ func newRunCmd(a *app) *cobra.Command {
 			return err
 		}
 		if err := c.Sub.resolve(f); err != nil {
+			return err
+		}
+		if err := preflight(ctx, c, f.logger().With("component", "mend")); err != nil {
 			return err
 		}
 		return serve(ctx, c, f.logger(), a.scrub)
@@ -195,7 +203,16 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		col := newSQLCollector(ctx, svc.store, clog)
 		col.onQueue = m.touchQueue
 		m.reg.MustRegister(col)
-		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, readiness(svc.store.SQL()), scrub))
+		hostPools, err := openHostPools(ctx, c)
+		defer func() {
+			for _, p := range hostPools {
+				_ = p.db.Close()
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, readiness(svc.store.SQL(), hostPools...), scrub))
 		if err != nil {
 			return err
 		}

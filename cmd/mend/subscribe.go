@@ -405,6 +405,10 @@ func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, pri
 	return printLag(a.stdout, s.group, lag, now)
 }
 
+// subscribeLagWarn is when doctor (and run's preflight) warn that the
+// subscription's oldest unreleased dead letter is old.
+const subscribeLagWarn = 10 * time.Minute
+
 // doctorSubscribe is mend doctor's subscription options, mirroring run's.
 type doctorSubscribe struct {
 	subscribe bool
@@ -416,7 +420,7 @@ func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
 	d := &doctorSubscribe{}
 	f.BoolVar(&d.subscribe, "subscribe", true, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
 	f.StringVar(&d.group, "group", subscribe.GroupDefault, "the subscription's consumer group")
-	f.DurationVar(&d.warnAge, "lag-warn", 10*time.Minute, "warn when the subscription's oldest unreleased dead letter is older than this")
+	f.DurationVar(&d.warnAge, "lag-warn", subscribeLagWarn, "warn when the subscription's oldest unreleased dead letter is older than this")
 	return d
 }
 

@@ -139,14 +139,14 @@ func Start(ctx context.Context, image string) (_ *Server, err error) {
 		}
 	}()
 
-	// MySQL's official image keeps its data in /var/lib/mysql and reads its
-	// settings from the command line after the server name.
+	// The images built here keep their data in dataDir; the official mysql and
+	// mariadb images in /var/lib/mysql, and read settings given after the server name.
 	target := dataDir
-	if s.Flavor == "mysql" || !strings.HasPrefix(repo, "mend-test/") {
+	if !strings.HasPrefix(repo, "mend-test/") {
 		target = "/var/lib/mysql"
 	}
 	cmd := []string{}
-	for _, f := range localdb.ServerFlags() {
+	for _, f := range localdb.ServerFlags(s.Flavor) {
 		if !strings.HasPrefix(f, "--bind-address") { // inside the container it listens on all interfaces
 			cmd = append(cmd, f)
 		}

@@ -30,12 +30,12 @@ const (
 
 // serverFlags are the settings every server runs with: utf8mb4 and strict mode like
 // production, durability relaxed to flush-at-commit=2, which still keeps every acknowledged
-// commit across a SIGKILL of the server process.
+// commit across a SIGKILL of the server process. The collation is left to each engine's
+// default for utf8mb4 (see ServerFlags), as production servers leave it.
 var serverFlags = []string{
 	"--bind-address=127.0.0.1",
 	"--skip-name-resolve",
 	"--character-set-server=utf8mb4",
-	"--collation-server=utf8mb4_general_ci",
 	"--sql-mode=STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
 	"--innodb-flush-log-at-trx-commit=2",
 	"--innodb-buffer-pool-size=128M",
@@ -44,9 +44,17 @@ var serverFlags = []string{
 	"--max-connections=500",
 }
 
-// ServerFlags returns the server settings Start uses (a copy), so a server started another way
-// (a container) can run with the same ones.
-func ServerFlags() []string { return append([]string(nil), serverFlags...) }
+// ServerFlags returns the server settings Start uses for flavor ("mariadb" or "mysql"), a
+// copy, so a server started another way (a container) runs with the same ones. MariaDB gets
+// utf8mb4_general_ci (its utf8mb4 default; PAD SPACE), MySQL keeps utf8mb4_0900_ai_ci (its
+// default since 8.0; NO PAD), the collation the real submit queue's application tables get.
+func ServerFlags(flavor string) []string {
+	flags := append([]string(nil), serverFlags...)
+	if flavor == "mariadb" {
+		flags = append(flags, "--collation-server=utf8mb4_general_ci")
+	}
+	return flags
+}
 
 // binaryDirs are searched after PATH, in order.
 var binaryDirs = []string{"/usr/sbin", "/usr/local/sbin", "/usr/local/bin", "/usr/local/mysql/bin", "/usr/bin"}
@@ -66,6 +74,52 @@ func FindBinary() (string, error) {
 		}
 	}
 	return "", ErrNoBinary
+}
+
+// FindBinaryFor returns a server binary of engine ("mariadb" or "mysql"): for MariaDB a
+// mariadbd, else a mysqld that is MariaDB's; for MySQL a mysqld that is Oracle's (Debian's
+// mariadb-server installs mysqld as a link to mariadbd, which does not count), else the
+// wrapper scripts/mysql-rootfs.sh writes (RootfsMySQL). Returns ErrNoBinary if there is none.
+func FindBinaryFor(engine string) (string, error) {
+	var candidates []string
+	names := []string{"mysqld"}
+	if engine == "mariadb" {
+		names = []string{"mariadbd", "mysqld"}
+	}
+	for _, name := range names {
+		if p, ok := lookTool(name, nil); ok {
+			candidates = append(candidates, p)
+		}
+	}
+	if engine == "mysql" {
+		if p := RootfsMySQL(); p != "" {
+			candidates = append(candidates, p)
+		}
+	}
+	for _, p := range candidates {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		flavor, err := detectFlavor(ctx, p)
+		cancel()
+		if err == nil && flavor == engine {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w for engine %s", ErrNoBinary, engine)
+}
+
+// RootfsMySQL returns the path of the mysqld wrapper scripts/mysql-rootfs.sh writes under the
+// user's cache directory (Debian unstable's MySQL, run through its root file system's own
+// loader), or "" when it is not there.
+func RootfsMySQL() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(dir, "mend", "rootfs", "mysql-bin", "mysqld")
+	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+		return ""
+	}
+	return p
 }
 
 // lookTool finds an executable by name in PATH, then in extra, then in binaryDirs.
@@ -268,7 +322,7 @@ func (s *Server) startArgs(port int) []string {
 		"--tmpdir="+filepath.Join(s.Dir, "tmp"), // private: see "Overview" in doc.go
 		"--port="+strconv.Itoa(port),
 	)
-	args = append(args, serverFlags...)
+	args = append(args, ServerFlags(s.Flavor)...)
 	if s.Flavor == "mysql" {
 		args = append(args, "--mysqlx=OFF", "--secure-file-priv=NULL",
 			"--init-file="+filepath.Join(s.Dir, "init.sql"))

@@ -13,6 +13,7 @@ const (
 	EnvDSN     = testserver.EnvDSN
 	EnvImage   = testserver.EnvImage
 	EnvBackend = testserver.EnvBackend
+	EnvEngine  = testserver.EnvEngine
 	EnvCI      = testserver.EnvCI
 )
 

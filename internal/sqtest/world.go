@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 )
@@ -199,3 +200,30 @@ func (w World) Membership(ctx context.Context, queue string) ([]string, error) {
 	slices.Sort(out)
 	return out, rows.Err()
 }
+
+// PadSpace asks the server how the application table's collation compares
+// trailing spaces: true for a PAD SPACE collation (MariaDB's default
+// utf8mb4_general_ci: 'a' = 'a '), false for NO PAD (MySQL 8's default
+// utf8mb4_0900_ai_ci). Tests use it to expect what the engine actually
+// returns for a trailing-space spelling, rather than branching on the
+// product name. table is one of the app tables (batch, request, build).
+func (w World) PadSpace(ctx context.Context, table string) (bool, error) {
+	var coll string
+	err := w.App.QueryRowContext(ctx, `SELECT TABLE_COLLATION FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table).Scan(&coll)
+	if err != nil {
+		return false, fmt.Errorf("sqtest: collation of %s: %w", table, err)
+	}
+	if !collationName.MatchString(coll) {
+		return false, fmt.Errorf("sqtest: collation of %s is %q, not a collation name", table, coll)
+	}
+	var same bool
+	// A collation name cannot be a parameter; it was checked above.
+	err = w.App.QueryRowContext(ctx, "SELECT _utf8mb4'a' COLLATE "+coll+" = _utf8mb4'a '").Scan(&same)
+	if err != nil {
+		return false, fmt.Errorf("sqtest: compare under %s: %w", coll, err)
+	}
+	return same, nil
+}
+
+var collationName = regexp.MustCompile(`^[A-Za-z0-9_]+$`)

@@ -16,16 +16,33 @@ import (
 const (
 	// EnvDSN names an existing server (a go-sql-driver DSN; its user may create and drop databases).
 	EnvDSN = "MEND_TEST_DSN"
-	// EnvImage overrides the Docker image.
+	// EnvImage overrides the Docker image (its engine is read from the server it starts).
 	EnvImage = "MEND_TEST_IMAGE"
 	// EnvBackend forces one backend: dsn, docker or local.
 	EnvBackend = "MEND_TEST_BACKEND"
+	// EnvEngine picks the server product for the docker and local backends: mysql or mariadb.
+	EnvEngine = "MEND_TEST_ENGINE"
 	// EnvCI, when true, turns "no server available" from a skip into a failure.
 	EnvCI = "CI"
 )
 
-// DefaultImage is the image used where a registry answers: the MySQL the users run in production.
+// The engines a private server can run.
+const (
+	EngineMySQL   = "mysql"
+	EngineMariaDB = "mariadb"
+)
+
+// DefaultEngine is the engine used when EnvEngine is unset: MySQL, the engine the real submit
+// queue runs on (MySQL 8 only), and the one whose rules differ from the rest (NO PAD collations,
+// definer checks, removed functions). When it is unset and no MySQL image or binary exists,
+// discovery falls back to MariaDB and says so; when it is set, there is no fallback.
+const DefaultEngine = EngineMySQL
+
+// DefaultImage is the MySQL image used where a registry answers: the MySQL the users run in production.
 const DefaultImage = "mysql:8.4"
+
+// DefaultMariaDBImage is the MariaDB image used where a registry answers and none was built here.
+const DefaultMariaDBImage = "mariadb:10.11"
 
 // Backend names where a server comes from.
 type Backend string
@@ -44,8 +61,12 @@ type Choice struct {
 	DSN     string // BackendDSN
 	Image   string // BackendDocker
 	Binary  string // BackendLocal
+	// Engine is the engine discovery chose for a docker or local server ("" for BackendDSN:
+	// the server says what it is once connected).
+	Engine string
 	// Note is a one-line account of a fallback (Docker answered but had no
-	// image), printed by the caller; empty when discovery went as expected.
+	// image, or the default engine was not available), printed by the caller;
+	// empty when discovery went as expected.
 	Note string
 	// Fatal and Reason apply to BackendNone: fail (CI) rather than skip, and what to do.
 	Fatal  bool
@@ -55,11 +76,11 @@ type Choice struct {
 // Probes are discovery's view of the machine, injected so discovery is testable without one.
 type Probes struct {
 	Getenv     func(string) string
-	DockerPing func() error             // nil error: an engine answered
-	HasImage   func(image string) bool  // the engine holds image locally
-	Pull       func(image string) error // fetch image from its registry
-	FindBinary func() (string, error)   // path of mariadbd or mysqld
-	LocalImage func() string            // the tag scripts/build-test-image.sh builds, "" if none applies
+	DockerPing func() error                        // nil error: an engine answered
+	HasImage   func(image string) bool             // the engine holds image locally
+	Pull       func(image string) error            // fetch image from its registry
+	FindBinary func(engine string) (string, error) // path of a server binary of that engine
+	LocalImage func(engine string) string          // the tag scripts/build-test-image.sh builds for engine, "" if none applies
 }
 
 var systemOnce struct {
@@ -84,17 +105,18 @@ func SystemProbes() Probes {
 				return err == nil && ok
 			},
 			Pull:       func(image string) error { return dockerdb.Pull(context.Background(), image) },
-			FindBinary: localdb.FindBinary,
+			FindBinary: localdb.FindBinaryFor,
 			LocalImage: LocalImage,
 		}
 	})
 	return systemOnce.p
 }
 
-// LocalImage returns the tag scripts/build-test-image.sh gives the MariaDB
-// image it builds from this machine's Debian release,
-// mend-test/mariadb:debian-<VERSION_ID>, or "" on a machine that is not Debian.
-func LocalImage() string {
+// LocalImage returns the tag scripts/build-test-image.sh gives the image it
+// builds for engine: mend-test/mariadb:debian-<VERSION_ID> (this machine's
+// Debian release) or mend-test/mysql:sid (Debian unstable's MySQL). It
+// returns "" on a machine that is not Debian, where neither can be built.
+func LocalImage(engine string) string {
 	b, err := os.ReadFile("/etc/os-release")
 	if err != nil {
 		return ""
@@ -116,22 +138,50 @@ func LocalImage() string {
 	if id != "debian" || version == "" {
 		return ""
 	}
+	if engine == EngineMySQL {
+		return "mend-test/mysql:sid"
+	}
 	return "mend-test/mariadb:debian-" + version
 }
 
-const buildHint = "bash scripts/build-test-image.sh builds one from Debian packages (make test runs it)"
+// buildHint says how to build engine's image.
+func buildHint(engine string) string {
+	return "bash scripts/build-test-image.sh " + engine + " builds one from Debian packages (make test runs it)"
+}
 
 func noServer(p Probes) Choice {
 	return Choice{Fatal: isCI(p.Getenv), Reason: "no MySQL-compatible server available: set " + EnvDSN +
 		" to an existing server (e.g. root:pass@tcp(127.0.0.1:3306)/), run a Docker engine (image " + DefaultImage +
-		" where a registry answers, else " + buildHint + "; " + EnvImage + " overrides), or install mariadb-server " +
+		" where a registry answers, else " + buildHint("mysql|mariadb") + "; " + EnvImage + " overrides), or install mariadb-server " +
 		"or mysql-server so mariadbd/mysqld is on PATH or in /usr/sbin"}
 }
 
+// Engine returns the engine EnvEngine asks for (DefaultEngine when unset) and
+// whether it was asked for explicitly; an unknown name is an error.
+func Engine(getenv func(string) string) (engine string, explicit bool, err error) {
+	switch e := strings.ToLower(strings.TrimSpace(getenv(EnvEngine))); e {
+	case "":
+		return DefaultEngine, false, nil
+	case EngineMySQL, EngineMariaDB:
+		return e, true, nil
+	default:
+		return "", false, fmt.Errorf("%s=%q: want mysql or mariadb", EnvEngine, e)
+	}
+}
+
+// otherEngine is the fallback when the default engine is not available.
+func otherEngine(engine string) string {
+	if engine == EngineMySQL {
+		return EngineMariaDB
+	}
+	return EngineMySQL
+}
+
 // Discover picks the shared server's source. Without EnvBackend the order is:
-// EnvDSN; a Docker engine with an image (EnvImage; else DefaultImage if held
-// or pullable; else the locally built MariaDB image); a local binary; nothing.
-// EnvBackend=dsn|docker|local allows only that backend.
+// EnvDSN; a Docker engine with an image of the engine (EnvImage; else the
+// registry image if held or pullable; else the locally built image); a local
+// binary of the engine; nothing. EnvBackend=dsn|docker|local allows only that
+// backend. EnvEngine picks the engine (see DefaultEngine).
 func Discover(p Probes) Choice {
 	switch b := Backend(strings.ToLower(p.Getenv(EnvBackend))); b {
 	case BackendNone:
@@ -153,40 +203,61 @@ func Discover(p Probes) Choice {
 
 // DiscoverPrivate picks the source of a server the caller owns as a process
 // or container (fault tests, the demo): never EnvDSN. Docker first when it
-// answers and an image is available, else a local binary; EnvBackend=docker
-// or local allows only that one.
+// answers and an image of the engine is available, else a local binary of the
+// engine; EnvBackend=docker or local allows only that one. With EnvEngine
+// unset and the default engine unavailable on the backend, it takes the other
+// engine and says so in Note.
 func DiscoverPrivate(p Probes) Choice {
+	engine, explicit, err := Engine(p.Getenv)
+	if err != nil {
+		return Choice{Fatal: true, Reason: err.Error()}
+	}
 	forced := Backend(strings.ToLower(p.Getenv(EnvBackend)))
-	var note string
+	var notes []string
 	if forced != BackendLocal {
 		if err := p.DockerPing(); err == nil {
-			image, why := pickImage(p)
+			image, why := pickImage(p, engine)
+			if image == "" && !explicit {
+				if alt, _ := pickImage(p, otherEngine(engine)); alt != "" {
+					return Choice{Backend: BackendDocker, Image: alt, Engine: otherEngine(engine),
+						Note: "no " + engine + " image (" + why + "); using " + alt + " (set " + EnvEngine + " to insist)"}
+				}
+			}
 			if image != "" {
-				return Choice{Backend: BackendDocker, Image: image}
+				return Choice{Backend: BackendDocker, Image: image, Engine: engine}
 			}
 			if forced == BackendDocker {
 				return Choice{Fatal: isCI(p.Getenv), Reason: EnvBackend + "=docker but " + why}
 			}
-			note = "Docker answers but " + why + "; falling back to a local mariadbd/mysqld"
+			notes = append(notes, "Docker answers but "+why+"; falling back to a local server binary")
 		} else if forced == BackendDocker {
 			return Choice{Fatal: isCI(p.Getenv), Reason: fmt.Sprintf("%s=docker but no Docker engine answers: %v", EnvBackend, err)}
 		}
 	}
-	if bin, err := p.FindBinary(); err == nil {
-		return Choice{Backend: BackendLocal, Binary: bin, Note: note}
+	if bin, err := p.FindBinary(engine); err == nil {
+		return Choice{Backend: BackendLocal, Binary: bin, Engine: engine, Note: strings.Join(notes, "; ")}
+	}
+	if !explicit {
+		if bin, err := p.FindBinary(otherEngine(engine)); err == nil {
+			notes = append(notes, "no "+engine+" server binary; using "+bin+" (set "+EnvEngine+" to insist)")
+			return Choice{Backend: BackendLocal, Binary: bin, Engine: otherEngine(engine), Note: strings.Join(notes, "; ")}
+		}
 	}
 	c := noServer(p)
-	if forced == BackendLocal {
-		c.Reason = EnvBackend + "=local but no mariadbd or mysqld binary was found: install mariadb-server or mysql-server"
+	if forced == BackendLocal || explicit {
+		c.Reason = fmt.Sprintf("no %s server binary was found (%s=%s): install %s-server, or choose another engine or backend", engine, EnvEngine, engine, engine)
+		if forced == BackendLocal {
+			c.Reason = EnvBackend + "=local but " + c.Reason
+		}
 	}
-	if note != "" {
-		c.Reason = note + ", and " + c.Reason
+	if len(notes) > 0 {
+		c.Reason = strings.Join(notes, "; ") + ", and " + c.Reason
 	}
 	return c
 }
 
-// pickImage returns the image to run, or "" and why there is none.
-func pickImage(p Probes) (image, why string) {
+// pickImage returns the image of engine to run, or "" and why there is none.
+func pickImage(p Probes, engine string) (image, why string) {
 	if img := p.Getenv(EnvImage); img != "" {
 		if p.HasImage(img) {
 			return img, ""
@@ -196,20 +267,29 @@ func pickImage(p Probes) (image, why string) {
 		}
 		return img, ""
 	}
-	if p.HasImage(DefaultImage) {
-		return DefaultImage, ""
+	registry := DefaultImage
+	if engine == EngineMariaDB {
+		registry = DefaultMariaDBImage
 	}
-	local := p.LocalImage()
+	local := p.LocalImage(engine)
+	// A registry image already held wins for MySQL (the one production runs); for MariaDB the
+	// image built here from Debian's MariaDB 10.11 comes first.
+	if engine == EngineMySQL && p.HasImage(registry) {
+		return registry, ""
+	}
 	if local != "" && p.HasImage(local) {
 		return local, ""
 	}
-	if err := p.Pull(DefaultImage); err == nil {
-		return DefaultImage, ""
+	if p.HasImage(registry) {
+		return registry, ""
+	}
+	if err := p.Pull(registry); err == nil {
+		return registry, ""
 	}
 	if local == "" {
-		return "", DefaultImage + " cannot be pulled and this machine is not Debian, so no image can be built here (set " + EnvImage + ")"
+		return "", registry + " cannot be pulled and this machine is not Debian, so no image can be built here (set " + EnvImage + ")"
 	}
-	return "", fmt.Sprintf("%s cannot be pulled and %s was not built (%s)", DefaultImage, local, buildHint)
+	return "", fmt.Sprintf("%s cannot be pulled and %s was not built (%s)", registry, local, buildHint(engine))
 }
 
 func oneLine(err error) string {

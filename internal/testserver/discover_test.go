@@ -14,8 +14,10 @@ type machine struct {
 	dockerUp bool
 	images   map[string]bool // held locally
 	pullable map[string]bool
-	binary   string // "" means none
-	local    string // LocalImage's answer
+	binary   string // "" means none; a MariaDB binary unless its name says mysqld-of-mysql
+	mysqlBin string // a MySQL binary, "" means none
+	local    string // LocalImage's answer for MariaDB
+	localMy  string // LocalImage's answer for MySQL
 
 	pinged bool
 	pulled []string
@@ -39,17 +41,29 @@ func (m *machine) probes() Probes {
 			}
 			return errors.New("no registry\nsecond line")
 		},
-		FindBinary: func() (string, error) {
-			if m.binary == "" {
+		FindBinary: func(engine string) (string, error) {
+			bin := m.binary
+			if engine == EngineMySQL {
+				bin = m.mysqlBin
+			}
+			if bin == "" {
 				return "", localdb.ErrNoBinary
 			}
-			return m.binary, nil
+			return bin, nil
 		},
-		LocalImage: func() string { return m.local },
+		LocalImage: func(engine string) string {
+			if engine == EngineMySQL {
+				return m.localMy
+			}
+			return m.local
+		},
 	}
 }
 
-const built = "mend-test/mariadb:debian-12"
+const (
+	built   = "mend-test/mariadb:debian-12"
+	builtMy = "mend-test/mysql:sid"
+)
 
 func TestDiscover(t *testing.T) {
 	t.Parallel()
@@ -87,8 +101,8 @@ func TestDiscover(t *testing.T) {
 		},
 		{
 			name: "docker without any image falls back to a binary and says so", wantPinged: true,
-			m:       machine{dockerUp: true, local: built, binary: "/usr/sbin/mariadbd"},
-			want:    Choice{Backend: BackendLocal, Binary: "/usr/sbin/mariadbd"},
+			m:       machine{dockerUp: true, local: built, localMy: builtMy, binary: "/usr/sbin/mariadbd"},
+			want:    Choice{Backend: BackendLocal, Binary: "/usr/sbin/mariadbd", Engine: EngineMariaDB},
 			noteHas: "was not built",
 		},
 		{
@@ -102,9 +116,50 @@ func TestDiscover(t *testing.T) {
 			want: Choice{},
 		},
 		{
+			name: "the built MySQL image is the default engine's", wantPinged: true,
+			m:    machine{dockerUp: true, images: map[string]bool{built: true, builtMy: true}, local: built, localMy: builtMy},
+			want: Choice{Backend: BackendDocker, Image: builtMy, Engine: EngineMySQL},
+		},
+		{
+			name: "engine mariadb picks the MariaDB image", wantPinged: true,
+			m:    machine{env: map[string]string{EnvEngine: "mariadb"}, dockerUp: true, images: map[string]bool{built: true, builtMy: true, DefaultImage: true}, local: built, localMy: builtMy},
+			want: Choice{Backend: BackendDocker, Image: built, Engine: EngineMariaDB},
+		},
+		{
+			name: "engine mysql prefers the registry's mysql:8.4 when held", wantPinged: true,
+			m:    machine{env: map[string]string{EnvEngine: "MySQL"}, dockerUp: true, images: map[string]bool{built: true, builtMy: true, DefaultImage: true}, local: built, localMy: builtMy},
+			want: Choice{Backend: BackendDocker, Image: DefaultImage, Engine: EngineMySQL},
+		},
+		{
+			name: "default engine falls back to MariaDB and says so", wantPinged: true,
+			m:       machine{dockerUp: true, images: map[string]bool{built: true}, local: built, localMy: builtMy},
+			want:    Choice{Backend: BackendDocker, Image: built, Engine: EngineMariaDB},
+			noteHas: "using " + built,
+		},
+		{
+			name: "an explicit engine never falls back", wantPinged: true,
+			m:    machine{env: map[string]string{EnvEngine: "mysql", EnvBackend: "docker", EnvCI: "true"}, dockerUp: true, images: map[string]bool{built: true}, local: built, localMy: builtMy, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Fatal: true},
+		},
+		{
+			name: "an explicit engine's local binary",
+			m:    machine{env: map[string]string{EnvEngine: "mysql", EnvBackend: "local"}, binary: "/usr/sbin/mariadbd", mysqlBin: "/opt/mysql/bin/mysqld"},
+			want: Choice{Backend: BackendLocal, Binary: "/opt/mysql/bin/mysqld", Engine: EngineMySQL},
+		},
+		{
+			name: "an explicit engine without its binary fails under CI",
+			m:    machine{env: map[string]string{EnvEngine: "mysql", EnvBackend: "local", EnvCI: "true"}, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Fatal: true},
+		},
+		{
+			name: "an unknown engine is an error",
+			m:    machine{env: map[string]string{EnvEngine: "postgres"}, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Fatal: true},
+		},
+		{
 			name: "forced local ignores docker and the dsn",
-			m:    machine{env: map[string]string{EnvBackend: "local", EnvDSN: "x@tcp(127.0.0.1:1)/"}, dockerUp: true, images: map[string]bool{built: true}, local: built, binary: "/x/mysqld"},
-			want: Choice{Backend: BackendLocal, Binary: "/x/mysqld"},
+			m:    machine{env: map[string]string{EnvBackend: "local", EnvDSN: "x@tcp(127.0.0.1:1)/"}, dockerUp: true, images: map[string]bool{built: true}, local: built, mysqlBin: "/x/mysqld"},
+			want: Choice{Backend: BackendLocal, Binary: "/x/mysqld", Engine: EngineMySQL},
 		},
 		{
 			name: "forced dsn without one fails under CI",
@@ -138,7 +193,8 @@ func TestDiscover(t *testing.T) {
 			m := tt.m
 			got := Discover(m.probes())
 			if got.Backend != tt.want.Backend || got.DSN != tt.want.DSN || got.Image != tt.want.Image ||
-				got.Binary != tt.want.Binary || got.Fatal != tt.want.Fatal {
+				got.Binary != tt.want.Binary || got.Fatal != tt.want.Fatal ||
+				(tt.want.Engine != "" && got.Engine != tt.want.Engine) {
 				t.Errorf("Discover() = %+v, want %+v", got, tt.want)
 			}
 			if got.Backend == BackendNone && got.Reason == "" {
@@ -166,6 +222,20 @@ func TestDiscoverPrivateNeverUsesTheDSN(t *testing.T) {
 	m = machine{env: map[string]string{EnvDSN: "root@tcp(127.0.0.1:3306)/"}, dockerUp: true, images: map[string]bool{built: true}, local: built}
 	if got := DiscoverPrivate(m.probes()); got.Backend != BackendDocker || got.Image != built {
 		t.Fatalf("DiscoverPrivate() = %+v; want the built image", got)
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string][2]string{
+		"10.11.14-MariaDB-0+deb12u1": {EngineMariaDB, "10.11.14"},
+		"9.7.4":                      {EngineMySQL, "9.7.4"},
+		"8.4.6-Vitess":               {EngineMySQL, "8.4.6"},
+		"8.0.36-0ubuntu0.22.04.1":    {EngineMySQL, "8.0.36"},
+	} {
+		if e, ver := ParseVersion(v); e != want[0] || ver != want[1] {
+			t.Errorf("ParseVersion(%q) = %s %s, want %s %s", v, e, ver, want[0], want[1])
+		}
 	}
 }
 

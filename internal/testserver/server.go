@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,6 +27,7 @@ type Server struct {
 	backend   Backend
 	image     string
 	flavor    string        // "mariadb", "mysql" or "" when unknown
+	version   string        // the server's version number, e.g. 9.7.4 or 10.11.14
 	cfg       *mysql.Config // root credentials, no database name
 	startedIn time.Duration
 
@@ -36,8 +38,20 @@ type Server struct {
 	closeErr  error
 }
 
-// Start brings up the server c names. ctx bounds only the start.
+// Start brings up the server c names and asks it what it is (Engine). ctx
+// bounds only the start.
 func Start(ctx context.Context, c Choice) (*Server, error) {
+	s, err := start(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.identify(ctx); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	return s, nil
+}
+
+func start(ctx context.Context, c Choice) (*Server, error) {
 	begin := time.Now()
 	switch c.Backend {
 	case BackendDSN:
@@ -73,6 +87,36 @@ func Start(ctx context.Context, c Choice) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("testserver: %s", c.Reason)
 	}
+}
+
+// identify reads the server's product and version from VERSION(): tests and
+// the end-of-run report name what really answered, not what was asked for.
+func (s *Server) identify(ctx context.Context) error {
+	db, err := sql.Open("mysql", s.RootDSN(""))
+	if err != nil {
+		return fmt.Errorf("testserver: %w", err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return fmt.Errorf("testserver: ask %s for its version: %w", s.cfg.Addr, err)
+	}
+	s.flavor, s.version = ParseVersion(v)
+	return nil
+}
+
+// ParseVersion splits a VERSION() string into the engine ("mariadb" or
+// "mysql") and the version number: "10.11.14-MariaDB-0+deb12u1" is mariadb
+// 10.11.14, "9.7.4" and "8.4.6-Vitess" are mysql.
+func ParseVersion(v string) (engine, version string) {
+	engine = EngineMySQL
+	if strings.Contains(strings.ToLower(v), "mariadb") {
+		engine = EngineMariaDB
+	}
+	version, _, _ = strings.Cut(v, "-")
+	return engine, version
 }
 
 // ApplyParams forces the parameters of every DSN the harness hands out.
@@ -118,8 +162,14 @@ func (s *Server) Owned() bool { return s.local != nil || s.docker != nil }
 // StartedIn returns how long the start took (for a container: engine start plus initialisation).
 func (s *Server) StartedIn() time.Duration { return s.startedIn }
 
-// Flavor returns "mariadb" or "mysql" when known, else "".
+// Flavor returns "mariadb" or "mysql", as the server reported it.
 func (s *Server) Flavor() string { return s.flavor }
+
+// Version returns the server's version number (e.g. 9.7.4), as it reported it.
+func (s *Server) Version() string { return s.version }
+
+// Engine returns the product and version, e.g. "mysql 9.7.4" or "mariadb 10.11.14".
+func (s *Server) Engine() string { return s.flavor + " " + s.version }
 
 // Dir returns a local server's temporary directory, "" for other backends.
 func (s *Server) Dir() string {
@@ -137,16 +187,12 @@ func (s *Server) ContainerID() string {
 	return ""
 }
 
-// String describes the server for logs: backend, flavor, image, address.
+// String describes the server for logs: engine and version, backend, image, address.
 func (s *Server) String() string {
-	f := s.flavor
-	if f == "" {
-		f = "server"
-	}
 	if s.image != "" {
-		return fmt.Sprintf("%s %s (%s) at %s", s.backend, f, s.image, s.cfg.Addr)
+		return fmt.Sprintf("%s via %s (%s) at %s", s.Engine(), s.backend, s.image, s.cfg.Addr)
 	}
-	return fmt.Sprintf("%s %s at %s", s.backend, f, s.cfg.Addr)
+	return fmt.Sprintf("%s via %s at %s", s.Engine(), s.backend, s.cfg.Addr)
 }
 
 // Kill stops the server with SIGKILL (docker kill for a container) and waits
