@@ -132,11 +132,13 @@ func (s *Subscriber) Stop() {
 }
 
 // Run runs a pass every PollInterval (at once after a pass that left rows
-// behind) until ctx ends; a failed pass is logged and the next one tries
-// again. It returns nil when ctx ends.
+// behind) until ctx ends; a failed pass is logged and retried with a
+// backoff that doubles up to a minute. It returns nil when ctx ends.
+// Pass, Drain and Run must not run at once on one Subscriber.
 func (s *Subscriber) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,9 +151,15 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			s.log.WarnContext(ctx, "pass failed; the next one retries", "err", err)
+			// Failing passes back off (doubling, up to a minute), so a
+			// missing grant is one line a minute, not one a second.
+			failures++
+			wait = min(s.cfg.PollInterval<<min(failures-1, 16), max(time.Minute, s.cfg.PollInterval))
+			s.log.WarnContext(ctx, "pass failed; retrying", "err", err, "failures", failures, "retry_in", wait.String())
 		case st.More:
-			wait = 0
+			failures, wait = 0, 0
+		default:
+			failures = 0
 		}
 		timer.Reset(wait)
 	}
@@ -163,7 +171,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 // it and record what it reads, then release (advance the watermark of)
 // every partition whose reads have settled, and read the lag.
 func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) {
-	start := s.cfg.NowFunc()
+	start, wall := s.cfg.NowFunc(), time.Now()
 	var st PassStats
 	h, err := s.horizon(ctx)
 	if err != nil {
@@ -187,15 +195,23 @@ func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) {
 		return st, err
 	}
 	st.Partitions = len(active)
+	phase := time.Now() // phases are timed by the wall clock, for the debug line only
+	discovered := phase.Sub(wall)
 	if err := s.readAll(ctx, active, &st); err != nil {
 		return st, err
 	}
+	read := time.Since(phase)
+	phase = time.Now()
 	if err := s.release(ctx, &st); err != nil {
 		return st, err
 	}
+	released := time.Since(phase)
+	phase = time.Now()
 	if st.Lag, err = Lag(ctx, s.cfg.DB, s.cfg.Group); err != nil {
 		return st, err
 	}
+	s.log.DebugContext(ctx, "pass phases", "discover", discovered.String(), "read", read.String(), "release", released.String(),
+		"lag", time.Since(phase).String())
 	st.Duration = s.cfg.NowFunc().Sub(start)
 	if st.Read > 0 || st.Joined > 0 || st.Advanced > 0 || st.Late > 0 {
 		s.log.InfoContext(ctx, "pass", "partitions", st.Partitions, "joined", st.Joined, "read", st.Read, "recorded", st.Recorded,
