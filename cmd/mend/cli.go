@@ -180,6 +180,7 @@ func (a *app) newRoot() *cobra.Command {
 		newInspectCmd(a),
 		newRecordCmd(a),
 		newImportCmd(a),
+		newSubscribeCmd(a),
 		newRetryCmd(a),
 		newResolveCmd(a),
 		newLeaseCmd(a),

@@ -42,6 +42,7 @@ func newDoctorCmd(a *app) *cobra.Command {
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
 	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build\n("+hostDSNSame+": the same database as --dsn; empty: the host is not checked)")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
+	sub := addDoctorSubscribeFlags(f)
 	return f.run(func(ctx context.Context, args []string) error {
 		if f.dsn == "" {
 			return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
@@ -62,6 +63,9 @@ func newDoctorCmd(a *app) *cobra.Command {
 		if !hostChecked {
 			checks = append(checks, check{Name: "host", Status: checkWarn, Detail: "not checked: no --host-dsn",
 				Fix: "give --host-dsn as mend run gets it (--host-dsn=" + hostDSNSame + " when the submit queue's tables are in mend's database)"})
+		}
+		if sub.on(f) {
+			checks = append(checks, diagnoseSubscription(ctx, *queueDSN, sub.group, sub.warnAge)...)
 		}
 		failed := 0
 		for _, c := range checks {

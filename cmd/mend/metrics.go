@@ -47,6 +47,9 @@ type metrics struct {
 
 	seenMu sync.Mutex
 	seen   map[string]bool // queues whose labelled counters exist
+
+	subOnce sync.Once
+	sub     *subscribeMetrics // registered when mend run subscribes (subscribe.go)
 }
 
 // attemptSteps are the planner's failing steps (planner.Hooks.OnAttemptFailed),

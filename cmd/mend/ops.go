@@ -366,9 +366,11 @@ type queueStatusJSON struct {
 
 func newStatusCmd(a *app) *cobra.Command {
 	f := a.newCommand("status", "per queue: records by state, oldest due age, lease holder",
-		"Per queue: records by state, how many are due and for how long, and the lease.", withDSN|withLog|withList)
+		"Per queue: records by state, how many are due and for how long, and the lease.\n"+
+			"With --queue-dsn, also the subscription's lag per dead-letter topic (see mend subscribe).", withDSN|withLog|withList)
 	queue := f.String("queue", "", "only this queue")
 	f.addTimeout(opTimeout)
+	sub := addStatusLagFlags(f)
 	return f.run(func(ctx context.Context, args []string) error {
 		dsn, err := f.needDSN()
 		if err != nil {
@@ -391,6 +393,9 @@ func newStatusCmd(a *app) *cobra.Command {
 			}
 			if f.given("queue") {
 				st = slices.DeleteFunc(st, func(q storage.QueueStatus) bool { return q.Queue != *queue })
+			}
+			if sub.queueDSN != "" {
+				return sub.print(ctx, a, f, toStatusJSON(st), func() error { return printStatus(a.stdout, st, f.listOpts()) })
 			}
 			if f.json {
 				return writeJSON(a.stdout, toStatusJSON(st))

@@ -33,6 +33,7 @@ type runConfig struct {
 	Grace                  time.Duration
 	WakeTopic              string
 	RetryBase, RetryMax    time.Duration // zero: planner.RetryDefaults(Interval)
+	Sub                    subscribeConfig
 }
 
 func (c runConfig) validate() error {
@@ -81,6 +82,7 @@ func newRunCmd(a *app) *cobra.Command {
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
 	f.addTimeout(0)
 	f.timeoutApplies = func() bool { return c.Once }
+	addSubscribeFlags(f, &c.Sub)
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
 		if c.DSN, err = f.needDSN(); err != nil {
@@ -102,6 +104,9 @@ func newRunCmd(a *app) *cobra.Command {
 			return err
 		}
 		if err := c.validate(); err != nil {
+			return err
+		}
+		if err := c.Sub.resolve(f); err != nil {
 			return err
 		}
 		if err := preflight(ctx, c, f.logger().With("component", "mend")); err != nil {
@@ -234,7 +239,15 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
 		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
 
+	sub, err := startSubscription(ctx, c, svc, log, m)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sub.close()) }()
 	if c.Once {
+		if err := sub.drain(ctx, clog); err != nil {
+			return err
+		}
 		ps, err := svc.rec.RunOnce(ctx)
 		if ctx.Err() != nil {
 			// Cron must not read an interrupted pass as a good one.
