@@ -297,7 +297,7 @@ func logPass(log *slog.Logger, ps reconcile.PassStats, d time.Duration) {
 		// done counts every record that became done this pass: woken, or
 		// with nothing to wake (the planner counts those apart; the
 		// summary once said done=0 after three records finished).
-		"done", r.Done+r.Woken, "done_without_wake", r.Done,
+		"done", r.Done + r.Woken, "done_without_wake", r.Done,
 		"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned}
 	if d >= 0 {
 		attrs = append(attrs, "took", d.Round(time.Millisecond))
