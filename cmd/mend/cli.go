@@ -188,6 +188,42 @@ func (a *app) newRoot() *cobra.Command {
 		newDemoCmd(a),
 		newVersionCmd(a),
 	)
+	// cobra's completion command (bash, zsh, fish, powershell) and help
+	// command, made to exit 2 on a shell or topic they do not know.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					_ = cmd.Help()
+					return errNoCommand
+				}
+				return usagef("unknown shell %q: use bash, zsh, fish or powershell", args[0])
+			}
+		}
+	}
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "help about any command",
+		Args:  cobra.ArbitraryArgs,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			var names []string
+			for _, c := range root.Commands() {
+				if c.IsAvailableCommand() {
+					names = append(names, c.Name())
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, _, err := root.Find(args)
+			if err != nil || (len(args) > 0 && cmd == root) {
+				return usagef("no help for %q: not a command; run 'mend help' for the list", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+	})
 	// Each flag's help names its twin.
 	for cmd := range a.flagsOf {
 		cmd.Flags().VisitAll(func(fl *pflag.Flag) {

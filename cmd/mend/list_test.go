@@ -136,10 +136,12 @@ func TestListCommandsOutputsAndFilters(t *testing.T) {
 			}
 		}()
 		dsn := "u:silent-pw@tcp(" + ln.Addr().String() + ")/mend"
-		began := time.Now()
-		r := opsRun(t, nil, "status", "--dsn", dsn, "--timeout", "300ms")
-		if r.code != exitFailure || !strings.Contains(r.stderr, "gave up after 300ms (--timeout)") || time.Since(began) > 20*time.Second {
-			t.Fatalf("status against a silent server = exit %d after %s, %q; want 1 naming --timeout", r.code, time.Since(began), r.stderr)
+		for _, args := range [][]string{{"status"}, {"run", "--once", "--host-dsn=same"}, {"lease", "list"}} {
+			began := time.Now()
+			r := opsRun(t, nil, append(args, "--dsn", dsn, "--timeout", "300ms")...)
+			if r.code != exitFailure || !strings.Contains(r.stderr, "gave up after 300ms (--timeout)") || time.Since(began) > 20*time.Second {
+				t.Fatalf("%v against a silent server = exit %d after %s, %q; want 1 naming --timeout", args, r.code, time.Since(began), r.stderr)
+			}
 		}
 	})
 }

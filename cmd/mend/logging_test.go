@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mendq/mend/reconcile"
 )
 
 // Issue 19: JSON logs gave ttl in nanoseconds beside lease_ttl "15s".
@@ -44,5 +47,18 @@ func TestDriverLinesRateLimited(t *testing.T) {
 	ok, suppressed := l.allow(t0.Add(11 * time.Second))
 	if !ok || suppressed != 100 {
 		t.Fatalf("next window: allow = %v, suppressed %d; want true, 100", ok, suppressed)
+	}
+}
+
+// Issue 19: the pass summary said done=0 when three records finished
+// (woken, so the planner counted them as woken only).
+func TestPassSummaryCountsFinishedRecords(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	var ps reconcile.PassStats
+	ps.Queues, ps.Records.Woken, ps.Records.Done = 1, 3, 1
+	logPass(slog.New(slog.NewTextHandler(&buf, nil)), ps, time.Second)
+	if !strings.Contains(buf.String(), " done=4 ") || !strings.Contains(buf.String(), "done_without_wake=1") {
+		t.Fatalf("pass summary = %s; want done=4 (3 woken + 1 with nothing to wake)", buf.String())
 	}
 }

@@ -589,6 +589,14 @@ func TestOperatorCommands(t *testing.T) {
 		if r := opsRun(t, nil, "no-such-command"); r.code != exitUsage {
 			t.Errorf("an unknown command exits %d", r.code)
 		}
+		for _, args := range [][]string{{"help", "no-such-command"}, {"completion", "tcsh"}, {"completion"}} {
+			if r := opsRun(t, nil, args...); r.code != exitUsage {
+				t.Errorf("mend %v exits %d; want 2", args, r.code)
+			}
+		}
+		if r := opsMust(t, "help", "lease", "list"); !strings.Contains(r.stdout, "Usage:\n  mend lease") {
+			t.Errorf("mend help lease list = %s", r.stdout)
+		}
 		if r := opsRun(t, nil, "status", "--no-such-flag"); r.code != exitUsage || !strings.Contains(r.stderr, "no-such-flag") {
 			t.Errorf("an unknown flag exits %d: %q", r.code, r.stderr)
 		}

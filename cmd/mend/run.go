@@ -306,7 +306,11 @@ func logPass(log *slog.Logger, ps reconcile.PassStats, d time.Duration) {
 		level = slog.LevelDebug
 	}
 	attrs := []any{"queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
-		"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed, "done", r.Done,
+		"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed,
+		// done counts every record that became done this pass: woken, or
+		// with nothing to wake (the planner counts those apart; the
+		// summary once said done=0 after three records finished).
+		"done", r.Done + r.Woken, "done_without_wake", r.Done,
 		"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned}
 	if d >= 0 {
 		attrs = append(attrs, "took", d.Round(time.Millisecond))
