@@ -63,7 +63,7 @@ func runRun(ctx context.Context, a *app, args []string) error {
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build); default: --dsn")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
-	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if any record's attempt or any queue's repair failed")
+	f.BoolVar(&c.Once, "once", false, "repair what is due now (passes until the due queues are drained) and exit, for cron; exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
 	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
@@ -197,7 +197,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		"lease_ttl", c.LeaseTTL.String(), "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
 
 	if c.Once {
-		ps, err := svc.rec.RunOnce(ctx)
+		ps, err := svc.rec.Drain(ctx)
 		if ctx.Err() != nil {
 			clog.Info("interrupted; leases released")
 			return nil

@@ -416,7 +416,7 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 
 	// Reconcile pass curve.
 	w("## Reconcile pass against finished records\n\n")
-	w("One `reconcile.RunOnce` repairing 1,000 due records (4 queues on the submit queue's real tables, each record's batch\n")
+	w("`reconcile.Drain` (passes until nothing more is due, each queue at most `RunLimit` records a pass) repairing 1,000 due records (4 queues on the submit queue's real tables, each record's batch\n")
 	w("failed with the three-step transition, fanned out with a RequestLog per request, settled, the queue woken) while N\n")
 	w("finished records (state done, with an event each) sit in the same queues. They are\n")
 	w("bulk-inserted with multi-row `INSERT ... SELECT` from a numbers table. Target: within %.0f%% of the pass with none.\n\n", (flatTarget-1)*100)
