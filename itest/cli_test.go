@@ -408,7 +408,7 @@ func TestCLI(t *testing.T) {
 			want string
 		}{
 			{[]string{"bogus"}, nil, "unknown command"},
-			{[]string{"status", "--bogus"}, nil, "flag provided but not defined"},
+			{[]string{"status", "--bogus"}, nil, "unknown flag: --bogus"},
 			{[]string{"status"}, nil, "--dsn is required"},
 			{[]string{"status", "--dsn", "root@tcp(127.0.0.1:1)/"}, nil, "names no database"},
 			{[]string{"status", "--dsn", dsn, "extra"}, nil, "unexpected argument"},

@@ -3,14 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mendq/mend/storage"
 )
@@ -32,77 +33,173 @@ type app struct {
 	getenv         func(string) string
 	scrub          *scrubber // secrets seen in DSNs, removed from every line we print
 	logFormat      string    // the parsed --log-format, so the final error line matches the logs
+	flagsOf        map[*cobra.Command]*flags
+	ran            bool // a command's RunE started: errors before it are usage errors
 }
 
-// command is one subcommand.
-type command struct {
-	name    string
-	args    string // the positional arguments, for usage
-	summary string
-	run     func(ctx context.Context, a *app, args []string) error
-}
+// Shared flags a command can ask newCommand for.
+const (
+	withDSN  = 1 << iota // --dsn: mend's database
+	withLog              // --log-format, --log-level
+	withJSON             // --json
+)
 
-func commands() []command {
-	return []command{
-		{"migrate", "up [N]|down [N]|goto V|version|force V|sql", "apply, revert, show or print mend's schema; force records a version by hand", runMigrate},
-		{"run", "", "run the reconciler: repair due records under per-queue leases", runRun},
-		{"status", "", "per queue: records by state, oldest due age, lease holder", runStatus},
-		{"inspect", "", "a record and its full event history (or a queue's records)", runInspect},
-		{"record", "", "record a dead letter by hand (replaying old dead letters)", runRecord},
-		{"import", "", "record every dead letter already in the host's queue database (adopting mend), idempotently", runImport},
-		{"retry", "", "put parked records back to pending (one by --record, or a selection)", runRetry},
-		{"resolve", "", "close records by hand, with who and why (one by --record, or a selection)", runResolve},
-		{"lease", "list|history|release", "show lease terms and their history; end a dead holder's term", runLease},
-		{"doctor", "", "check the server, schema and settings, and the host's tables and grants, for what breaks mend", runDoctor},
-		{"demo", "", "run the stuck-queue scenario on a throwaway server and print its timeline", runDemo},
-		{"version", "", "print the binary's version (also: mend --version)", runVersion},
-		{"completion", "bash|zsh", "print a shell completion script", runCompletion},
+// Adding a flag to a command: define it on the command's *flags (a
+// pflag.FlagSet) in its constructor, e.g.
+//
+//	f.StringVar(&c.Topic, "topic", "", "only this dead-letter topic")
+//
+// and nothing else: every flag gets its MEND_* environment twin (--topic is
+// MEND_TOPIC) when the command runs, the flag on the command line winning,
+// and the twin is shown in the command's help. A flag that must come from
+// the command line only (a confirmation such as --yes) is defined with
+// f.cmdLineOnly. Value completion for a flag: f.completeValues.
+
+// newCommand starts a subcommand: use is its name and positional
+// arguments, short its line in `mend help`, long its help text; shared picks
+// the shared flags (withDSN|withLog|withJSON). Finish it with f.run.
+func (a *app) newCommand(use, short, long string, shared int) *flags {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: noArgs}
+	f := &flags{FlagSet: cmd.Flags(), a: a, cmd: cmd}
+	if shared&withDSN != 0 {
+		f.StringVar(&f.dsn, "dsn", "", "go-sql-driver DSN of mend's database, e.g. user:pass@tcp(127.0.0.1:3306)/mend")
 	}
+	f.logFormat, f.logLevel = "text", "info"
+	if shared&withLog != 0 {
+		f.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+		f.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+		f.completeValues("log-format", "text", "json")
+		f.completeValues("log-level", "debug", "info", "warn", "error")
+	}
+	if shared&withJSON != 0 {
+		f.BoolVar(&f.json, "json", false, "print data as JSON")
+	}
+	a.flagsOf[cmd] = f
+	return f
+}
+
+// run sets the command's action and returns the command.
+func (f *flags) run(fn func(ctx context.Context, args []string) error) *cobra.Command {
+	f.cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		f.a.ran = true
+		return fn(cmd.Context(), args)
+	}
+	return f.cmd
+}
+
+// cmdLineOnly marks a flag as having no environment twin: a confirmation
+// must be typed, never inherited from a shell (MEND_YES=1 once dropped every
+// table with nothing on the command line).
+func (f *flags) cmdLineOnly(name string) {
+	_ = f.SetAnnotation(name, annotNoEnv, []string{"true"})
+}
+
+// completeValues makes shell completion offer values for a flag.
+func (f *flags) completeValues(name string, values ...string) {
+	_ = f.cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+}
+
+const annotNoEnv = "mend_no_env"
+
+// hasEnvTwin reports whether a flag is read from its MEND_* twin.
+func hasEnvTwin(fl *pflag.Flag) bool {
+	return fl.Name != "help" && fl.Name != "version" && len(fl.Annotations[annotNoEnv]) == 0
+}
+
+// noArgs refuses positional arguments, as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q (run '%s -h' for the flags)", args[0], cmd.CommandPath())
+	}
+	return nil
+}
+
+// errNoCommand: mend without a command printed the help; exit 2.
+var errNoCommand = errors.New("no command given")
+
+// newRoot builds the command tree for one invocation.
+func (a *app) newRoot() *cobra.Command {
+	bi := readBuildInfo()
+	root := &cobra.Command{
+		Use:   "mend",
+		Short: "mend makes a submit queue's dead-letter handling converge.",
+		Long: "mend makes a submit queue's dead-letter handling converge.\n\n" +
+			"Every flag of every command has an environment twin: --dsn is MEND_DSN, --lease-ttl is MEND_LEASE_TTL;\n" +
+			"the flag wins. Confirmations (--yes, --force) have none. Exit codes: 0 ok, 1 failure, 2 usage error.",
+		Version:       bi.line(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q; run 'mend help' for the list", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_ = cmd.Help()
+			return errNoCommand
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			f := a.flagsOf[cmd]
+			if f == nil {
+				return nil // help, completion
+			}
+			return f.applyEnv()
+		},
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usagef("%v (run '%s -h' for the flags)", err, cmd.CommandPath())
+	})
+	root.AddCommand(
+		newMigrateCmd(a),
+		newRunCmd(a),
+		newStatusCmd(a),
+		newInspectCmd(a),
+		newRecordCmd(a),
+		newImportCmd(a),
+		newRetryCmd(a),
+		newResolveCmd(a),
+		newLeaseCmd(a),
+		newDoctorCmd(a),
+		newDemoCmd(a),
+		newVersionCmd(a),
+	)
+	// Each flag's help names its twin.
+	for cmd := range a.flagsOf {
+		cmd.Flags().VisitAll(func(fl *pflag.Flag) {
+			if hasEnvTwin(fl) {
+				fl.Usage += " [$" + envName(fl.Name) + "]"
+			}
+		})
+	}
+	return root
 }
 
 // Main runs the binary with args (without the program name) and returns
 // the exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, scrub: &scrubber{}}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		a.usage(stdout)
-		if len(args) == 0 {
-			return exitUsage
+	a := &app{stdout: stdout, stderr: stderr, getenv: getenv, scrub: &scrubber{}, flagsOf: map[*cobra.Command]*flags{}}
+	root := a.newRoot()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if errors.Is(err, errNoCommand) {
+		return exitUsage
+	}
+	if err != nil && !a.ran {
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			err = &usageError{msg: err.Error()}
 		}
-		return exitOK
 	}
-	name := args[0]
-	if name == "--version" || name == "-version" {
-		name, args = "version", append([]string{"version"}, args[1:]...)
+	name := ""
+	if cmd != nil && cmd != root {
+		name = cmd.Name()
 	}
-	for _, c := range commands() {
-		if c.name != name {
-			continue
-		}
-		err := c.run(ctx, a, args[1:])
-		return a.exit(name, err)
-	}
-	fmt.Fprintf(stderr, "mend: unknown command %q; run 'mend help' for the list\n", name)
-	return exitUsage
+	return a.exit(name, err)
 }
-
-func (a *app) usage(w io.Writer) {
-	fmt.Fprintln(w, "mend makes a submit queue's dead-letter handling converge.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Usage: mend <command> [flags]")
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, c := range commands() {
-		fmt.Fprintf(tw, "  %s %s\t%s\n", c.name, c.args, c.summary)
-	}
-	_ = tw.Flush()
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Every flag of every command has an environment twin: --dsn is MEND_DSN, --lease-ttl is MEND_LEASE_TTL; the flag wins.")
-	fmt.Fprintln(w, "Run 'mend <command> -h' for a command's flags. Exit codes: 0 ok, 1 failure, 2 usage error.")
-}
-
-// errHelp is returned after -h printed a command's flags.
-var errHelp = errors.New("help shown")
 
 // usageError is a mistake on the command line or in the environment.
 type usageError struct{ msg string }
@@ -113,7 +210,7 @@ func usagef(format string, args ...any) error { return &usageError{msg: fmt.Spri
 
 // exit prints err as one line and maps it to an exit code.
 func (a *app) exit(name string, err error) int {
-	if err == nil || errors.Is(err, errHelp) {
+	if err == nil {
 		return exitOK
 	}
 	line := a.scrub.clean(oneLine(err.Error()))
@@ -122,12 +219,16 @@ func (a *app) exit(name string, err error) int {
 	if errors.As(err, &ue) {
 		code = exitUsage
 	}
+	prefix := "mend"
+	if name != "" {
+		prefix += " " + name
+	}
 	if a.logFormat == "json" {
 		// With JSON logs every stderr line is JSON, the last one included.
-		newLogger(a.stderr, "json", slog.LevelError, a.scrub).Error("mend "+name+": "+line, "command", name, "exit_code", code)
+		newLogger(a.stderr, "json", slog.LevelError, a.scrub).Error(prefix+": "+line, "command", name, "exit_code", code)
 		return code
 	}
-	fmt.Fprintf(a.stderr, "mend %s: %s\n", name, line)
+	fmt.Fprintf(a.stderr, "%s: %s\n", prefix, line)
 	return code
 }
 
@@ -140,52 +241,27 @@ func oneLine(s string) string {
 
 // flags is a subcommand's flag set with the options every command shares.
 type flags struct {
-	*flag.FlagSet
+	*pflag.FlagSet
 	a         *app
+	cmd       *cobra.Command
 	dsn       string
 	logFormat string
 	logLevel  string
 	json      bool
-	hasJSON   bool
 	fromEnv   map[string]bool // flags set from their MEND_* twin
-	help      func()          // prints the command's usage and flags
-}
-
-// newFlags starts a command's flag set with --dsn and the log flags;
-// withJSON adds --json.
-func (a *app) newFlags(name, positional, summary string, withJSON bool) *flags {
-	fs := flag.NewFlagSet("mend "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	f := &flags{FlagSet: fs, a: a, hasJSON: withJSON}
-	fs.StringVar(&f.dsn, "dsn", "", "go-sql-driver DSN of mend's database, e.g. user:pass@tcp(127.0.0.1:3306)/mend")
-	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	if withJSON {
-		fs.BoolVar(&f.json, "json", false, "print data as JSON")
-	}
-	fs.Usage = func() {} // a parse error is one line on stderr, not the whole usage
-	f.help = func() {
-		w := a.stdout
-		fmt.Fprintf(w, "Usage: mend %s %s[flags]\n\n%s\n\nFlags (each also read from MEND_<NAME>, e.g. --dsn from MEND_DSN):\n", name, positional, summary)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	return f
 }
 
 // given reports whether the flag was set on the command line or through
 // its environment twin.
 func (f *flags) given(name string) bool {
-	found := false
-	f.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
-	return found || f.fromEnv[name]
+	return f.Changed(name) || f.fromEnv[name]
 }
 
 // setDefault changes a flag's default, as -h shows it too.
 func (f *flags) setDefault(name, value string) {
-	_ = f.Set(name, value)
-	f.Lookup(name).DefValue = value
+	fl := f.Lookup(name)
+	_ = fl.Value.Set(value)
+	fl.DefValue = value
 }
 
 // envName is a flag's environment twin.
@@ -193,23 +269,30 @@ func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parse applies the environment twins, then the command line (which wins),
-// and records every DSN's password as a secret.
-func (f *flags) parse(args []string) error {
+// applyEnv runs after the command line was parsed: every flag not given on
+// it takes its MEND_* twin's value; every DSN's password becomes a secret;
+// the log flags are checked.
+func (f *flags) applyEnv() error {
 	var envErr error
-	f.VisitAll(func(fl *flag.Flag) {
+	f.VisitAll(func(fl *pflag.Flag) {
+		if !hasEnvTwin(fl) || envErr != nil {
+			return
+		}
 		v := f.a.getenv(envName(fl.Name))
-		if v == "" || envErr != nil {
+		if v == "" {
 			return
 		}
 		if strings.HasSuffix(fl.Name, "dsn") {
 			f.a.scrub.addDSN(v) // a secret even when the flag overrides it
 		}
+		if fl.Changed {
+			return // the command line wins
+		}
 		if f.fromEnv == nil {
 			f.fromEnv = map[string]bool{}
 		}
 		f.fromEnv[fl.Name] = true
-		if err := f.Set(fl.Name, v); err != nil {
+		if err := fl.Value.Set(v); err != nil {
 			// Only DSN flags hold secrets, and a string flag never fails.
 			envErr = usagef("environment variable %s=%q is not a valid value for --%s (%v)", envName(fl.Name), v, fl.Name, err)
 		}
@@ -217,14 +300,7 @@ func (f *flags) parse(args []string) error {
 	if envErr != nil {
 		return envErr
 	}
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			f.help()
-			return errHelp
-		}
-		return usagef("%v (run '%s -h' for the flags)", err, f.Name())
-	}
-	f.VisitAll(func(fl *flag.Flag) {
+	f.VisitAll(func(fl *pflag.Flag) {
 		if strings.HasSuffix(fl.Name, "dsn") {
 			f.a.scrub.addDSN(fl.Value.String())
 		}
@@ -240,31 +316,6 @@ func (f *flags) parse(args []string) error {
 	f.a.logFormat = f.logFormat
 	driverLogger.Store(f.logger().With("component", "mysql"))
 	return nil
-}
-
-// noArgs refuses positional arguments.
-func (f *flags) noArgs() error {
-	if f.NArg() > 0 {
-		return usagef("unexpected argument %q (run '%s -h' for the flags)", f.Arg(0), f.Name())
-	}
-	return nil
-}
-
-// parseNoArgs parses args (see parse) and refuses positional arguments.
-func (f *flags) parseNoArgs(args []string) error {
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	return f.noArgs()
-}
-
-// parseWithDSN is parseNoArgs for a command that needs mend's database: it also returns the
-// checked --dsn. Errors come in command-line order: flags, arguments, then the DSN.
-func (f *flags) parseWithDSN(args []string) (string, error) {
-	if err := f.parseNoArgs(args); err != nil {
-		return "", err
-	}
-	return f.needDSN()
 }
 
 // needDSN checks that a DSN was given and is one mend can use.

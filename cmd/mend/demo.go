@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"log/slog"
 	"os"
@@ -50,78 +51,78 @@ var demoRequests = map[string][]string{
 	demoBatch2: {demoQueue + "/3"},
 }
 
-func runDemo(ctx context.Context, a *app, args []string) (err error) {
-	f := a.newFlags("demo", "", "Build the stuck-queue scenario on a throwaway database, let mend repair it, and print the timeline.\n"+
-		"Without --dsn it starts a throwaway server (a Docker container, else a local mariadbd/mysqld) and removes it afterwards;\n"+
-		"with --dsn (or MEND_TEST_DSN) it creates and drops its own database on that server. Exit 0 only if the queue was repaired.", false)
+func newDemoCmd(a *app) *cobra.Command {
+	f := a.newCommand("demo", "run the stuck-queue scenario on a throwaway server and print its timeline",
+		"Build the stuck-queue scenario on a throwaway database, let mend repair it, and print the timeline.\n"+
+			"Without --dsn it starts a throwaway server (a Docker container, else a local mariadbd/mysqld) and removes it afterwards;\n"+
+			"with --dsn (or MEND_TEST_DSN) it creates and drops its own database on that server. Exit 0 only if the queue was repaired.", withDSN|withLog)
 	// The library's own logs would drown the story; -log-level info shows them.
 	f.setDefault("log-level", "error")
-	if err := f.parseNoArgs(args); err != nil {
-		return err
-	}
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
-	defer cancel()
-	// A reader that goes away (mend demo | head -3) must stop the demo, not
-	// kill it before it removes its server and database: with SIGPIPE
-	// caught, a write to the closed pipe fails instead, and the output
-	// cancels the run and swallows every later line.
-	sigpipe := make(chan os.Signal, 1)
-	signal.Notify(sigpipe, syscall.SIGPIPE)
-	defer signal.Stop(sigpipe)
-	out := &demoOutput{w: a.stdout, cancel: cancel}
-	a = &app{stdout: out, stderr: a.stderr, getenv: a.getenv, scrub: a.scrub, logFormat: a.logFormat}
-	defer func() {
-		// Cleanup ran by now (the defers above this one run later, so
-		// say it from the deferred errors only): name what stopped the
-		// demo instead of the context errors it caused.
-		switch {
-		case out.closed():
-			err = errors.New("the output was closed, so the demo stopped; its database and server were removed")
-		case parent.Err() != nil:
-			err = errors.New("interrupted; the demo's database and server were removed")
-		}
-	}()
-	fmt.Fprintln(out, "mend demo: a quiet submit queue gets stuck, and mend repairs it")
-	fmt.Fprintln(out)
+	return f.run(func(ctx context.Context, args []string) (err error) {
+		parent := ctx
+		ctx, cancel := context.WithTimeout(ctx, demoTimeout)
+		defer cancel()
+		// A reader that goes away (mend demo | head -3) must stop the demo, not
+		// kill it before it removes its server and database: with SIGPIPE
+		// caught, a write to the closed pipe fails instead, and the output
+		// cancels the run and swallows every later line.
+		sigpipe := make(chan os.Signal, 1)
+		signal.Notify(sigpipe, syscall.SIGPIPE)
+		defer signal.Stop(sigpipe)
+		out := &demoOutput{w: a.stdout, cancel: cancel}
+		a = &app{stdout: out, stderr: a.stderr, getenv: a.getenv, scrub: a.scrub, logFormat: a.logFormat}
+		defer func() {
+			// Cleanup ran by now (the defers above this one run later, so
+			// say it from the deferred errors only): name what stopped the
+			// demo instead of the context errors it caused.
+			switch {
+			case out.closed():
+				err = errors.New("the output was closed, so the demo stopped; its database and server were removed")
+			case parent.Err() != nil:
+				err = errors.New("interrupted; the demo's database and server were removed")
+			}
+		}()
+		fmt.Fprintln(out, "mend demo: a quiet submit queue gets stuck, and mend repairs it")
+		fmt.Fprintln(out)
 
-	serverDSN := f.dsn
-	if serverDSN == "" {
-		serverDSN = a.getenv("MEND_TEST_DSN")
+		serverDSN := f.dsn
+		if serverDSN == "" {
+			serverDSN = a.getenv("MEND_TEST_DSN")
+			if serverDSN != "" {
+				a.scrub.addDSN(serverDSN)
+			}
+		}
+		var where string
 		if serverDSN != "" {
-			a.scrub.addDSN(serverDSN)
+			cfg, err := mysql.ParseDSN(serverDSN)
+			if err != nil {
+				return usagef("--dsn cannot be parsed (%v); expected user:pass@tcp(host:port)/", err)
+			}
+			where = fmt.Sprintf("the server at %s (as %s)", cfg.Addr, cfg.User)
+		} else {
+			srv, err := startDemoServer(ctx, a)
+			if err != nil {
+				return err
+			}
+			defer stopDemoServer(a, srv)
+			serverDSN = srv.RootDSN("")
+			where = fmt.Sprintf("a throwaway %s", srv)
 		}
-	}
-	var where string
-	if serverDSN != "" {
-		cfg, err := mysql.ParseDSN(serverDSN)
-		if err != nil {
-			return usagef("--dsn cannot be parsed (%v); expected user:pass@tcp(host:port)/", err)
-		}
-		where = fmt.Sprintf("the server at %s (as %s)", cfg.Addr, cfg.User)
-	} else {
-		srv, err := startDemoServer(ctx, a)
+		dbDSN, drop, err := createDemoDatabase(ctx, serverDSN)
 		if err != nil {
 			return err
 		}
-		defer stopDemoServer(a, srv)
-		serverDSN = srv.RootDSN("")
-		where = fmt.Sprintf("a throwaway %s", srv)
-	}
-	dbDSN, drop, err := createDemoDatabase(ctx, serverDSN)
-	if err != nil {
-		return err
-	}
-	// The drop runs after the run returns, so the deferred message above
-	// (registered earlier) runs after it, once everything is removed.
-	defer func() {
-		if err := drop(); err != nil {
-			fmt.Fprintf(a.stderr, "mend demo: %s\n", a.scrub.clean(err.Error()))
-		}
-	}()
-	a.scrub.addDSN(dbDSN)
-	d := &demo{out: out, log: f.logger(), start: time.Now()}
-	return d.run(ctx, dbDSN, where)
+		// The drop runs after the run returns, so the deferred message above
+		// (registered earlier) runs after it, once everything is removed.
+		defer func() {
+			if err := drop(); err != nil {
+				fmt.Fprintf(a.stderr, "mend demo: %s\n", a.scrub.clean(err.Error()))
+			}
+		}()
+		a.scrub.addDSN(dbDSN)
+		d := &demo{out: out, log: f.logger(), start: time.Now()}
+		return d.run(ctx, dbDSN, where)
+	})
 }
 
 // createDemoDatabase creates a fresh database on the server and returns its

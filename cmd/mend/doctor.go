@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"math"
 	"regexp"
 	"strconv"
@@ -60,60 +61,60 @@ func defaultLockWait(ttl time.Duration) int {
 	return max(1, int(ttl/3/time.Second))
 }
 
-func runDoctor(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("doctor", "", "Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
-		"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", true)
+func newDoctorCmd(a *app) *cobra.Command {
+	f := a.newCommand("doctor", "check the server, schema and settings, and the host's tables and grants, for what breaks mend",
+		"Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
+			"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", withDSN|withLog|withJSON)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
 	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build; default: --dsn")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
-	if err := f.parseNoArgs(args); err != nil {
-		return err
-	}
-	if f.dsn == "" {
-		return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
-	}
-	// The same defaults as mend run's: doctor checks what run would use.
-	if *hostDSN == "" {
-		*hostDSN = f.dsn
-	}
-	if *queueDSN == "" {
-		*queueDSN = *hostDSN
-	}
-	if *ttl <= 0 {
-		return usagef("--lease-ttl must be positive")
-	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	checks, target := diagnose(ctx, f.dsn, *ttl)
-	checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
-	failed := 0
-	for _, c := range checks {
-		if c.Status == checkFail {
-			failed++
+	return f.run(func(ctx context.Context, args []string) error {
+		if f.dsn == "" {
+			return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
 		}
-	}
-	if f.json {
-		if err := writeJSON(a.stdout, map[string]any{"target": target, "checks": checks, "problems": failed}); err != nil {
-			return err
+		// The same defaults as mend run's: doctor checks what run would use.
+		if *hostDSN == "" {
+			*hostDSN = f.dsn
 		}
-	} else {
-		fmt.Fprintf(a.stdout, "mend doctor: %s\n", target)
-		tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		if *queueDSN == "" {
+			*queueDSN = *hostDSN
+		}
+		if *ttl <= 0 {
+			return usagef("--lease-ttl must be positive")
+		}
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		checks, target := diagnose(ctx, f.dsn, *ttl)
+		checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
+		failed := 0
 		for _, c := range checks {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Status, c.Name, c.Detail)
-			if c.Fix != "" {
-				fmt.Fprintf(tw, "  \t\tfix: %s\n", c.Fix)
+			if c.Status == checkFail {
+				failed++
 			}
 		}
-		_ = tw.Flush()
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d problem(s) found; see the list above", failed)
-	}
-	if !f.json {
-		fmt.Fprintln(a.stdout, "no problems found")
-	}
-	return nil
+		if f.json {
+			if err := writeJSON(a.stdout, map[string]any{"target": target, "checks": checks, "problems": failed}); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(a.stdout, "mend doctor: %s\n", target)
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			for _, c := range checks {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+				if c.Fix != "" {
+					fmt.Fprintf(tw, "  \t\tfix: %s\n", c.Fix)
+				}
+			}
+			_ = tw.Flush()
+		}
+		if failed > 0 {
+			return fmt.Errorf("%d problem(s) found; see the list above", failed)
+		}
+		if !f.json {
+			fmt.Fprintln(a.stdout, "no problems found")
+		}
+		return nil
+	})
 }
 
 // diagnose runs every check it can; a check that cannot run (no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"strings"
 	"time"
 
@@ -49,11 +50,12 @@ func (c importCounts) summary() string {
 	return s + ")"
 }
 
-func runImport(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("import", "", "Record every dead letter already in the host's queue database (rows of *_dlq topics in queue_messages),\n"+
-		"in offset order, through the same intake as a linked-in DLQ consumer: adopting mend on a live system.\n"+
-		"Idempotent: a row already recorded is left as it is, so running it again records nothing new.\n"+
-		"Progress goes to stderr, the summary to stdout.", false)
+func newImportCmd(a *app) *cobra.Command {
+	f := a.newCommand("import", "record every dead letter already in the host's queue database (adopting mend), idempotently",
+		"Record every dead letter already in the host's queue database (rows of *_dlq topics in queue_messages),\n"+
+			"in offset order, through the same intake as a linked-in DLQ consumer: adopting mend on a live system.\n"+
+			"Idempotent: a row already recorded is left as it is, so running it again records nothing new.\n"+
+			"Progress goes to stderr, the summary to stdout.", withDSN|withLog)
 	var c importConfig
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of the host's queue database (queue_messages) (required)")
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of the host's application database, to find a buildsignal's batch in table build;\nwithout it buildsignal dead letters are recorded parked")
@@ -62,23 +64,26 @@ func runImport(ctx context.Context, a *app, args []string) error {
 	f.DurationVar(&c.Since, "since", 0, "only dead letters whose failed_at is within this long of now, e.g. 72h (0: all)")
 	f.IntVar(&c.PageSize, "page-size", importPageDefault, "rows read per query")
 	f.StringVar(&c.Actor, "actor", "import", "who records them, kept in the event log")
+	f.completeValues("topic", dlqTopics()...)
 	f.setDefault("log-level", "warn") // one intake line per row would drown the progress lines
 	var err error
-	if c.DSN, err = f.parseWithDSN(args); err != nil {
-		return err
-	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	counts, err := runImportWith(ctx, a, f, c)
-	fmt.Fprintf(a.stdout, "mend import: %s\n", counts.summary())
-	if err != nil {
-		return err
-	}
-	if counts.refused > 0 {
-		return fmt.Errorf("%d dead letter(s) were refused by the intake (see the lines above); they stay in the DLQ", counts.refused)
-	}
-	return nil
+	return f.run(func(ctx context.Context, args []string) error {
+		if c.DSN, err = f.needDSN(); err != nil {
+			return err
+		}
+		if err := c.check(); err != nil {
+			return err
+		}
+		counts, err := runImportWith(ctx, a, f, c)
+		fmt.Fprintf(a.stdout, "mend import: %s\n", counts.summary())
+		if err != nil {
+			return err
+		}
+		if counts.refused > 0 {
+			return fmt.Errorf("%d dead letter(s) were refused by the intake (see the lines above); they stay in the DLQ", counts.refused)
+		}
+		return nil
+	})
 }
 
 // check validates the flags and normalises --topic.

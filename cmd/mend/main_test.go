@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/cobra"
 )
 
 func TestScrubberAndRedactDSN(t *testing.T) {
@@ -61,9 +62,12 @@ func TestEnvTwins(t *testing.T) {
 		t.Fatalf("envName(lease-ttl) = %q", got)
 	}
 	env := map[string]string{"MEND_DSN": "env:x@tcp(h:1)/envdb", "MEND_LOG_LEVEL": "debug"}
-	a := &app{getenv: func(k string) string { return env[k] }, scrub: &scrubber{}}
-	f := a.newFlags("x", "", "", false)
-	if err := f.parse([]string{"--dsn", "flag@tcp(h:1)/flagdb"}); err != nil {
+	a := &app{getenv: func(k string) string { return env[k] }, scrub: &scrubber{}, flagsOf: map[*cobra.Command]*flags{}}
+	f := a.newCommand("x", "", "", withDSN|withLog)
+	if err := f.Parse([]string{"--dsn", "flag@tcp(h:1)/flagdb"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.applyEnv(); err != nil {
 		t.Fatal(err)
 	}
 	if f.dsn != "flag@tcp(h:1)/flagdb" || f.logLevel != "debug" {
@@ -94,7 +98,7 @@ func TestMainUsage(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
 	getenv := func(string) string { return "" }
-	if code := Main(context.Background(), nil, &out, &errOut, getenv); code != exitUsage || !strings.Contains(out.String(), "Usage: mend") {
+	if code := Main(context.Background(), nil, &out, &errOut, getenv); code != exitUsage || !strings.Contains(out.String(), "mend [command]") {
 		t.Fatalf("no args: exit %d, %q", code, out.String())
 	}
 	out.Reset()

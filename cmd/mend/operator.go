@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/storage"
 )
 
@@ -25,7 +27,7 @@ type selection struct {
 }
 
 func addSelection(f *flags, verb string) *selection {
-	return &selection{
+	s := &selection{
 		record:   f.String("record", "", "the record's ID (32 hex characters); or select several with --queue, --state, --reason-contains"),
 		queue:    f.String("queue", "", "select the records of this queue"),
 		state:    f.String("state", string(mend.StateParked), "select records in this state"),
@@ -33,6 +35,25 @@ func addSelection(f *flags, verb string) *selection {
 		limit:    f.Int("limit", 1000, "at most this many selected records"),
 		yes:      f.Bool("yes", false, "with a selection: "+verb+" the records listed (without it, only list them and count)"),
 	}
+	f.cmdLineOnly("yes")
+	f.completeValues("state", stateNames()...)
+	return s
+}
+
+// stateNames are the record states, for completion.
+func stateNames() []string {
+	return []string{string(mend.StatePending), string(mend.StateWaiting), string(mend.StateSettled), string(mend.StateParked), string(mend.StateDone)}
+}
+
+// dlqTopics are the host's dead-letter topics, for completion of --topic.
+func dlqTopics() []string {
+	var out []string
+	for _, t := range []string{dlq.TopicSpeculate, dlq.TopicDependencyAnalysis, dlq.TopicBuild, dlq.TopicBuildSignal,
+		dlq.TopicMerge, dlq.TopicMergeSignal, dlq.TopicConclude, dlq.TopicStart, dlq.TopicValidate, dlq.TopicBatch,
+		dlq.TopicCancel, dlq.TopicMergeConflictCheck, dlq.TopicLog} {
+		out = append(out, t+dlq.DLQSuffix)
+	}
+	return out
 }
 
 // check validates the selection's flags, before anything connects: a bad
@@ -102,84 +123,88 @@ func noTarget(r mend.Record) string {
 	return ""
 }
 
-func runRetry(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("retry", "", "Put parked records back to pending, due now; the next reconciler pass repairs them.\n"+
-		"A record whose dead letter names nothing to repair is refused: record a corrected copy, then mend resolve it.", true)
+func newRetryCmd(a *app) *cobra.Command {
+	f := a.newCommand("retry", "put parked records back to pending (one by --record, or a selection)", "Put parked records back to pending, due now; the next reconciler pass repairs them.\n"+
+		"A record whose dead letter names nothing to repair is refused: record a corrected copy, then mend resolve it.", withDSN|withLog|withJSON)
 	sel := addSelection(f, "retry")
 	actor := f.String("actor", "operator", "who retries, kept in the event log")
 	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
-	}
-	if err := sel.check(f); err != nil {
-		return err
-	}
-	if *sel.state != string(mend.StateParked) {
-		return usagef("--state must be parked: only parked records can be retried")
-	}
-	skip := func(r mend.Record) string {
-		if r.State != mend.StateParked {
-			return fmt.Sprintf("it is %s, not parked: only parked records can be retried", r.State)
-		}
-		return noTarget(r)
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		recs, dry, err := sel.pick(ctx, store)
+	return f.run(func(ctx context.Context, _ []string) error {
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if dry {
-			a.listSelection("retry", recs, skip)
-			return nil
+		if err := sel.check(f); err != nil {
+			return err
 		}
-		return a.each(f.json, "retry", recs, skip, func(r mend.Record) (mend.Record, error) {
-			return store.RecordRetry(ctx, storage.RetryParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
-		}, func(before, after mend.Record) string {
-			return fmt.Sprintf("record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it",
-				after.ID, after.Source.Queue, clipLine(before.LastError, 200))
+		if *sel.state != string(mend.StateParked) {
+			return usagef("--state must be parked: only parked records can be retried")
+		}
+		skip := func(r mend.Record) string {
+			if r.State != mend.StateParked {
+				return fmt.Sprintf("it is %s, not parked: only parked records can be retried", r.State)
+			}
+			return noTarget(r)
+		}
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			recs, dry, err := sel.pick(ctx, store)
+			if err != nil {
+				return err
+			}
+			if dry {
+				a.listSelection("retry", recs, skip)
+				return nil
+			}
+			return a.each(f.json, "retry", recs, skip, func(r mend.Record) (mend.Record, error) {
+				return store.RecordRetry(ctx, storage.RetryParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+			}, func(before, after mend.Record) string {
+				return fmt.Sprintf("record %s in queue %q is pending again (it was parked: %s); the next reconciler pass repairs it",
+					after.ID, after.Source.Queue, clipLine(before.LastError, 200))
+			})
 		})
 	})
 }
 
-func runResolve(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("resolve", "", "Close records by hand once their repair was done another way (or is not needed): each gets a resolved\n"+
-		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", true)
+func newResolveCmd(a *app) *cobra.Command {
+	f := a.newCommand("resolve", "close records by hand, with who and why (one by --record, or a selection)", "Close records by hand once their repair was done another way (or is not needed): each gets a resolved\n"+
+		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", withDSN|withLog|withJSON)
 	sel := addSelection(f, "resolve")
 	actor := f.String("actor", "operator", "who resolves, kept in the event log")
 	reason := f.String("reason", "", "why the record is closed by hand (required), kept in the event log")
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
-	}
-	if err := sel.check(f); err != nil {
-		return err
-	}
-	if err := requireFlag("reason", *reason); err != nil {
-		return err
-	}
-	if *sel.state == string(mend.StateDone) {
-		return usagef("--state done: done records are closed already")
-	}
-	skip := func(r mend.Record) string {
-		if r.State == mend.StateDone {
-			return "it is done already"
-		}
-		return ""
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		recs, dry, err := sel.pick(ctx, store)
+	return f.run(func(ctx context.Context, _ []string) error {
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if dry {
-			a.listSelection("resolve", recs, skip)
-			return nil
+		if err := sel.check(f); err != nil {
+			return err
 		}
-		return a.each(f.json, "resolve", recs, skip, func(r mend.Record) (mend.Record, error) {
-			return store.RecordResolve(ctx, storage.ResolveParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
-		}, func(before, after mend.Record) string {
-			return fmt.Sprintf("record %s in queue %q is resolved (it was %s: %s)", after.ID, after.Source.Queue, before.State, clipLine(before.LastError, 200))
+		if err := requireFlag("reason", *reason); err != nil {
+			return err
+		}
+		if *sel.state == string(mend.StateDone) {
+			return usagef("--state done: done records are closed already")
+		}
+		skip := func(r mend.Record) string {
+			if r.State == mend.StateDone {
+				return "it is done already"
+			}
+			return ""
+		}
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			recs, dry, err := sel.pick(ctx, store)
+			if err != nil {
+				return err
+			}
+			if dry {
+				a.listSelection("resolve", recs, skip)
+				return nil
+			}
+			return a.each(f.json, "resolve", recs, skip, func(r mend.Record) (mend.Record, error) {
+				return store.RecordResolve(ctx, storage.ResolveParams{ID: r.ID, Actor: *actor, OpID: mend.NewOpID(), Reason: *reason})
+			}, func(before, after mend.Record) string {
+				return fmt.Sprintf("record %s in queue %q is resolved (it was %s: %s)", after.ID, after.Source.Queue, before.State, clipLine(before.LastError, 200))
+			})
 		})
 	})
 }
@@ -245,79 +270,75 @@ func (a *app) each(asJSON bool, verb string, recs []mend.Record, skip func(mend.
 
 // ---- lease ----
 
-func runLease(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("lease", "list|history|release ", "Show the queues' lease terms (list), a queue's past terms (history), or end a dead holder's term now\n"+
+func newLeaseCmd(a *app) *cobra.Command {
+	f := a.newCommand("lease list|history|release", "show lease terms and their history; end a dead holder's term", "Show the queues' lease terms (list), a queue's past terms (history), or end a dead holder's term now\n"+
 		"(release --queue Q --epoch E): only that exact term ends, recorded as ended by the operator; its holder's\n"+
-		"writes are refused from then on, and the next replica takes the queue with a higher epoch.", true)
+		"writes are refused from then on, and the next replica takes the queue with a higher epoch.", withDSN|withLog|withJSON)
 	queue := f.String("queue", "", "the queue (history, release)")
 	epoch := f.Int64("epoch", 0, "release: the epoch of the term to end, as lease list shows it")
 	limit := f.Int("limit", 50, "history: at most this many terms, newest first")
-	var pos []string
-	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		pos, args = append(pos, args[0]), args[1:]
-	}
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	pos = append(pos, f.Args()...)
-	if len(pos) != 1 {
-		return usagef("name one action: mend lease list|history|release")
-	}
-	action := pos[0]
-	switch action {
-	case "list":
-	case "history":
-		if err := requireFlag("queue", *queue); err != nil {
-			return err
+	f.cmd.Args = cobra.ArbitraryArgs
+	f.cmd.ValidArgs = []string{"list", "history", "release"}
+	return f.run(func(ctx context.Context, pos []string) error {
+		if len(pos) != 1 {
+			return usagef("name one action: mend lease list|history|release")
 		}
-		if *limit < 1 {
-			return usagef("--limit must be at least 1")
-		}
-	case "release":
-		if err := requireFlag("queue", *queue); err != nil {
-			return err
-		}
-		if *epoch < 1 {
-			return usagef("--epoch is required (or MEND_EPOCH): the term to end, as mend lease list shows it")
-		}
-	default:
-		return usagef("unknown action %q; use list, history or release", action)
-	}
-	dsn, err := f.needDSN()
-	if err != nil {
-		return err
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		action := pos[0]
 		switch action {
 		case "list":
-			leases, err := store.LeaseList(ctx)
-			if err != nil {
-				return err
-			}
-			return a.printLeases(f.json, leases)
 		case "history":
-			terms, err := store.LeaseHistory(ctx, *queue, *limit)
-			if errors.Is(err, mend.ErrInvalid) {
-				return usagef("%v", err)
-			}
-			if err != nil {
+			if err := requireFlag("queue", *queue); err != nil {
 				return err
 			}
-			return a.printLeaseHistory(f.json, *queue, terms)
+			if *limit < 1 {
+				return usagef("--limit must be at least 1")
+			}
+		case "release":
+			if err := requireFlag("queue", *queue); err != nil {
+				return err
+			}
+			if *epoch < 1 {
+				return usagef("--epoch is required (or MEND_EPOCH): the term to end, as mend lease list shows it")
+			}
+		default:
+			return usagef("unknown action %q; use list, history or release", action)
 		}
-		term, err := store.LeaseEndByOperator(ctx, *queue, *epoch)
-		if errors.Is(err, mend.ErrLeaseLost) {
-			return fmt.Errorf("queue %q has no live term at epoch %d (it ended already, or a newer term replaced it; see mend lease list): nothing changed", *queue, *epoch)
-		}
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if f.json {
-			return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndOperator})
-		}
-		fmt.Fprintf(a.stdout, "ended the term of %q at epoch %d on queue %q; its writes are refused from now on, and the next replica takes the queue at epoch %d or later\n",
-			term.Holder, term.Epoch, term.Queue, term.Epoch+1)
-		return nil
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			switch action {
+			case "list":
+				leases, err := store.LeaseList(ctx)
+				if err != nil {
+					return err
+				}
+				return a.printLeases(f.json, leases)
+			case "history":
+				terms, err := store.LeaseHistory(ctx, *queue, *limit)
+				if errors.Is(err, mend.ErrInvalid) {
+					return usagef("%v", err)
+				}
+				if err != nil {
+					return err
+				}
+				return a.printLeaseHistory(f.json, *queue, terms)
+			}
+			term, err := store.LeaseEndByOperator(ctx, *queue, *epoch)
+			if errors.Is(err, mend.ErrLeaseLost) {
+				return fmt.Errorf("queue %q has no live term at epoch %d (it ended already, or a newer term replaced it; see mend lease list): nothing changed", *queue, *epoch)
+			}
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(a.stdout, map[string]any{"queue": term.Queue, "holder": term.Holder, "epoch": term.Epoch, "ended_how": storage.LeaseEndOperator})
+			}
+			fmt.Fprintf(a.stdout, "ended the term of %q at epoch %d on queue %q; its writes are refused from now on, and the next replica takes the queue at epoch %d or later\n",
+				term.Holder, term.Epoch, term.Queue, term.Epoch+1)
+			return nil
+		})
 	})
 }
 

@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/internal/mysqltest"
@@ -469,35 +471,84 @@ func TestOperatorCommands(t *testing.T) {
 
 	t.Run("completion", func(t *testing.T) {
 		t.Parallel()
-		r := opsMust(t, "completion", "bash")
-		for _, want := range []string{"complete -o default -F _mend mend", "resolve)", "--reason-contains", "--host-dsn"} {
-			if !strings.Contains(r.stdout, want) {
-				t.Errorf("bash completion lacks %q", want)
+		for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+			if r := opsMust(t, "completion", shell); !strings.Contains(r.stdout, "__complete") {
+				t.Errorf("%s completion does not call back into mend: %.200s", shell, r.stdout)
 			}
 		}
-		if r := opsMust(t, "completion", "zsh"); !strings.HasPrefix(r.stdout, "#compdef mend") {
-			t.Errorf("zsh completion = %q", r.stdout[:40])
+		// What the scripts ask the binary: commands, flags, flag values.
+		for _, c := range []struct {
+			args []string
+			want []string
+		}{
+			{[]string{"__complete", ""}, []string{"resolve", "lease", "migrate"}},
+			{[]string{"__complete", "resolve", "--"}, []string{"--reason-contains", "--state"}},
+			{[]string{"__complete", "run", "--"}, []string{"--host-dsn"}},
+			{[]string{"__complete", "resolve", "--state", ""}, []string{"parked", "pending", "done"}},
+			{[]string{"__complete", "inspect", "--state="}, []string{"parked", "waiting"}},
+			{[]string{"__complete", "record", "--topic", ""}, []string{"speculate_dlq", "buildsignal_dlq"}},
+			{[]string{"__complete", "import", "--topic", ""}, []string{"speculate_dlq"}},
+			{[]string{"__complete", "lease", ""}, []string{"list", "history", "release"}},
+			{[]string{"__complete", "migrate", ""}, []string{"up", "down", "goto"}},
+		} {
+			r := opsMust(t, c.args...)
+			for _, w := range c.want {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("mend %q offers no %q:\n%s", c.args, w, r.stdout)
+				}
+			}
+		}
+	})
+
+	t.Run("help for every command", func(t *testing.T) {
+		t.Parallel()
+		for _, cmd := range a0().newRoot().Commands() {
+			name := cmd.Name()
+			r1, r2 := opsMust(t, "help", name), opsMust(t, name, "--help")
+			if want := "Usage:\n  mend " + name; !strings.Contains(r1.stdout, want) || !strings.Contains(r2.stdout, want) {
+				t.Errorf("mend help %s != mend %s --help, or names no command:\n%s", name, name, r1.stdout)
+			}
+		}
+		if r := opsMust(t, "version", "-h"); strings.Contains(r.stdout, "--dsn") {
+			t.Errorf("version -h lists --dsn:\n%s", r.stdout)
+		}
+		for _, v := range []string{"-v", "--version"} {
+			if r := opsMust(t, v); !strings.HasPrefix(r.stdout, "mend ") || !strings.Contains(r.stdout, "go1") {
+				t.Errorf("mend %s = %q", v, r.stdout)
+			}
+		}
+		if r := opsRun(t, nil, "no-such-command"); r.code != exitUsage {
+			t.Errorf("an unknown command exits %d", r.code)
+		}
+		if r := opsRun(t, nil, "status", "--no-such-flag"); r.code != exitUsage || !strings.Contains(r.stderr, "no-such-flag") {
+			t.Errorf("an unknown flag exits %d: %q", r.code, r.stderr)
 		}
 	})
 
 	t.Run("every flag has a MEND twin", func(t *testing.T) {
 		t.Parallel()
-		for cmd, names := range commandFlags(ctx) {
-			asked := map[string]bool{}
-			a := &app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, scrub: &scrubber{},
-				getenv: func(k string) string { asked[k] = true; return "" }}
-			f := a.newFlags(cmd, "", "", false)
-			_ = f // the shared flags; each command's own are asked in its run
-			for _, c := range commands() {
-				if c.name == cmd && cmd != "completion" {
-					_ = c.run(ctx, a, []string{"--no-such-flag"})
-				}
+		asked := map[string]bool{}
+		a := a0()
+		a.getenv = func(k string) string { asked[k] = true; return "" }
+		root := a.newRoot()
+		for _, cmd := range root.Commands() {
+			f := a.flagsOf[cmd]
+			if f == nil {
+				continue // help, completion: cobra's own
 			}
-			for _, n := range names {
-				if cmd != "completion" && !asked[envName(n)] {
-					t.Errorf("mend %s --%s: %s is never read", cmd, n, envName(n))
-				}
+			clear(asked)
+			if err := f.applyEnv(); err != nil {
+				t.Fatal(err)
 			}
+			f.VisitAll(func(fl *pflag.Flag) {
+				want := fl.Name != "help" && fl.Name != "yes" && fl.Name != "force"
+				if asked[envName(fl.Name)] != want {
+					t.Errorf("mend %s --%s: %s read = %v, want %v", cmd.Name(), fl.Name, envName(fl.Name), !want, want)
+				}
+				if want && !strings.Contains(fl.Usage, envName(fl.Name)) {
+					t.Errorf("mend %s --%s: its help does not name %s", cmd.Name(), fl.Name, envName(fl.Name))
+				}
+			})
 		}
 	})
 
@@ -576,4 +627,10 @@ func TestDemoStopsCleanlyWhenItsOutputCloses(t *testing.T) {
 	if after := countDemoDBs(); after != before {
 		t.Fatalf("the demo left %d database(s) behind", after-before)
 	}
+}
+
+// a0 is an app writing nowhere, with an empty environment.
+func a0() *app {
+	return &app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, scrub: &scrubber{},
+		getenv: func(string) string { return "" }, flagsOf: map[*cobra.Command]*flags{}}
 }

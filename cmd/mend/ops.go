@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"os"
 	"slices"
@@ -48,151 +49,148 @@ func writeJSON(w io.Writer, v any) error {
 
 // ---- migrate ----
 
-func runMigrate(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("migrate", "up [N]|down [N]|goto V|version|force V|sql ",
+func newMigrateCmd(a *app) *cobra.Command {
+	f := a.newCommand("migrate up [N]|down [N]|goto V|version|force V|sql", "apply, revert, show or print mend's schema; force records a version by hand",
 		"Apply (up: all, or the next N), revert (down: all, or the last N), move to a version (goto), show the\n"+
 			"version (exit 1 if dirty), record a version by hand after repairing a dirty schema (force), or print the\n"+
-			"migrations as SQL for a DBA who applies them by hand (sql; needs no database).", true)
+			"migrations as SQL for a DBA who applies them by hand (sql; needs no database).", withDSN|withLog|withJSON)
 	yes := f.Bool("yes", false, "confirm 'down' or a 'goto' below the current version (they drop mend's tables and data), or 'force' on a clean schema")
 	createDB := f.Bool("create-database", false, "up: create the DSN's database first if it does not exist")
+	f.cmdLineOnly("yes")
 	// The action and its number may come before or after the flags.
-	var pos []string
-	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		pos, args = append(pos, args[0]), args[1:]
-	}
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	pos = append(pos, f.Args()...)
-	if len(pos) == 0 {
-		return usagef("name an action: mend migrate up [N]|down [N]|goto V|version|force V|sql")
-	}
-	action, rest := pos[0], pos[1:]
-	num := -1 // the action's number; -1: none given
-	switch action {
-	case "up", "down", "goto", "force":
-		if len(rest) > 1 {
-			return usagef("unexpected argument %q after %q", rest[1], action+" "+rest[0])
+	f.cmd.Args = cobra.ArbitraryArgs
+	f.cmd.ValidArgs = []string{"up", "down", "goto", "version", "force", "sql"}
+	return f.run(func(ctx context.Context, pos []string) error {
+		if len(pos) == 0 {
+			return usagef("name an action: mend migrate up [N]|down [N]|goto V|version|force V|sql")
 		}
-		if len(rest) == 1 {
-			n, err := strconv.Atoi(rest[0])
-			if err != nil || n < 0 {
-				return usagef("'migrate %s' takes a non-negative number, got %q", action, rest[0])
+		action, rest := pos[0], pos[1:]
+		num := -1 // the action's number; -1: none given
+		switch action {
+		case "up", "down", "goto", "force":
+			if len(rest) > 1 {
+				return usagef("unexpected argument %q after %q", rest[1], action+" "+rest[0])
 			}
-			num = n
-		} else if action == "goto" || action == "force" {
-			return usagef("'migrate %s' needs a version, e.g. mend migrate %s 7", action, action)
+			if len(rest) == 1 {
+				n, err := strconv.Atoi(rest[0])
+				if err != nil || n < 0 {
+					return usagef("'migrate %s' takes a non-negative number, got %q", action, rest[0])
+				}
+				num = n
+			} else if action == "goto" || action == "force" {
+				return usagef("'migrate %s' needs a version, e.g. mend migrate %s 7", action, action)
+			}
+		case "version", "sql":
+			if len(rest) > 0 {
+				return usagef("unexpected argument %q after %q", rest[0], action)
+			}
+		default:
+			return usagef("unknown action %q; use up, down, goto, version, force or sql", action)
 		}
-	case "version", "sql":
-		if len(rest) > 0 {
-			return usagef("unexpected argument %q after %q", rest[0], action)
-		}
-	default:
-		return usagef("unknown action %q; use up, down, goto, version, force or sql", action)
-	}
-	list, err := migrations.Mend.List()
-	if err != nil {
-		return err
-	}
-	latest := list[len(list)-1].Version
-	if action == "sql" {
-		return printMigrationSQL(a.stdout, list)
-	}
-	dsn, err := f.needDSN()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	cur, dirty, err := schemaVersion(ctx, dsn)
-	if isUnknownDB(err) {
-		if action != "up" || !*createDB {
-			return fmt.Errorf("%s; create it first (CREATE DATABASE %s) or run mend migrate up --create-database", oneLine(err.Error()), dbNameOf(dsn))
-		}
-		if err := createDatabase(ctx, dsn); err != nil {
+		list, err := migrations.Mend.List()
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "created database %s\n", dbNameOf(dsn))
-		cur, dirty, err = 0, false, nil
-	}
-	if err != nil {
-		return err
-	}
-	if dirty && action != "version" && action != "force" {
-		return fmt.Errorf("mend's schema is dirty at version %d: a migration failed half way; repair it by hand, then mend migrate force <version> (docs/operations.md, 'Dirty schema')", cur)
-	}
-	target := cur
-	switch action {
-	case "up":
-		target = latest
-		if num >= 0 {
-			target = min(versionAfter(list, cur, num), latest)
+		latest := list[len(list)-1].Version
+		if action == "sql" {
+			return printMigrationSQL(a.stdout, list)
 		}
-	case "down":
-		if !*yes {
-			return usagef("'migrate down' drops mend's tables and their data; add --yes to confirm")
-		}
-		target = 0
-		if num >= 0 {
-			target = versionBefore(list, cur, num)
-		}
-	case "goto":
-		if uint(num) > latest {
-			return usagef("version %d is beyond this binary's latest (%d)", num, latest)
-		}
-		if num != 0 && !slices.ContainsFunc(list, func(m migrations.Migration) bool { return m.Version == uint(num) }) {
-			return usagef("there is no migration %d", num)
-		}
-		target = uint(num)
-		if target < cur && !*yes {
-			return usagef("'migrate goto %d' reverts migrations above it, dropping mend's tables and data; add --yes to confirm", num)
-		}
-	case "force":
-		if uint(num) > latest {
-			return usagef("version %d is beyond this binary's latest (%d)", num, latest)
-		}
-		if !dirty && !*yes {
-			return usagef("the schema is clean at version %d: force only records a version after a dirty migration was repaired by hand, and running no migration; add --yes if you really mean it", cur)
-		}
-		if err := migrations.Mend.Force(ctx, dsn, num); err != nil {
+		dsn, err := f.needDSN()
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(a.stdout, "recorded version %d as clean (no migration ran)\n", num)
-		cur, dirty = uint(num), false
-	}
-	for cur != target {
-		step, m := 1, migrationAt(list, cur, true)
-		if target < cur {
-			step, m = -1, migrationAt(list, cur, false)
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		cur, dirty, err := schemaVersion(ctx, dsn)
+		if isUnknownDB(err) {
+			if action != "up" || !*createDB {
+				return fmt.Errorf("%s; create it first (CREATE DATABASE %s) or run mend migrate up --create-database", oneLine(err.Error()), dbNameOf(dsn))
+			}
+			if err := createDatabase(ctx, dsn); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "created database %s\n", dbNameOf(dsn))
+			cur, dirty, err = 0, false, nil
 		}
-		began := time.Now()
-		if err := migrations.Mend.Step(ctx, dsn, step); err != nil {
+		if err != nil {
 			return err
 		}
-		verb := "applied"
-		if step < 0 {
-			verb = "reverted"
+		if dirty && action != "version" && action != "force" {
+			return fmt.Errorf("mend's schema is dirty at version %d: a migration failed half way; repair it by hand, then mend migrate force <version> (docs/operations.md, 'Dirty schema')", cur)
 		}
-		fmt.Fprintf(a.stdout, "%s %04d_%s in %s\n", verb, m.Version, m.Name, time.Since(began).Round(time.Millisecond))
-		if cur, dirty, err = schemaVersion(ctx, dsn); err != nil {
-			return err
+		target := cur
+		switch action {
+		case "up":
+			target = latest
+			if num >= 0 {
+				target = min(versionAfter(list, cur, num), latest)
+			}
+		case "down":
+			if !*yes {
+				return usagef("'migrate down' drops mend's tables and their data; add --yes to confirm")
+			}
+			target = 0
+			if num >= 0 {
+				target = versionBefore(list, cur, num)
+			}
+		case "goto":
+			if uint(num) > latest {
+				return usagef("version %d is beyond this binary's latest (%d)", num, latest)
+			}
+			if num != 0 && !slices.ContainsFunc(list, func(m migrations.Migration) bool { return m.Version == uint(num) }) {
+				return usagef("there is no migration %d", num)
+			}
+			target = uint(num)
+			if target < cur && !*yes {
+				return usagef("'migrate goto %d' reverts migrations above it, dropping mend's tables and data; add --yes to confirm", num)
+			}
+		case "force":
+			if uint(num) > latest {
+				return usagef("version %d is beyond this binary's latest (%d)", num, latest)
+			}
+			if !dirty && !*yes {
+				return usagef("the schema is clean at version %d: force only records a version after a dirty migration was repaired by hand, and running no migration; add --yes if you really mean it", cur)
+			}
+			if err := migrations.Mend.Force(ctx, dsn, num); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "recorded version %d as clean (no migration ran)\n", num)
+			cur, dirty = uint(num), false
 		}
-	}
-	if f.json {
-		if err := writeJSON(a.stdout, map[string]any{"version": cur, "latest": latest, "dirty": dirty}); err != nil {
-			return err
+		for cur != target {
+			step, m := 1, migrationAt(list, cur, true)
+			if target < cur {
+				step, m = -1, migrationAt(list, cur, false)
+			}
+			began := time.Now()
+			if err := migrations.Mend.Step(ctx, dsn, step); err != nil {
+				return err
+			}
+			verb := "applied"
+			if step < 0 {
+				verb = "reverted"
+			}
+			fmt.Fprintf(a.stdout, "%s %04d_%s in %s\n", verb, m.Version, m.Name, time.Since(began).Round(time.Millisecond))
+			if cur, dirty, err = schemaVersion(ctx, dsn); err != nil {
+				return err
+			}
 		}
-	} else {
-		state := "clean"
+		if f.json {
+			if err := writeJSON(a.stdout, map[string]any{"version": cur, "latest": latest, "dirty": dirty}); err != nil {
+				return err
+			}
+		} else {
+			state := "clean"
+			if dirty {
+				state = "DIRTY (a migration failed half way; repair it by hand, then mend migrate force <version>; see docs/operations.md)"
+			}
+			fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", cur, latest, state)
+		}
 		if dirty {
-			state = "DIRTY (a migration failed half way; repair it by hand, then mend migrate force <version>; see docs/operations.md)"
+			return fmt.Errorf("mend's schema is dirty at version %d", cur)
 		}
-		fmt.Fprintf(a.stdout, "mend schema at version %d of %d, %s\n", cur, latest, state)
-	}
-	if dirty {
-		return fmt.Errorf("mend's schema is dirty at version %d", cur)
-	}
-	return nil
+		return nil
+	})
 }
 
 // schemaVersion reads the version without creating the bookkeeping table.
@@ -325,21 +323,24 @@ type queueStatusJSON struct {
 	Lease            *leaseJSON       `json:"lease"`
 }
 
-func runStatus(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("status", "", "Per queue: records by state, how many are due and for how long, and the lease.", true)
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		st, err := store.Status(ctx)
+func newStatusCmd(a *app) *cobra.Command {
+	f := a.newCommand("status", "per queue: records by state, oldest due age, lease holder",
+		"Per queue: records by state, how many are due and for how long, and the lease.", withDSN|withLog|withJSON)
+	return f.run(func(ctx context.Context, args []string) error {
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if f.json {
-			return writeJSON(a.stdout, toStatusJSON(st))
-		}
-		return printStatus(a.stdout, st)
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			st, err := store.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(a.stdout, toStatusJSON(st))
+			}
+			return printStatus(a.stdout, st)
+		})
 	})
 }
 
@@ -460,8 +461,9 @@ func toEventsJSON(evs []mend.Event) []eventJSON {
 	return out
 }
 
-func runInspect(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("inspect", "", "Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", true)
+func newInspectCmd(a *app) *cobra.Command {
+	f := a.newCommand("inspect", "a record and its full event history (or a queue's records)",
+		"Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", withDSN|withLog|withJSON)
 	queue := f.String("queue", "", "the queue (optional with --record)")
 	state := f.String("state", "", "list records in this state (pending, waiting, settled, parked, done), across queues unless --queue is given")
 	recordID := f.String("record", "", "record ID (32 hex characters)")
@@ -469,70 +471,74 @@ func runInspect(ctx context.Context, a *app, args []string) error {
 	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
 	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
 	limit := f.Int("limit", 50, "how many records to list (with --queue or --state)")
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
-	}
-	var id mend.RecordID
-	switch {
-	case *recordID != "":
-		if id, err = mend.ParseRecordID(*recordID); err != nil {
-			return usagef("--record: %v", err)
-		}
-	case *messageID != "":
-		if *queue == "" || *topic == "" {
-			return usagef("--message-id needs --queue and --topic (and --partition if it is not empty)")
-		}
-	case *state != "":
-		if !mend.State(*state).Valid() {
-			return usagef("--state %q is not a record state: pending, waiting, settled, parked or done", *state)
-		}
-	case *queue == "":
-		return usagef("name what to inspect: --record ID, --state S, or --queue Q (with --topic and --message-id for one message)")
-	}
-	if *limit < 1 {
-		return usagef("--limit must be at least 1")
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		var rec mend.Record
-		var err error
-		switch {
-		case *recordID != "":
-			if rec, err = store.RecordFind(ctx, id); err != nil {
-				return err
-			}
-			if *queue != "" && rec.Source.Queue != *queue {
-				return fmt.Errorf("record %s is in queue %q, not %q", id, rec.Source.Queue, *queue)
-			}
-		case *messageID != "":
-			src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
-			if rec, err = store.RecordGet(ctx, src); err != nil {
-				if errors.Is(err, mend.ErrInvalid) {
-					return usagef("%v", err)
-				}
-				return err
-			}
-		case *state != "":
-			recs, err := store.RecordsSelect(ctx, storage.RecordFilter{State: mend.State(*state), Queue: *queue, Limit: *limit})
-			if err != nil {
-				return err
-			}
-			return a.printRecordList(f.json, "state "+*state, recs)
-		default:
-			recs, err := store.RecordsList(ctx, *queue, *limit)
-			if err != nil {
-				return err
-			}
-			return a.printRecordList(f.json, "queue "+strconv.Quote(*queue), recs)
-		}
-		evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
+	f.completeValues("state", stateNames()...)
+	f.completeValues("topic", dlqTopics()...)
+	return f.run(func(ctx context.Context, args []string) error {
+		dsn, err := f.needDSN()
 		if err != nil {
 			return err
 		}
-		if f.json {
-			return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "events": toEventsJSON(evs)})
+		var id mend.RecordID
+		switch {
+		case *recordID != "":
+			if id, err = mend.ParseRecordID(*recordID); err != nil {
+				return usagef("--record: %v", err)
+			}
+		case *messageID != "":
+			if *queue == "" || *topic == "" {
+				return usagef("--message-id needs --queue and --topic (and --partition if it is not empty)")
+			}
+		case *state != "":
+			if !mend.State(*state).Valid() {
+				return usagef("--state %q is not a record state: pending, waiting, settled, parked or done", *state)
+			}
+		case *queue == "":
+			return usagef("name what to inspect: --record ID, --state S, or --queue Q (with --topic and --message-id for one message)")
 		}
-		return printHistory(a.stdout, rec, evs)
+		if *limit < 1 {
+			return usagef("--limit must be at least 1")
+		}
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			var rec mend.Record
+			var err error
+			switch {
+			case *recordID != "":
+				if rec, err = store.RecordFind(ctx, id); err != nil {
+					return err
+				}
+				if *queue != "" && rec.Source.Queue != *queue {
+					return fmt.Errorf("record %s is in queue %q, not %q", id, rec.Source.Queue, *queue)
+				}
+			case *messageID != "":
+				src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
+				if rec, err = store.RecordGet(ctx, src); err != nil {
+					if errors.Is(err, mend.ErrInvalid) {
+						return usagef("%v", err)
+					}
+					return err
+				}
+			case *state != "":
+				recs, err := store.RecordsSelect(ctx, storage.RecordFilter{State: mend.State(*state), Queue: *queue, Limit: *limit})
+				if err != nil {
+					return err
+				}
+				return a.printRecordList(f.json, "state "+*state, recs)
+			default:
+				recs, err := store.RecordsList(ctx, *queue, *limit)
+				if err != nil {
+					return err
+				}
+				return a.printRecordList(f.json, "queue "+strconv.Quote(*queue), recs)
+			}
+			evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "events": toEventsJSON(evs)})
+			}
+			return printHistory(a.stdout, rec, evs)
+		})
 	})
 }
 
@@ -611,8 +617,9 @@ func clipLine(s string, n int) string {
 
 // ---- record ----
 
-func runRecord(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("record", "", "Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message with the same payload again returns the\nexisting record; with a different payload it is an error that shows both.", true)
+func newRecordCmd(a *app) *cobra.Command {
+	f := a.newCommand("record", "record a dead letter by hand (replaying old dead letters)",
+		"Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message with the same payload again returns the\nexisting record; with a different payload it is an error that shows both.", withDSN|withLog|withJSON)
 	queue := f.String("queue", "", "the queue (required; cross-checked: the record is filed under the queue the payload names)")
 	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
 	partition := f.String("partition", "", "the partition key, usually the queue (required; pass --partition '' for an empty one)")
@@ -622,87 +629,90 @@ func runRecord(ctx context.Context, a *app, args []string) error {
 	failures := f.Int("failure-count", 0, "how often the message failed")
 	lastErr := f.String("last-error", "", "the message's last error")
 	actor := f.String("actor", "operator", "who records it, kept in the event log")
+	f.completeValues("topic", dlqTopics()...)
 	f.setDefault("log-level", "warn") // the command prints what it did; the intake's info line would repeat it
-	dsn, err := f.parseWithDSN(args)
-	if err != nil {
-		return err
-	}
-	for _, req := range []struct{ name, v string }{{"queue", *queue}, {"topic", *topic}, {"message-id", *messageID}} {
-		if err := requireFlag(req.name, req.v); err != nil {
+	return f.run(func(ctx context.Context, args []string) error {
+		dsn, err := f.needDSN()
+		if err != nil {
 			return err
 		}
-	}
-	// An omitted partition must not silently mean "": the record's
-	// identity would not match the dead letter's.
-	if !f.given("partition") {
-		return usagef("--partition is required (or MEND_PARTITION): the dead letter's partition key, usually the queue; pass --partition '' if it really is empty")
-	}
-	pay := func() ([]byte, error) {
-		switch {
-		case f.given("payload") && f.given("payload-file"):
-			return nil, usagef("give --payload or --payload-file, not both")
-		case *payload == "-" || *payloadFile == "-":
-			b, err := io.ReadAll(os.Stdin)
-			if err != nil {
-				return nil, fmt.Errorf("read the payload from stdin: %w", err)
+		for _, req := range []struct{ name, v string }{{"queue", *queue}, {"topic", *topic}, {"message-id", *messageID}} {
+			if err := requireFlag(req.name, req.v); err != nil {
+				return err
 			}
-			return b, nil
-		case f.given("payload-file"):
-			b, err := os.ReadFile(*payloadFile)
-			if err != nil {
-				return nil, usagef("--payload-file: %v", err)
-			}
-			return b, nil
-		case f.given("payload"):
-			return []byte(*payload), nil
 		}
-		return nil, usagef("the payload is required: --payload TEXT, --payload-file FILE, or - for stdin (without it the record could never be repaired)")
-	}
-	body, err := pay()
-	if err != nil {
-		return err
-	}
-	d := dlq.Delivery{
-		Source:       mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID},
-		Payload:      body,
-		FailureCount: *failures,
-		LastError:    *lastErr,
-	}
-	if err := d.Source.Validate(); err != nil {
-		return usagef("%v", err)
-	}
-	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
-		in, err := dlq.New(store, dlq.Config{Actor: *actor, Logger: f.logger()})
+		// An omitted partition must not silently mean "": the record's
+		// identity would not match the dead letter's.
+		if !f.given("partition") {
+			return usagef("--partition is required (or MEND_PARTITION): the dead letter's partition key, usually the queue; pass --partition '' if it really is empty")
+		}
+		pay := func() ([]byte, error) {
+			switch {
+			case f.given("payload") && f.given("payload-file"):
+				return nil, usagef("give --payload or --payload-file, not both")
+			case *payload == "-" || *payloadFile == "-":
+				b, err := io.ReadAll(os.Stdin)
+				if err != nil {
+					return nil, fmt.Errorf("read the payload from stdin: %w", err)
+				}
+				return b, nil
+			case f.given("payload-file"):
+				b, err := os.ReadFile(*payloadFile)
+				if err != nil {
+					return nil, usagef("--payload-file: %v", err)
+				}
+				return b, nil
+			case f.given("payload"):
+				return []byte(*payload), nil
+			}
+			return nil, usagef("the payload is required: --payload TEXT, --payload-file FILE, or - for stdin (without it the record could never be repaired)")
+		}
+		body, err := pay()
 		if err != nil {
+			return err
+		}
+		d := dlq.Delivery{
+			Source:       mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID},
+			Payload:      body,
+			FailureCount: *failures,
+			LastError:    *lastErr,
+		}
+		if err := d.Source.Validate(); err != nil {
 			return usagef("%v", err)
 		}
-		res, err := in.Record(ctx, d)
-		if err != nil {
-			if errors.Is(err, mend.ErrInvalid) {
+		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+			in, err := dlq.New(store, dlq.Config{Actor: *actor, Logger: f.logger()})
+			if err != nil {
 				return usagef("%v", err)
 			}
-			return err
-		}
-		if !res.Created && !bytes.Equal(res.Record.Snapshot.Payload, body) {
-			// First writer wins: the stored payload is what will be
-			// repaired, so the operator must know theirs was not taken.
-			return fmt.Errorf("message %q is already recorded as %s with a different payload, which is kept: stored %s, given %s; "+
-				"record the corrected dead letter under a new --message-id (and mend resolve the old record once it is handled)",
-				*messageID, res.Record.ID, quotePayload(res.Record.Snapshot.Payload), quotePayload(body))
-		}
-		if f.json {
-			return writeJSON(a.stdout, map[string]any{"created": res.Created, "record": toRecordJSON(res.Record)})
-		}
-		verb := "recorded"
-		if !res.Created {
-			verb = "already recorded (same payload)"
-		}
-		fmt.Fprintf(a.stdout, "%s %s in queue %q: state %s", verb, res.Record.ID, res.Record.Source.Queue, res.Record.State)
-		if res.Record.State == mend.StateParked {
-			fmt.Fprintf(a.stdout, " (%s)", clipLine(res.Record.LastError, 200))
-		}
-		fmt.Fprintln(a.stdout)
-		return nil
+			res, err := in.Record(ctx, d)
+			if err != nil {
+				if errors.Is(err, mend.ErrInvalid) {
+					return usagef("%v", err)
+				}
+				return err
+			}
+			if !res.Created && !bytes.Equal(res.Record.Snapshot.Payload, body) {
+				// First writer wins: the stored payload is what will be
+				// repaired, so the operator must know theirs was not taken.
+				return fmt.Errorf("message %q is already recorded as %s with a different payload, which is kept: stored %s, given %s; "+
+					"record the corrected dead letter under a new --message-id (and mend resolve the old record once it is handled)",
+					*messageID, res.Record.ID, quotePayload(res.Record.Snapshot.Payload), quotePayload(body))
+			}
+			if f.json {
+				return writeJSON(a.stdout, map[string]any{"created": res.Created, "record": toRecordJSON(res.Record)})
+			}
+			verb := "recorded"
+			if !res.Created {
+				verb = "already recorded (same payload)"
+			}
+			fmt.Fprintf(a.stdout, "%s %s in queue %q: state %s", verb, res.Record.ID, res.Record.Source.Queue, res.Record.State)
+			if res.Record.State == mend.StateParked {
+				fmt.Fprintf(a.stdout, " (%s)", clipLine(res.Record.LastError, 200))
+			}
+			fmt.Fprintln(a.stdout)
+			return nil
+		})
 	})
 }
 

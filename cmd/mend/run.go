@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
 	"log/slog"
 	"strings"
 	"sync"
@@ -58,8 +59,9 @@ func (c runConfig) validate() error {
 	return nil
 }
 
-func runRun(ctx context.Context, a *app, args []string) error {
-	f := a.newFlags("run", "", "Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", false)
+func newRunCmd(a *app) *cobra.Command {
+	f := a.newCommand("run", "run the reconciler: repair due records under per-queue leases",
+		"Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", withDSN|withLog)
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build); default: --dsn")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
@@ -76,23 +78,25 @@ func runRun(ctx context.Context, a *app, args []string) error {
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
 	var err error
-	if c.DSN, err = f.parseWithDSN(args); err != nil {
-		return err
-	}
-	if c.HostDSN == "" {
-		c.HostDSN = c.DSN
-	} else if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
-		return err
-	}
-	if c.QueueDSN == "" {
-		c.QueueDSN = c.HostDSN
-	} else if _, err := checkDSN("--queue-dsn", c.QueueDSN); err != nil {
-		return err
-	}
-	if err := c.validate(); err != nil {
-		return err
-	}
-	return serve(ctx, c, f.logger(), a.scrub)
+	return f.run(func(ctx context.Context, args []string) error {
+		if c.DSN, err = f.needDSN(); err != nil {
+			return err
+		}
+		if c.HostDSN == "" {
+			c.HostDSN = c.DSN
+		} else if _, err := checkDSN("--host-dsn", c.HostDSN); err != nil {
+			return err
+		}
+		if c.QueueDSN == "" {
+			c.QueueDSN = c.HostDSN
+		} else if _, err := checkDSN("--queue-dsn", c.QueueDSN); err != nil {
+			return err
+		}
+		if err := c.validate(); err != nil {
+			return err
+		}
+		return serve(ctx, c, f.logger(), a.scrub)
+	})
 }
 
 // service is mend run's wired components.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
 // version is the release, set at build time with
@@ -42,19 +44,24 @@ func readBuildInfo() buildInfo {
 	return bi
 }
 
-func runVersion(_ context.Context, a *app, args []string) error {
-	f := a.newFlags("version", "", "Print the binary's version, VCS revision and Go version.", true)
-	if err := f.parseNoArgs(args); err != nil {
-		return err
-	}
-	bi := readBuildInfo()
-	if f.json {
-		return writeJSON(a.stdout, bi)
-	}
+// line is the version as one line: mend v1.2.3, revision abc, go1.26.
+func (bi buildInfo) line() string {
 	mod := ""
 	if bi.Modified {
 		mod = " (modified)"
 	}
-	fmt.Fprintf(a.stdout, "mend %s, revision %s%s, %s\n", bi.Version, bi.Revision, mod, bi.GoVersion)
-	return nil
+	return fmt.Sprintf("mend %s, revision %s%s, %s", bi.Version, bi.Revision, mod, bi.GoVersion)
+}
+
+func newVersionCmd(a *app) *cobra.Command {
+	f := a.newCommand("version", "print the binary's version (also: mend -v, mend --version)",
+		"Print the binary's version, VCS revision and Go version.", withJSON)
+	return f.run(func(context.Context, []string) error {
+		bi := readBuildInfo()
+		if f.json {
+			return writeJSON(a.stdout, bi)
+		}
+		fmt.Fprintln(a.stdout, bi.line())
+		return nil
+	})
 }
