@@ -164,6 +164,7 @@ func (a *app) newRoot() *cobra.Command {
 		newResolveCmd(a),
 		newLeaseCmd(a),
 		newDoctorCmd(a),
+		newVerifyCmd(a),
 		newDemoCmd(a),
 		newVersionCmd(a),
 	)
