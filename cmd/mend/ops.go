@@ -339,7 +339,10 @@ func newStatusCmd(a *app) *cobra.Command {
 			if f.json {
 				return writeJSON(a.stdout, toStatusJSON(st))
 			}
-			return printStatus(a.stdout, st)
+			if err := printStatus(a.stdout, st); err != nil {
+				return err
+			}
+			return printRepairLatency(ctx, a.stdout, store)
 		})
 	})
 }
