@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/planner"
@@ -175,5 +176,36 @@ func TestCoalescedWakeFailureRetriesUnderNewID(t *testing.T) {
 	}
 	if st.WakeFailed != 3 || st.Woken != 3 || len(ids) != 2 || ids[0] == ids[1] {
 		t.Fatalf("stats %+v, publishes %v; want 3 failed then 3 woken, two distinct IDs", st, ids)
+	}
+}
+
+// TestOnRepairedReportsLatency: every record finished, alone or in a
+// coalesced wake-up, reports its latency from the dead letter's failure.
+func TestOnRepairedReportsLatency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "q/live", State: mend.BatchCreated, Version: 1})
+	failedAt := time.Now().Add(-time.Minute)
+	for i := range 3 {
+		id := fmt.Sprintf("q/b%d", i)
+		h.batches[id] = mend.Batch{ID: id, State: mend.BatchSpeculating, Version: 1}
+		b.recordWith(t, "q", fmt.Sprintf("m%d", i), id, mend.Snapshot{FailedAt: failedAt})
+	}
+	b.record(t, "q", "no-time", "q/none") // no failure time: not reported
+	var got []time.Duration
+	p := newPlanner(t, b, h, func(c *planner.Config) {
+		c.Hooks.OnRepaired = func(q string, d time.Duration) { got = append(got, d) }
+	})
+	if _, err := p.Run(ctx, b.lease(t, "q")); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("OnRepaired called %d times; want 3", len(got))
+	}
+	for _, d := range got {
+		if d < time.Minute || d > 2*time.Minute {
+			t.Fatalf("latency %s; want about a minute", d)
+		}
 	}
 }
