@@ -27,16 +27,17 @@
 //	                             ▼
 //	      publish one wake-up ──fail──▶ each: wake_failed (backoff) or parked
 //	                             ▼
-//	      each: woken (the anchor last)
+//	      every record: woken (one fenced transaction)
 //
 // One owed record is woken as it always was: the message ID is
 // WakeMessageID(record, settled version) and no intent is written, because
 // the settled event already fixes the ID. For several, the anchor is the
 // first owed record, and its wake_intent event, appended before the
 // publish, moves it to a version nobody has used: the message ID is
-// WakeMessageID(anchor, that version). The anchor is marked woken last, so
-// while any record of the wake-up is unfinished the anchor still ends with
-// its intent. A run that finds an owed record already settled whose last
+// WakeMessageID(anchor, that version). Every record is then marked woken
+// in one fenced transaction (Store's optional RecordAppendMany: one packet
+// and COMMIT), so the anchor's intent never outlives a record it woke
+// unmarked; a store without it marks them one by one, the anchor last. A run that finds an owed record already settled whose last
 // event is a wake_intent makes it the anchor again and re-sends the same
 // message ID, which the message queue's dedupe coalesces if the first
 // publish landed; a lone such record gives the same ID through the

@@ -704,15 +704,19 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 			return err
 		})
 	}
-	err = each(func(rec mend.Record) error {
-		data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: rec.Attempts + 1, Records: len(owed)}
-		if _, err := p.write(ctx, lease, rec, mend.EventWoken, mend.StateDone, rec.Attempts+1, "", 0, data); err != nil {
-			return err
-		}
-		st.Woken++
-		p.repaired(rec)
-		return nil
-	})
+	if am, ok := p.cfg.Store.(appendManyStore); ok && len(owed) <= appendManyMax {
+		err = p.wokenMany(ctx, am, lease, owed, w, st)
+	} else {
+		err = each(func(rec mend.Record) error {
+			data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: rec.Attempts + 1, Records: len(owed)}
+			if _, err := p.write(ctx, lease, rec, mend.EventWoken, mend.StateDone, rec.Attempts+1, "", 0, data); err != nil {
+				return err
+			}
+			st.Woken++
+			p.repaired(rec)
+			return nil
+		})
+	}
 	p.log.InfoContext(ctx, "queue woken", "queue", queue, "records", len(owed), "batch_id", w.BatchID, "message_id", w.MessageID, "epoch", term.Epoch)
 	return err
 }
@@ -729,4 +733,51 @@ func firstStop(errs []error) error {
 		return errs[0]
 	}
 	return nil
+}
+
+// appendManyMax is the most records wokenMany marks in one call.
+const appendManyMax = 100
+
+// appendManyStore is the optional Store method that appends one event to
+// each of several records of a queue in one fenced transaction (one packet
+// and COMMIT); *storage.DB implements it.
+type appendManyStore interface {
+	// RecordAppendMany appends ps[i] to record i, each a compare-and-set on
+	// its own version, and returns one error per item (nil: written). An
+	// error result means nothing was written: mend.ErrFenced if the term is
+	// not current, a validation error, a store error, or mend.ErrAmbiguous
+	// if the commit's outcome is unknown.
+	RecordAppendMany(ctx context.Context, ps []mend.AppendParams) ([]error, error)
+}
+
+// wokenMany marks every owed record woken by w in one fenced transaction,
+// the anchor (last in owed) included: they commit together, so the
+// anchor's intent is never left behind a record it woke. A record that
+// moved under the run is counted as a conflict and re-read next run.
+func (p *Planner) wokenMany(ctx context.Context, am appendManyStore, lease Lease, owed []owedRecord, w mend.WakeUp, st *Stats) error {
+	term := lease.Term()
+	ps := make([]mend.AppendParams, len(owed))
+	for i, o := range owed {
+		raw, err := json.Marshal(eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: o.rec.Attempts + 1, Records: len(owed)})
+		if err != nil {
+			return fmt.Errorf("planner: encode event: %w", err)
+		}
+		ps[i] = mend.AppendParams{Source: o.rec.Source, RecordID: o.rec.ID, Version: o.rec.Version, Fence: &term,
+			Kind: mend.EventWoken, Actor: p.cfg.Actor, OpID: mend.NewOpID(), Epoch: term.Epoch, Data: raw,
+			State: mend.StateDone, Attempts: o.rec.Attempts + 1}
+	}
+	res, err := am.RecordAppendMany(ctx, ps)
+	if err != nil {
+		return fmt.Errorf("planner: mark %d records woken: %w", len(ps), err)
+	}
+	var errs []error
+	for i, err := range res {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("planner: record %s: append woken: %w", owed[i].rec.ID, err))
+			continue
+		}
+		st.Woken++
+		p.repaired(owed[i].rec)
+	}
+	return firstStop(errs)
 }
