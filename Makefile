@@ -65,7 +65,7 @@ bench: ## Benchmark mend against a replay of its statements and the fewest-round
 	bash scripts/ensure-mysql.sh
 	$(GO) run ./bench/cmd/benchreport -out docs/benchmarks.md
 
-bench-smoke: ## Run every benchmark once at a small size past the planner's RunLimit and check it still works (CI; about 2 min)
+bench-smoke: ## Run every benchmark once at a small size past the planner's RunLimit and check it still works (CI; about 3 min on a quiet machine)
 	bash scripts/ensure-mysql.sh
 	$(GO) run ./bench/cmd/benchreport -smoke
 
