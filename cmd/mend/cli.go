@@ -185,6 +185,7 @@ func (a *app) newRoot() *cobra.Command {
 		newResolveCmd(a),
 		newLeaseCmd(a),
 		newDoctorCmd(a),
+		newVerifyCmd(a),
 		newDemoCmd(a),
 		newVersionCmd(a),
 	)

@@ -400,7 +400,10 @@ func newStatusCmd(a *app) *cobra.Command {
 			if f.json {
 				return writeJSON(a.stdout, toStatusJSON(st))
 			}
-			return printStatus(a.stdout, st, f.listOpts())
+			if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
+				return err
+			}
+			return printRepairLatency(ctx, a.stdout, store)
 		})
 	})
 }

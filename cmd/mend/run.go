@@ -68,7 +68,7 @@ func newRunCmd(a *app) *cobra.Command {
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build) (required;\n"+hostDSNSame+": the same database as --dsn)")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
-	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if any record's attempt or any queue's repair failed")
+	f.BoolVar(&c.Once, "once", false, "repair what is due now (passes until the due queues are drained) and exit, for cron; exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
 	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
@@ -248,7 +248,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		if err := sub.drain(ctx, clog); err != nil {
 			return err
 		}
-		ps, err := svc.rec.RunOnce(ctx)
+		ps, err := svc.rec.Drain(ctx)
 		if ctx.Err() != nil {
 			// Cron must not read an interrupted pass as a good one.
 			clog.Info("interrupted; leases released")
