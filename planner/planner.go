@@ -445,6 +445,10 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 			_, err := p.write(ctx, lease, rec, mend.EventWaiting, mend.StateWaiting, rec.Attempts+1, d.Reason, retry, data)
 			if err == nil {
 				st.Waiting++
+				// Say why: an operator looking at a queue that is not moving
+				// needs the reason without opening the record.
+				p.log.InfoContext(ctx, "waiting", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
+					"reason", d.Reason, "retry_in", retry, "waited", waited)
 			}
 			return rec, false, err
 		case ActPark:
