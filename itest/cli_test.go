@@ -465,6 +465,8 @@ func TestCLI(t *testing.T) {
 			// are granted below, after the runs, so that the runs fail a
 			// publish and say so.
 			{runUser, "SELECT ON %s.queue_messages", b.hostDB.Name},
+			// The subscription, as docs/operations.md grants it (no DELETE).
+			{runUser, "SELECT, INSERT, UPDATE ON %s.queue_offsets", b.hostDB.Name},
 		}
 		for _, user := range []string{ddlUser, runUser} {
 			if _, err := root.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'"); err != nil {

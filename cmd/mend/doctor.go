@@ -38,9 +38,11 @@ func newDoctorCmd(a *app) *cobra.Command {
 	f := a.newCommand("doctor", "check the server, schema and settings, and the host's tables and grants, for what breaks mend",
 		"Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
 			"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", withDSN|withLog|withJSON)
+	f.addTimeout(opTimeout)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
 	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build\n("+hostDSNSame+": the same database as --dsn; empty: the host is not checked)")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
+	sub := addDoctorSubscribeFlags(f)
 	return f.run(func(ctx context.Context, args []string) error {
 		if f.dsn == "" {
 			return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
@@ -56,13 +58,14 @@ func newDoctorCmd(a *app) *cobra.Command {
 		if err := checkLeaseTTL(*ttl); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, opTimeout)
-		defer cancel()
 		checks, target := diagnose(ctx, f.dsn, *ttl)
 		checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
 		if !hostChecked {
 			checks = append(checks, check{Name: "host", Status: checkWarn, Detail: "not checked: no --host-dsn",
 				Fix: "give --host-dsn as mend run gets it (--host-dsn=" + hostDSNSame + " when the submit queue's tables are in mend's database)"})
+		}
+		if sub.on(f) {
+			checks = append(checks, diagnoseSubscription(ctx, *queueDSN, sub.group, sub.warnAge)...)
 		}
 		failed := 0
 		for _, c := range checks {
@@ -129,7 +132,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	asGiven, _ := hostDoctorConfig("--dsn", noCFR) // mend's session without the store's lock waits
 	raw, err := openConfig(ctx, asGiven)
 	if err != nil {
-		add("connect", checkFail, err.Error(), "check the address, user, password and that the database exists")
+		add("connect", checkFail, connectDetail(err, cfg.User), "check the address, user, password and that the database exists")
 		return checks, target
 	}
 	defer raw.Close()
@@ -406,6 +409,15 @@ func checkMendGrants(ctx context.Context, db *sql.DB, schema string) check {
 		return check{Name: "grants", Status: checkFail, Detail: grantee + " lacks " + strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}
 	}
 	return check{Name: "grants", Status: checkOK, Detail: grantee + " holds every privilege mend run needs on mend's tables"}
+}
+
+// connectDetail says why a connection failed; an access denial (1045)
+// says so in words rather than as the server's raw error.
+func connectDetail(err error, user string) string {
+	if mysqlErrNumber(err) == 1045 {
+		return fmt.Sprintf("access denied for user %q: the password is wrong, or the user does not exist for this client host (%v)", user, err)
+	}
+	return err.Error()
 }
 
 func mysqlErrNumber(err error) uint16 {

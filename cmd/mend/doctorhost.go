@@ -111,7 +111,7 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 	}
 	db, err := openConfig(ctx, c)
 	if err != nil {
-		return fail(err.Error(), "check the address, user, password and that the database exists")
+		return fail(connectDetail(err, cfg.User), "check the address, user, password and that the database exists")
 	}
 	defer db.Close()
 	var user string

@@ -30,6 +30,9 @@ func preflight(ctx context.Context, c runConfig, log *slog.Logger) error {
 	defer cancel()
 	checks, target := diagnose(ctx, c.DSN, c.LeaseTTL)
 	checks = append(checks, diagnoseHost(ctx, c.HostDSN, c.QueueDSN)...)
+	if c.Sub.On {
+		checks = append(checks, diagnoseSubscription(ctx, c.QueueDSN, c.Sub.Group, subscribeLagWarn)...)
+	}
 	var failed []check
 	for _, ch := range checks {
 		if ch.Status == checkFail {

@@ -33,6 +33,7 @@ type runConfig struct {
 	Grace                  time.Duration
 	WakeTopic              string
 	RetryBase, RetryMax    time.Duration // zero: planner.RetryDefaults(Interval)
+	Sub                    subscribeConfig
 }
 
 func (c runConfig) validate() error {
@@ -67,7 +68,7 @@ func newRunCmd(a *app) *cobra.Command {
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build) (required;\n"+hostDSNSame+": the same database as --dsn)")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
-	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if any record's attempt or any queue's repair failed")
+	f.BoolVar(&c.Once, "once", false, "repair what is due now (passes until the due queues are drained) and exit, for cron; exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
 	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
@@ -79,6 +80,9 @@ func newRunCmd(a *app) *cobra.Command {
 	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
+	f.addTimeout(0)
+	f.timeoutApplies = func() bool { return c.Once }
+	addSubscribeFlags(f, &c.Sub)
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
 		if c.DSN, err = f.needDSN(); err != nil {
@@ -100,6 +104,9 @@ func newRunCmd(a *app) *cobra.Command {
 			return err
 		}
 		if err := c.validate(); err != nil {
+			return err
+		}
+		if err := c.Sub.resolve(f); err != nil {
 			return err
 		}
 		if err := preflight(ctx, c, f.logger().With("component", "mend")); err != nil {
@@ -155,6 +162,18 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 	}
 	if failed != nil {
 		ph.OnAttemptFailed = chainAttemptFailed(ph.OnAttemptFailed, failed.add)
+	}
+	if !c.Once {
+		// A continuous run says what each pass did, as run --once does
+		// (at debug level when a pass found nothing to do).
+		clog := log.With("component", "mend")
+		onPass := rh.OnPass
+		rh.OnPass = func(ps reconcile.PassStats, d time.Duration) {
+			if onPass != nil {
+				onPass(ps, d)
+			}
+			logPass(clog, ps, d)
+		}
 	}
 	if s.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: log, Hooks: fh}); err != nil {
 		return fail(usagef("lease settings: %v", err))
@@ -216,22 +235,29 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		clog.Info("serving metrics", "addr", ms.Addr(), "paths", "/metrics /healthz /readyz")
 		defer func() { err = errors.Join(err, ms.stop()) }()
 	}
-	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval.String(),
-		"lease_ttl", c.LeaseTTL.String(), "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
+	warnSameHolder(ctx, svc.store, c.Holder, clog)
+	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
+		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
 
+	sub, err := startSubscription(ctx, c, svc, log, m)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sub.close()) }()
 	if c.Once {
-		ps, err := svc.rec.RunOnce(ctx)
+		if err := sub.drain(ctx, clog); err != nil {
+			return err
+		}
+		ps, err := svc.rec.Drain(ctx)
 		if ctx.Err() != nil {
+			// Cron must not read an interrupted pass as a good one.
 			clog.Info("interrupted; leases released")
-			return nil
+			return errors.Join(errors.New("interrupted (SIGINT or SIGTERM) before the pass finished; leases released"), err)
 		}
 		if err != nil {
 			return err
 		}
-		r := ps.Records
-		clog.Info("pass done", "queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
-			"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed, "done", r.Done,
-			"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned)
+		logPass(clog, ps, -1)
 		// For cron a pass is a success only if nothing it tried failed: a
 		// failed attempt is rescheduled, but someone should look.
 		if err := failed.err(); err != nil {
@@ -250,6 +276,46 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	svc.rec.Stop()
 	clog.Info("stopped cleanly")
 	return nil
+}
+
+// warnSameHolder warns when a live lease already carries this process's
+// holder name: this process has taken none yet, so another process uses the
+// same --holder, and the two would renew and write under each other's terms.
+func warnSameHolder(ctx context.Context, store *storage.DB, holder string, log *slog.Logger) {
+	leases, err := store.LeaseList(ctx)
+	if err != nil {
+		return // the pass will report a database problem
+	}
+	var queues []string
+	for _, l := range leases {
+		if l.Live() && l.Term.Holder == holder {
+			queues = append(queues, l.Term.Queue)
+		}
+	}
+	if len(queues) > 0 {
+		log.Warn("another process holds live leases under this --holder (or this holder's previous process, if it just restarted): give every replica its own (the default is unique per process)",
+			"holder", holder, "queues", queues)
+	}
+}
+
+// logPass logs what a pass did; d < 0: not measured.
+func logPass(log *slog.Logger, ps reconcile.PassStats, d time.Duration) {
+	r := ps.Records
+	level := slog.LevelInfo
+	if ps.Queues == 0 && ps.Pruned == 0 && d >= 0 {
+		level = slog.LevelDebug
+	}
+	attrs := []any{"queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
+		"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed,
+		// done counts every record that became done this pass: woken, or
+		// with nothing to wake (the planner counts those apart; the
+		// summary once said done=0 after three records finished).
+		"done", r.Done + r.Woken, "done_without_wake", r.Done,
+		"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned}
+	if d >= 0 {
+		attrs = append(attrs, "took", d.Round(time.Millisecond))
+	}
+	log.Log(context.Background(), level, "pass done", attrs...)
 }
 
 // attemptLog collects the attempts that failed during one pass, so that

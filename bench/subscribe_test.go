@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
+)
+
+// subscribeSize sizes BenchmarkSubscribeBacklog. MEND_BENCH_SUBSCRIBE
+// overrides it: "full" for issue 18's size (100,000 dead letters over 1,000
+// partitions), or key=value pairs (letters, partitions, replicas,
+// page_size). The default is small, so `make bench` stays cheap on shared
+// machines.
+type subscribeSize struct {
+	Letters, Partitions, Replicas, PageSize int
+}
+
+func subscribeSizeFromEnv(b *testing.B) subscribeSize {
+	c := subscribeSize{Letters: 10_000, Partitions: 100, Replicas: 2, PageSize: subscribe.PageSizeDefault}
+	for _, kv := range strings.Split(os.Getenv("MEND_BENCH_SUBSCRIBE"), ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		if kv == "full" {
+			c.Letters, c.Partitions = 100_000, 1_000
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("MEND_BENCH_SUBSCRIBE: %q: want key=positive integer", kv)
+		}
+		switch k {
+		case "letters":
+			c.Letters = n
+		case "partitions":
+			c.Partitions = n
+		case "replicas":
+			c.Replicas = n
+		case "page_size":
+			c.PageSize = n
+		default:
+			b.Fatalf("MEND_BENCH_SUBSCRIBE: unknown key %q", k)
+		}
+	}
+	return c
+}
+
+// BenchmarkSubscribeBacklog: a backlog of dead letters on speculate_dlq,
+// spread over many partitions, recorded by Replicas subscriptions of one
+// group running side by side (each with its own pools, as separate mend run
+// processes would have). records/s counts distinct records created, from
+// the start until the last one exists; release-s is how long until every
+// watermark is past the backlog (the settle window, 1 s here, included);
+// heap-MB is the peak Go heap in use over the run, which the page size
+// bounds, not the backlog. Issue 18's target: 100,000 over 1,000
+// partitions at 10,000 records/s or more with two replicas.
+func BenchmarkSubscribeBacklog(b *testing.B) {
+	size := subscribeSizeFromEnv(b)
+	name := fmt.Sprintf("letters=%d/partitions=%d/replicas=%d", size.Letters, size.Partitions, size.Replicas)
+	b.Run(name, func(b *testing.B) {
+		ctx := context.Background()
+		for range b.N {
+			b.StopTimer()
+			mendDB := mysqltest.NewDB(b, migrations.Up)
+			queueDB := mysqltest.NewDB(b, sqtest.Apply)
+			printServer(b, mendDB)
+			seedBacklog(b, queueDB, size)
+			var created atomic.Int64
+			var doneAt atomic.Int64 // unix nanos when the last record was created
+			subs := make([]*subscribe.Subscriber, size.Replicas)
+			for i := range subs {
+				store, err := storage.Open(ctx, mendDB.DSN, storage.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = store.Close() })
+				qdb, err := subscribe.Open(ctx, queueDB.DSN)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = qdb.Close() })
+				in, err := dlq.New(store, dlq.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				subs[i], err = subscribe.New(subscribe.Config{DB: qdb, Intake: in, Parker: store, PageSize: size.PageSize,
+					PollInterval: 100 * time.Millisecond, Settle: time.Second, Hooks: subscribe.Hooks{OnPass: func(st subscribe.PassStats) {
+						if created.Add(int64(st.Recorded)) == int64(size.Letters) && st.Recorded > 0 {
+							doneAt.Store(time.Now().UnixNano())
+						}
+					}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.GC()
+			var base runtime.MemStats
+			runtime.ReadMemStats(&base)
+			peak := heapSampler(base.HeapInuse)
+			b.StartTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			errs := make([]error, len(subs))
+			for i, s := range subs {
+				wg.Go(func() { _, errs[i] = s.Drain(ctx) })
+			}
+			wg.Wait()
+			released := time.Since(start)
+			b.StopTimer()
+			heap := peak()
+			failOn(b, errs)
+			if got := created.Load(); got != int64(size.Letters) {
+				b.Fatalf("%d records created, want %d", got, size.Letters)
+			}
+			var left int
+			if err := queueDB.SQL(b).QueryRow("SELECT COUNT(*) FROM queue_offsets o JOIN queue_messages m ON m.topic = o.topic AND m.partition_key = o.partition_key AND m.`offset` > o.offset_acked WHERE o.consumer_group = 'mend'").Scan(&left); err != nil {
+				b.Fatal(err)
+			}
+			if left != 0 {
+				b.Fatalf("%d dead letters above the group's watermarks after Drain", left)
+			}
+			recorded := time.Duration(doneAt.Load() - start.UnixNano())
+			b.ReportMetric(float64(size.Letters)/recorded.Seconds(), "records/s")
+			b.ReportMetric(recorded.Seconds(), "recorded-s")
+			b.ReportMetric(released.Seconds(), "release-s")
+			b.ReportMetric(float64(heap)/(1<<20), "heap-MB")
+		}
+	})
+}
+
+// heapSampler samples the heap in use above base every 10 ms until the
+// returned func is called, which returns the peak.
+func heapSampler(base uint64) func() uint64 {
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > base && m.HeapInuse-base > peak.Load() {
+				peak.Store(m.HeapInuse - base)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		return peak.Load()
+	}
+}
+
+// seedBacklog writes size.Letters dead letters on speculate_dlq, round
+// robin over size.Partitions queues, with the twelve columns MoveToDLQ
+// writes, in multi-row inserts (the benchmark measures the subscription,
+// not the seeding).
+func seedBacklog(b *testing.B, db *mysqltest.DB, size subscribeSize) {
+	b.Helper()
+	conn := db.SQL(b)
+	const chunk = 1000
+	for from := 0; from < size.Letters; from += chunk {
+		n := min(chunk, size.Letters-from)
+		var sb strings.Builder
+		sb.WriteString("INSERT INTO queue_messages (topic, id, payload, metadata, partition_key, created_at, published_at, failed_at, failure_count, last_error, original_topic, failure_detail) VALUES ")
+		args := make([]any, 0, 3*n)
+		for i := range n {
+			k := from + i
+			q := fmt.Sprintf("q%04d", k%size.Partitions)
+			id := fmt.Sprintf("%s/batch/%d", q, k)
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			sb.WriteString("('speculate_dlq', ?, ?, NULL, ?, 1760000000000, 1760000000000, 1760000000500, 3, 'boom', 'speculate', NULL)")
+			args = append(args, id, `{"id":"`+id+`","queue":"`+q+`"}`, q)
+		}
+		if _, err := conn.Exec(sb.String(), args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,434 @@
+package main
+
+// mend as a consumer group of the host's *_dlq topics (package subscribe):
+// its flags on mend run, the mend subscribe command (lag, --remove), the
+// lag section of mend status and the checks of mend doctor.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/subscribe"
+)
+
+// subscribeConfig is the subscription's part of mend run's configuration.
+type subscribeConfig struct {
+	// On: subscribe. The default is on exactly when --queue-dsn is given
+	// (flag or MEND_QUEUE_DSN): pointing mend at the queue database means
+	// its dead letters should be recorded, and the alternative, a cron'd
+	// import, loses those the queue's GC removes first. --subscribe=false
+	// turns it off (a host that links dlq.Intake into its own DLQ
+	// consumers); --subscribe turns it on with the defaulted queue DSN.
+	On       bool
+	Group    string
+	Interval time.Duration
+	Settle   time.Duration
+	PageSize int
+}
+
+// addSubscribeFlags defines the subscription's flags on mend run.
+func addSubscribeFlags(f *flags, c *subscribeConfig) {
+	f.BoolVar(&c.On, "subscribe", true, "record dead letters by joining the *_dlq topics as consumer group --group\n(default: on when --queue-dsn is given; --subscribe=false when the host links the intake in)")
+	f.StringVar(&c.Group, "group", subscribe.GroupDefault, "the subscription's consumer group in the host's queue_offsets")
+	f.DurationVar(&c.Interval, "subscribe-interval", subscribe.PollIntervalDefault, "time between the subscription's passes: a new dead letter is recorded within it")
+	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages)")
+	f.IntVar(&c.PageSize, "subscribe-page-size", subscribe.PageSizeDefault, "rows the subscription reads per query")
+}
+
+// resolve decides whether run subscribes (see On) and checks the values.
+func (c *subscribeConfig) resolve(f *flags) error {
+	if !f.given("subscribe") {
+		c.On = f.given("queue-dsn")
+	}
+	if !c.On {
+		return nil
+	}
+	switch {
+	case c.Interval < 10*time.Millisecond:
+		return usagef("--subscribe-interval must be at least 10ms, got %s", c.Interval)
+	case c.Settle < time.Second:
+		return usagef("--subscribe-settle must be at least 1s, got %s", c.Settle)
+	case c.PageSize < 1 || c.PageSize > subscribe.PageSizeLimit:
+		return usagef("--subscribe-page-size must be between 1 and %d, got %d", subscribe.PageSizeLimit, c.PageSize)
+	}
+	if err := mend.ValidateIdentity("group", c.Group, true); err != nil {
+		return usagef("--group: %v", err)
+	}
+	return nil
+}
+
+// subscription is a running subscription and what it holds open.
+type subscription struct {
+	sub *subscribe.Subscriber
+	db  *sql.DB
+}
+
+// newSubscription wires the subscription over mend run's service: the
+// intake records through mend's store and finds a buildsignal's batch in
+// the host's build table; the reconciler repairs what it records.
+func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.Logger, m *metrics) (*subscription, error) {
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	db, err := subscribe.Open(openCtx, c.QueueDSN)
+	if err != nil {
+		return nil, fmt.Errorf("open the host's queue database for the subscription: %w", err)
+	}
+	in, err := dlq.New(svc.store, dlq.Config{Builds: svc.host, Actor: "subscribe/" + c.Holder, Logger: log})
+	if err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.store, Group: c.Sub.Group, PageSize: c.Sub.PageSize,
+		PollInterval: c.Sub.Interval, Settle: c.Sub.Settle, Actor: "subscribe/" + c.Holder, Logger: log}
+	if m != nil {
+		cfg.Hooks = m.subscribeHooks()
+	}
+	s, err := subscribe.New(cfg)
+	if err != nil {
+		return nil, errors.Join(usagef("subscription settings: %v", err), db.Close())
+	}
+	return &subscription{sub: s, db: db}, nil
+}
+
+func (s *subscription) close() error {
+	if s == nil {
+		return nil
+	}
+	s.sub.Stop()
+	return s.db.Close()
+}
+
+// subscribeMetrics are the subscription's Prometheus metrics.
+type subscribeMetrics struct {
+	rows         *prometheus.CounterVec
+	unrecordable *prometheus.CounterVec
+	lagRows      *prometheus.GaugeVec
+	lagSeconds   *prometheus.GaugeVec
+	passes       prometheus.Histogram
+}
+
+func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
+	sm := &subscribeMetrics{
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_subscribe_rows_total",
+			Help: "Dead-letter rows the subscription read, by result: recorded, already (recorded before), unrecordable (parked stand-in), dropped (matched only through the collation)."},
+			[]string{"result"}),
+		unrecordable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_subscribe_unrecordable_total",
+			Help: "Rows the subscription could not record as themselves and passed after parking a stand-in naming the offset, by topic."}, []string{"topic"}),
+		lagRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mend_subscribe_lag_rows",
+			Help: "Rows above the group's watermarks, by DLQ topic: not recorded yet or within the settle window. The host's GC keeps them."}, []string{"topic"}),
+		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mend_subscribe_lag_seconds",
+			Help: "Age (by failed_at) of the oldest row above the group's watermarks, by DLQ topic; 0 when there is none."}, []string{"topic"}),
+		passes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_subscribe_pass_seconds",
+			Help: "Duration of the subscription's passes.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+	}
+	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes)
+	return sm
+}
+
+// subscribeHooks binds the subscription's hooks to its metrics.
+func (m *metrics) subscribeHooks() subscribe.Hooks {
+	m.subOnce.Do(func() { m.sub = newSubscribeMetrics(m.reg) })
+	sm := m.sub
+	return subscribe.Hooks{
+		OnPass: func(st subscribe.PassStats) {
+			sm.rows.WithLabelValues("recorded").Add(float64(st.Recorded))
+			sm.rows.WithLabelValues("already").Add(float64(st.Already))
+			sm.rows.WithLabelValues("unrecordable").Add(float64(st.Unrecordable))
+			sm.rows.WithLabelValues("dropped").Add(float64(st.Dropped))
+			now := time.Now()
+			for _, l := range st.Lag {
+				sm.lagRows.WithLabelValues(l.Topic).Set(float64(l.Rows))
+				sm.lagSeconds.WithLabelValues(l.Topic).Set(l.Age(now).Seconds())
+			}
+			sm.passes.Observe(st.Duration.Seconds())
+		},
+		OnUnrecordable: func(topic, _ string, _ uint64, _ error) {
+			sm.unrecordable.WithLabelValues(topic).Inc()
+		},
+	}
+}
+
+// subscriptionLag reads a group's lag from the host's queue database.
+func subscriptionLag(ctx context.Context, queueDSN, group string) ([]subscribe.TopicLag, error) {
+	db, err := subscribe.Open(ctx, queueDSN)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return subscribe.Lag(ctx, db, group)
+}
+
+// lagJSON is a topic's lag in --json output.
+type lagJSON struct {
+	Topic      string  `json:"topic"`
+	Partitions int     `json:"partitions"`
+	Rows       int64   `json:"rows"`
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+func toLagJSON(lag []subscribe.TopicLag, now time.Time) []lagJSON {
+	out := make([]lagJSON, 0, len(lag))
+	for _, l := range lag {
+		out = append(out, lagJSON{Topic: l.Topic, Partitions: l.Partitions, Rows: l.Rows, AgeSeconds: l.Age(now).Seconds()})
+	}
+	return out
+}
+
+// printLag prints a group's lag per topic.
+func printLag(w io.Writer, group string, lag []subscribe.TopicLag, now time.Time) error {
+	if len(lag) == 0 {
+		_, err := fmt.Fprintf(w, "subscription: group %q has joined no partition of the host's queue database\n", group)
+		return err
+	}
+	fmt.Fprintf(w, "subscription: group %q (rows above its watermarks, which the host's GC keeps)\n", group)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TOPIC\tPARTITIONS\tROWS BEHIND\tOLDEST")
+	for _, l := range lag {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", l.Topic, l.Partitions, l.Rows, fmtAge(l.Age(now)))
+	}
+	return tw.Flush()
+}
+
+// newSubscribeCmd is mend subscribe: the group's lag, or --remove.
+func newSubscribeCmd(a *app) *cobra.Command {
+	f := a.newCommand("subscribe", "show mend's consumer group on the host's *_dlq topics, or --remove it",
+		"Show the consumer group mend run joins the host's *_dlq topics as: per topic, the rows above its watermarks\n"+
+			"(dead letters not yet recorded, or within the settle window), which the host's GC keeps.\n\n"+
+			"--remove --yes deregisters the group from every partition (the queue's own leave statement). A stopped mend that\n"+
+			"stays registered holds the queue's garbage collection back on every *_dlq partition for good; remove the\n"+
+			"group when you stop running mend for good. Stop every mend run first: a running one joins again.\n"+
+			"After --remove the queue's GC deletes dead letters as soon as its own groups have acknowledged them,\n"+
+			"including any mend never recorded.", withLog|withJSON)
+	queueDSN := f.String("queue-dsn", "", "DSN of the host's queue database (queue_messages, queue_offsets) (required)")
+	group := f.String("group", subscribe.GroupDefault, "the consumer group")
+	remove := f.Bool("remove", false, "deregister the group from every partition (with --yes; without it, say what it would do)")
+	yes := f.Bool("yes", false, "really --remove (command line only)")
+	f.cmdLineOnly("yes")
+	return f.run(func(ctx context.Context, args []string) error {
+		if _, err := checkDSN("--queue-dsn", *queueDSN); err != nil {
+			return err
+		}
+		if err := mend.ValidateIdentity("group", *group, true); err != nil {
+			return usagef("--group: %v", err)
+		}
+		if *yes && !*remove {
+			return usagef("--yes confirms --remove; nothing else needs it")
+		}
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		db, err := subscribe.Open(ctx, *queueDSN)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		if *remove && *yes {
+			n, err := subscribe.Remove(ctx, db, *group)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return writeJSON(a.stdout, map[string]any{"group": *group, "removed_partitions": n})
+			}
+			fmt.Fprintf(a.stdout, "mend subscribe: group %q left %d partition(s); the host's GC no longer waits for it\n", *group, n)
+			return nil
+		}
+		lag, err := subscribe.Lag(ctx, db, *group)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		if f.json {
+			return writeJSON(a.stdout, map[string]any{"group": *group, "topics": toLagJSON(lag, now), "removed": false})
+		}
+		if err := printLag(a.stdout, *group, lag, now); err != nil {
+			return err
+		}
+		if *remove {
+			var rows int64
+			parts := 0
+			for _, l := range lag {
+				rows, parts = rows+l.Rows, parts+l.Partitions
+			}
+			fmt.Fprintf(a.stdout, "mend subscribe: --remove would leave %d partition(s); the host's GC would then delete dead letters its own groups acknowledged, including %d row(s) above this group's watermarks. Stop every mend run of the group first, then add --yes.\n", parts, rows)
+		}
+		return nil
+	})
+}
+
+// queueOffsetsTable is queue_offsets as the subscription uses it: the real
+// subscriber's join (INSERT IGNORE) and advance (a guarded UPDATE, whose
+// WHERE reads the row). Leaving (DELETE) is mend subscribe --remove's alone,
+// run by whoever decommissions mend, so run and doctor do not ask for it: no
+// more than the queue's own consumers hold.
+var queueOffsetsTable = hostTable{name: "queue_offsets",
+	columns: []string{"consumer_group", "topic", "partition_key", "offset_acked", "updated_at"},
+	key:     []string{"consumer_group", "topic", "partition_key"},
+	privs: []hostPriv{
+		{"SELECT", "EXPLAIN SELECT offset_acked FROM queue_offsets WHERE FALSE", "reading the group's watermarks and the partitions other groups joined"},
+		{"INSERT", "EXPLAIN INSERT INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) VALUES ('', '', '', 0, 0)", "joining a partition"},
+		{"UPDATE", "EXPLAIN UPDATE queue_offsets SET offset_acked = 0 WHERE FALSE", "advancing the group's watermark"},
+	}}
+
+// queueMessagesRead is queue_messages as the subscription reads it.
+var queueMessagesRead = hostTable{name: "queue_messages", columns: queueMessageColumns, key: []string{"topic", "partition_key", "id"},
+	privs: []hostPriv{{"SELECT", "EXPLAIN SELECT topic FROM queue_messages WHERE FALSE", "the subscription reads dead letters"}}}
+
+// diagnoseSubscription checks what the subscription needs on the host's
+// queue database, and reports the group's lag (a warning when its oldest
+// row is older than warnAge: a stopped or failing mend holding GC back).
+func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge time.Duration) []check {
+	label := "subscription"
+	db, err := subscribe.Open(ctx, queueDSN)
+	if err != nil {
+		return []check{{Name: label, Status: checkFail, Detail: err.Error(), Fix: "check --queue-dsn"}}
+	}
+	defer db.Close()
+	var user string
+	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&user); err != nil {
+		return []check{{Name: label, Status: checkFail, Detail: "cannot read the current user: " + err.Error()}}
+	}
+	var schema string
+	if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&schema); err != nil {
+		return []check{{Name: label, Status: checkFail, Detail: "cannot read the database name: " + err.Error()}}
+	}
+	grantee := quoteAccount(user)
+	out := []check{
+		checkHostTable(ctx, db, label, schema, grantee, queueMessagesRead),
+		checkHostTable(ctx, db, label, schema, grantee, queueOffsetsTable),
+	}
+	if out[0].Status == checkFail || out[1].Status == checkFail {
+		return out
+	}
+	lag, err := subscribe.Lag(ctx, db, group)
+	if err != nil {
+		return append(out, check{Name: label + " lag", Status: checkFail, Detail: err.Error()})
+	}
+	now := time.Now()
+	var rows int64
+	var oldest time.Duration
+	for _, l := range lag {
+		rows += l.Rows
+		oldest = max(oldest, l.Age(now))
+	}
+	c := check{Name: label + " lag", Status: checkOK,
+		Detail: fmt.Sprintf("group %q: %d topic(s), %d row(s) above its watermarks, oldest %s", group, len(lag), rows, fmtAge(oldest))}
+	switch {
+	case len(lag) == 0:
+		c.Detail = fmt.Sprintf("group %q has joined no partition yet (mend run joins them on its first pass)", group)
+	case oldest > warnAge:
+		c.Status = checkWarn
+		c.Detail += fmt.Sprintf(": older than %s, so the group holds the host's GC back", warnAge)
+		c.Fix = "check that mend run is running with --queue-dsn (mend subscribe shows the lag per topic); to leave for good: mend subscribe --remove"
+	}
+	return append(out, c)
+}
+
+// startSubscription starts the subscription when c.Sub.On (without --once:
+// in the background, until close); it returns nil when it is off.
+func startSubscription(ctx context.Context, c runConfig, svc *service, log *slog.Logger, m *metrics) (*subscription, error) {
+	if !c.Sub.On {
+		return nil, nil
+	}
+	s, err := newSubscription(ctx, c, svc, log, m)
+	if err != nil {
+		return nil, err
+	}
+	log.With("component", "mend").Info("subscribing to the host's dead-letter topics", "group", c.Sub.Group,
+		"interval", c.Sub.Interval.String(), "settle", c.Sub.Settle.String(), "queue_db", redactDSN(c.QueueDSN))
+	if !c.Once {
+		if err := s.sub.Start(ctx); err != nil {
+			return nil, errors.Join(err, s.db.Close())
+		}
+	}
+	return s, nil
+}
+
+// drain is run --once's subscription: record every dead letter visible
+// now and release the group's watermarks past them (this waits out the
+// settle window when anything was read).
+func (s *subscription) drain(ctx context.Context, log *slog.Logger) error {
+	if s == nil {
+		return nil
+	}
+	st, err := s.sub.Drain(ctx)
+	if err != nil {
+		return fmt.Errorf("subscription: %w", err)
+	}
+	log.Info("subscription drained", "read", st.Read, "recorded", st.Recorded, "already", st.Already,
+		"unrecordable", st.Unrecordable, "dropped", st.Dropped, "joined", st.Joined, "advanced", st.Advanced)
+	return nil
+}
+
+// statusLag is mend status's subscription section.
+type statusLag struct {
+	queueDSN, group string
+}
+
+func addStatusLagFlags(f *flags) *statusLag {
+	s := &statusLag{}
+	f.StringVar(&s.queueDSN, "queue-dsn", "", "DSN of the host's queue database: also show the subscription's lag per dead-letter topic")
+	f.StringVar(&s.group, "group", subscribe.GroupDefault, "the subscription's consumer group (with --queue-dsn)")
+	return s
+}
+
+// print prints the queues (printQueues, or queues as JSON) and the lag.
+func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, printQueues func() error) error {
+	if _, err := checkDSN("--queue-dsn", s.queueDSN); err != nil {
+		return err
+	}
+	if err := mend.ValidateIdentity("group", s.group, true); err != nil {
+		return usagef("--group: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	lag, err := subscriptionLag(ctx, s.queueDSN, s.group)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if f.json {
+		return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"group": s.group, "topics": toLagJSON(lag, now)}})
+	}
+	if err := printQueues(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	return printLag(a.stdout, s.group, lag, now)
+}
+
+// subscribeLagWarn is when doctor (and run's preflight) warn that the
+// subscription's oldest unreleased dead letter is old.
+const subscribeLagWarn = 10 * time.Minute
+
+// doctorSubscribe is mend doctor's subscription options, mirroring run's.
+type doctorSubscribe struct {
+	subscribe bool
+	group     string
+	warnAge   time.Duration
+}
+
+func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
+	d := &doctorSubscribe{}
+	f.BoolVar(&d.subscribe, "subscribe", true, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
+	f.StringVar(&d.group, "group", subscribe.GroupDefault, "the subscription's consumer group")
+	f.DurationVar(&d.warnAge, "lag-warn", subscribeLagWarn, "warn when the subscription's oldest unreleased dead letter is older than this")
+	return d
+}
+
+// on decides, as mend run does, whether the subscription is checked.
+func (d *doctorSubscribe) on(f *flags) bool {
+	if f.given("subscribe") {
+		return d.subscribe
+	}
+	return f.given("queue-dsn")
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/migrations"
+)
+
+// mend run alone, with no linked-in code, beside the host's own DLQ group
+// and GC: the stuck queue of the original bug is recorded from the DLQ,
+// repaired and woken, and the group's watermark then lets the GC collect
+// the dead letter. mend subscribe, status and doctor show the group.
+func TestRunSubscribes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mendDB := mysqltest.NewDB(t, migrations.Up)
+	appDB := mysqltest.NewDB(t, onDSN(sqtest.CreateApp))
+	queueDB := mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))
+	w := sqtest.World{App: appDB.SQL(t), Queue: queueDB.SQL(t)}
+	mendRun := func(args ...string) (string, string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := Main(ctx, args, &out, &errOut, func(string) string { return "" }); code != exitOK {
+			t.Fatalf("mend %s: exit %d\n%s\n%s", strings.Join(args[:1], " "), code, out.String(), errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	run := []string{"run", "--once", "--dsn", mendDB.DSN, "--host-dsn", appDB.DSN, "--queue-dsn", queueDB.DSN,
+		"--subscribe-settle", "1s", "--subscribe-interval", "50ms"}
+
+	for _, seed := range []func() error{
+		func() error { return w.SeedBatch(ctx, "q", "q/batch/1", "speculating", "q/1") },
+		func() error { return w.SeedBatch(ctx, "q", "q/batch/2", "created", "q/2") },
+		func() error {
+			return w.Publish(ctx, "speculate", "q", "q/batch/1", []byte(`{"id":"q/batch/1","queue":"q"}`), nil)
+		},
+		func() error { return w.Join(ctx, "orchestrator", "speculate", "q") }, // the host reads speculate/q
+	} {
+		if err := seed(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mendRun(run...) // joins speculate_dlq/q ahead: the orchestrator has joined speculate/q
+
+	// The speculate message fails for good; the host's DLQ group acks it at
+	// once and its GC runs: mend's row, still at 0, holds the GC back.
+	if err := w.MoveToDLQ(ctx, "speculate", "q", "q/batch/1", sqtest.Failure{Count: 3, LastError: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AckAll(ctx, "orchestrator-dlq", "speculate_dlq"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.GC(ctx, "speculate_dlq"); err != nil || n != 0 {
+		t.Fatalf("GC deleted %d (%v) before mend recorded the dead letter", n, err)
+	}
+	out, _ := mendRun("status", "--dsn", mendDB.DSN, "--queue-dsn", queueDB.DSN)
+	if !strings.Contains(out, `group "mend"`) || !strings.Contains(out, "speculate_dlq") {
+		t.Errorf("status shows no lag:\n%s", out)
+	}
+
+	mendRun(run...)
+	var state string
+	if err := mendDB.SQL(t).QueryRow("SELECT state FROM mend_records WHERE message_id = 'q/batch/1'").Scan(&state); err != nil || state != "done" {
+		t.Fatalf("record: %q, %v; want done", state, err)
+	}
+	if b, _ := w.Batch(ctx, "q", "q/batch/1"); b.State != "failed" {
+		t.Errorf("batch 1 = %s; want failed", b.State)
+	}
+	wakes, err := w.ConsumeSpeculate(ctx, "q", true)
+	if err != nil || len(wakes) != 1 || wakes[0].Batch.ID != "q/batch/2" {
+		t.Fatalf("speculate = %+v, %v; want one wake-up naming q/batch/2", wakes, err)
+	}
+	if n, err := w.GC(ctx, "speculate_dlq"); err != nil || n != 1 {
+		t.Fatalf("GC deleted %d (%v) after mend released the dead letter; want 1", n, err)
+	}
+
+	out, _ = mendRun("subscribe", "--queue-dsn", queueDB.DSN)
+	if !strings.Contains(out, "speculate_dlq") {
+		t.Errorf("mend subscribe:\n%s", out)
+	}
+	out, _ = mendRun("doctor", "--dsn", mendDB.DSN, "--host-dsn", appDB.DSN, "--queue-dsn", queueDB.DSN)
+	if !strings.Contains(out, "subscription queue_offsets") || !strings.Contains(out, "subscription lag") {
+		t.Errorf("doctor checks no subscription:\n%s", out)
+	}
+	out, _ = mendRun("subscribe", "--queue-dsn", queueDB.DSN, "--remove")
+	if !strings.Contains(out, "add --yes") {
+		t.Errorf("subscribe --remove without --yes:\n%s", out)
+	}
+	if _, ok, _ := w.Acked(ctx, "mend", "speculate_dlq", "q"); !ok {
+		t.Fatal("--remove without --yes removed the group")
+	}
+	out, _ = mendRun("subscribe", "--queue-dsn", queueDB.DSN, "--remove", "--yes")
+	if !strings.Contains(out, "left 1 partition") {
+		t.Errorf("subscribe --remove --yes:\n%s", out)
+	}
+	if _, ok, _ := w.Acked(ctx, "mend", "speculate_dlq", "q"); ok {
+		t.Fatal("the group is still registered")
+	}
+
+	// --subscribe=false: run joins nothing.
+	mendRun(append(run, "--subscribe=false")...)
+	if _, ok, _ := w.Acked(ctx, "mend", "speculate_dlq", "q"); ok {
+		t.Fatal("run --subscribe=false joined the group")
+	}
+}

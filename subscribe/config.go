@@ -1,0 +1,190 @@
+package subscribe
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+)
+
+// Defaults for Config's zero values.
+const (
+	// GroupDefault is the consumer group mend joins the *_dlq partitions
+	// as. The host's own groups are "orchestrator" and "orchestrator-dlq".
+	GroupDefault = "mend"
+	// PageSizeDefault is how many rows one read takes from a partition, the
+	// same page as mend import's; it bounds the subscription's memory.
+	PageSizeDefault = 500
+	// PagesPerPassDefault bounds the pages one pass reads from a partition,
+	// so one deep partition does not starve the others; a pass that stops
+	// early is followed by the next at once.
+	PagesPerPassDefault = 20
+	// PollIntervalDefault is the time between passes when nothing is
+	// pending: a new dead letter is recorded within one of it. One second
+	// is a tenth of the host's GC idle period (100 idle ticks of 100 ms),
+	// so a partition first seen through its rows is registered long before
+	// the host's GC could collect it.
+	PollIntervalDefault = time.Second
+	// SettleDefault is how long an offset must have been allocated before
+	// the watermark may pass it (see the package doc, "Out-of-order
+	// commits"). It only delays the watermark, never recording.
+	SettleDefault = 30 * time.Second
+	// AheadIntervalDefault is the time between scans of queue_offsets for
+	// partitions to register ahead of their first dead letter.
+	AheadIntervalDefault = 5 * time.Second
+	// ConcurrencyDefault is how many partitions a pass reads at once.
+	ConcurrencyDefault = 4
+	// ActorDefault names the subscription in records' event logs.
+	ActorDefault = "subscribe"
+	// PageSizeLimit bounds PageSize.
+	PageSizeLimit = 10000
+)
+
+// AheadTopicsDefault are the host topics whose partitions mend registers
+// for ahead (T_dlq for every partition of T that one of the host's groups
+// has joined): every topic of the fact sheet except log, whose partitions
+// are request IDs (one per request ever) and whose dead letters the host
+// only logs. A log_dlq partition is still registered when its first dead
+// letter is seen.
+var AheadTopicsDefault = []string{
+	dlq.TopicSpeculate, dlq.TopicDependencyAnalysis, dlq.TopicBuild, dlq.TopicBuildSignal, dlq.TopicMerge,
+	dlq.TopicMergeSignal, dlq.TopicConclude, dlq.TopicStart, dlq.TopicValidate, dlq.TopicBatch, dlq.TopicCancel,
+	dlq.TopicMergeConflictCheck,
+}
+
+// Recorder records dead letters. *dlq.Intake implements it.
+type Recorder interface {
+	// RecordMany records ds, one result per delivery (see dlq.Intake).
+	// A result's Err is that delivery's own failure; the error is for the
+	// whole call, and then nothing is known to be durable.
+	RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error)
+}
+
+// Parker creates a record directly. *storage.DB implements it (it is
+// dlq.Store). The subscription uses it for a row it cannot record as
+// itself: it records a parked stand-in naming the row's offset instead.
+type Parker interface {
+	// RecordCreate creates the record for p.Source if none exists.
+	// Returns mend.ErrInvalid for bad input; other errors may be retried.
+	RecordCreate(ctx context.Context, p mend.CreateParams) (mend.Record, bool, error)
+}
+
+// Hooks observe a Subscriber; every field may be nil. They run on the
+// subscription's goroutines and must not block.
+type Hooks struct {
+	// OnPass runs after each pass with what it did, including the lag per
+	// topic.
+	OnPass func(PassStats)
+	// OnUnrecordable runs for each row that could not be recorded as
+	// itself and was recorded as a parked stand-in (or, if even that was
+	// refused, only logged), so the watermark could pass it.
+	OnUnrecordable func(topic, partition string, offset uint64, err error)
+}
+
+// Config configures a Subscriber. DB, Intake and Parker are required.
+type Config struct {
+	// DB is the host's queue database (queue_messages, queue_offsets).
+	DB *sql.DB
+	// Intake records the dead letters (a *dlq.Intake over mend's store).
+	Intake Recorder
+	// Parker records the parked stand-in of a row Intake refuses.
+	Parker Parker
+	// Group is the consumer group's name in queue_offsets. Empty means
+	// GroupDefault.
+	Group string
+	// PageSize is the rows per read. Zero means PageSizeDefault.
+	PageSize int
+	// PagesPerPass bounds the pages a pass reads per partition. Zero means
+	// PagesPerPassDefault.
+	PagesPerPass int
+	// PollInterval is the time between passes. Zero means
+	// PollIntervalDefault.
+	PollInterval time.Duration
+	// Settle is how old an offset's allocation must be before the
+	// watermark passes it; it must exceed the longest transaction that
+	// inserts into queue_messages. Zero means SettleDefault.
+	Settle time.Duration
+	// AheadInterval is the time between register-ahead scans. Zero means
+	// AheadIntervalDefault.
+	AheadInterval time.Duration
+	// AheadTopics are the host topics whose joined partitions are
+	// registered ahead (see AheadTopicsDefault, which nil means). An empty,
+	// non-nil slice registers ahead only the *_dlq partitions other groups
+	// have joined.
+	AheadTopics []string
+	// Queues, when set, lists queues the host knows; the subscription
+	// registers every queue-partitioned *_dlq partition of each ahead.
+	Queues func(ctx context.Context) ([]string, error)
+	// Concurrency is how many partitions a pass reads at once. Zero means
+	// ConcurrencyDefault.
+	Concurrency int
+	// Actor names the subscription in the parked stand-ins' event logs.
+	// Empty means ActorDefault.
+	Actor string
+	// NowFunc is the clock for the settle window and lag; nil means
+	// time.Now. Tests inject it.
+	NowFunc func() time.Time
+	Hooks   Hooks
+	// Logger receives the subscription's lines; nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.Group = cmp.Or(c.Group, GroupDefault)
+	c.PageSize = cmp.Or(c.PageSize, PageSizeDefault)
+	c.PagesPerPass = cmp.Or(c.PagesPerPass, PagesPerPassDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.Settle = cmp.Or(c.Settle, SettleDefault)
+	c.AheadInterval = cmp.Or(c.AheadInterval, AheadIntervalDefault)
+	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.Actor = cmp.Or(c.Actor, ActorDefault)
+	if c.AheadTopics == nil {
+		c.AheadTopics = AheadTopicsDefault
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return &mend.ValidationError{Field: "subscribe config", Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case c.DB == nil:
+		return bad("DB (the host's queue database) is required")
+	case c.Intake == nil:
+		return bad("Intake is required")
+	case c.Parker == nil:
+		return bad("Parker is required")
+	case c.PageSize < 0 || c.PageSize > PageSizeLimit:
+		return bad("PageSize must be 1 to %d, got %d", PageSizeLimit, c.PageSize)
+	case c.PagesPerPass < 0:
+		return bad("PagesPerPass must not be negative")
+	case c.PollInterval < 0 || c.Settle < 0 || c.AheadInterval < 0:
+		return bad("PollInterval, Settle and AheadInterval must not be negative")
+	case c.Concurrency < 0 || c.Concurrency > 64:
+		return bad("Concurrency must be 1 to 64, got %d", c.Concurrency)
+	}
+	if err := mend.ValidateIdentity("group", c.Group, false); err != nil {
+		return err
+	}
+	for _, t := range c.AheadTopics {
+		if err := mend.ValidateIdentity("ahead topic", t, true); err != nil {
+			return err
+		}
+		if len(t)+len(dlq.DLQSuffix) > mend.MaxIdentityChars {
+			return bad("ahead topic %q is too long to have a dead-letter topic", t)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+// Package subscribe makes mend a consumer group of the host's *_dlq topics,
+// in uber/submitqueue's own offset protocol, so that the queue's garbage
+// collector keeps every dead letter until mend has recorded it. It is what
+// `mend run --queue-dsn` runs: mend beside an unmodified submit queue, with
+// no code linked into the host.
+//
+// # Overview
+//
+// The host's message queue keeps one watermark per (consumer group, topic,
+// partition) in queue_offsets and deletes a partition's rows up to the
+// smallest watermark of its groups (every 100 idle poll ticks, about 10 s).
+// Once the host's orchestrator-dlq group has acknowledged a dead letter it
+// is gone within seconds, so an importer that runs now and then (mend
+// import from cron) loses exactly the dead letters mend exists for. A
+// group of mend's own changes that: a row at watermark 0 holds the
+// partition's GC back entirely, and mend's watermark passes a dead letter
+// only once mend has recorded it.
+//
+// A pass, every PollInterval (1 s by default, a tenth of the host's GC idle
+// period), does this:
+//
+//  1. sample the table's highest committed offset (see "Out-of-order
+//     commits");
+//  2. read the group's rows (its partitions and watermarks);
+//  3. every AheadInterval, register ahead: join T_dlq for every partition
+//     of T that one of the host's groups has joined (T in AheadTopics), each
+//     *_dlq partition another group has joined, and the queue-partitioned
+//     *_dlq partitions of every queue Config.Queues lists;
+//  4. discover the *_dlq partitions that hold rows from the (topic,
+//     partition_key, offset) index: SELECT DISTINCT topic (a loose index
+//     scan, whose cost grows with the topics), then SELECT DISTINCT
+//     partition_key per DLQ topic (a covering range over that topic's
+//     entries: the dead letters not yet collected, as in the real
+//     subscriber's own discovery). Never a scan of the table or of the
+//     other topics' rows. A partition the group has no row for is joined
+//     on first sight;
+//  5. read each partition from where this process left it, with the real
+//     FetchByOffset (topic = ? AND partition_key = ? AND `offset` > ? ORDER
+//     BY `offset` LIMIT ?), and record the rows through dlq's RecordMany,
+//     several partitions' pages per transaction;
+//  6. release: advance each partition's watermark (the real guarded
+//     UPDATE ... AND offset_acked < ?) past what has been recorded and has
+//     settled;
+//  7. read the lag per topic: rows above the group's watermarks, and the
+//     age of the oldest.
+//
+// The statements are the real subscriber's join (INSERT IGNORE at offset
+// 0), advance and leave (DELETE, only for Remove), plus reads. The grants
+// are the host's own consumers': SELECT on queue_messages; SELECT, INSERT,
+// UPDATE on queue_offsets, and DELETE to leave.
+//
+// # State model
+//
+// Per partition, the database holds the watermark; the process holds how
+// far it has read and recorded, and a checkpoint per pass that read
+// something: the last offset read and how many rows the server returned
+// between the watermark and it.
+//
+//	 watermark (queue_offsets)      seen (this process)
+//	     │                              │
+//	─────┼──────────────────────────────┼────────────▶ offset
+//	     │ recorded, waiting to settle  │ not read yet
+//	     └─ checkpoints c1 < c2 < ... ──┘
+//
+// A checkpoint is released once it has settled: its offset is at or below
+// the table's highest committed offset as sampled at least Settle ago. Then
+// COUNT(*) of the partition's rows between the watermark and it must equal
+// the rows read there; if so, the watermark moves to it. If not, a row
+// committed late (or rows went), and the partition is read again from its
+// watermark; recording is create-if-absent, so reading twice is harmless.
+//
+// # Out-of-order commits
+//
+// `offset` is an AUTO_INCREMENT value, allocated when a row is inserted and
+// visible only when its transaction commits: a reader can see offset N+1
+// while N is still open. A watermark moved past N then skips N for good,
+// and the host's GC deletes it. The choices were:
+//
+//   - advance only to the highest contiguous offset: useless here, because
+//     offsets are one counter over every topic, so a partition's offsets
+//     always have gaps;
+//   - a locking read over the range, which waits for open inserts: it needs
+//     more than SELECT (MySQL 8.0.22 wants DELETE, UPDATE or LOCK TABLES
+//     too), takes gap locks on the host's hottest table, and still misses an
+//     insert caught between allocating its offset and writing its index
+//     entry;
+//   - information_schema.innodb_trx or the processlist: they need PROCESS
+//     and do not show which offset a transaction allocated;
+//   - a settle window (chosen): an offset at or below the highest committed
+//     offset sampled at time t was allocated before t, so the transaction
+//     inserting it began before t. Once every such transaction has
+//     committed or rolled back, the range below is final. With Settle longer
+//     than any transaction that inserts into queue_messages (MoveToDLQ is one
+//     short transaction of three statements; 30 s by default), the count
+//     check finds every late row before the watermark moves.
+//
+// Recording is never delayed: a dead letter is recorded within one poll
+// interval; only the watermark waits, so the host's GC keeps a dead letter
+// for Settle longer than it would without mend. The assumption is
+// explicit: a transaction held open longer than Settle (a client frozen
+// mid-MoveToDLQ) can still be skipped, and so can rows on a server whose
+// auto-increment is not one increasing counter (auto_increment_increment
+// across several writable primaries). The test that commits N+1 before N
+// shows the window working, and its negative control (Settle 0) shows the
+// skip.
+//
+// # Registering ahead
+//
+// A partition whose rows the host's GC removes before mend's row exists is
+// lost: mend can only hold back collection it has joined. The host's
+// subscriber joins a partition before reading it, so before it can move any
+// of its messages to the DLQ; registering T_dlq for every partition of T a
+// host group has joined therefore puts mend's row in place before the
+// first dead letter exists. Partitions of topics outside AheadTopics (by
+// default only log, one partition per request) are joined on first sight,
+// within one poll interval of their first dead letter, against the host's
+// GC idle period of about 10 s. The window test shows a dead letter lost
+// when nothing registers ahead.
+//
+// # Replicas
+//
+// Several mend run processes may subscribe as one group at once, without
+// fencing: each records through create-if-absent (the first writer's
+// record wins, the others see it), and each moves a watermark only past
+// rows it has itself seen recorded, counted and settled, with the guarded
+// UPDATE that never moves a watermark back. Overlap therefore costs
+// duplicate reads, never a skipped row or a watermark moving backwards; a
+// replica that finds a watermark moved by another restarts that
+// partition's reads from it. Passes start at a random partition, so
+// replicas mostly split a backlog. The replica test runs two side by side.
+//
+// # Failure handling
+//
+// A pass that fails (the queue database or mend's) is logged and retried
+// on the next; nothing moves a watermark before its rows are durable. A
+// row the intake refuses (an identity mend cannot store exactly, such as
+// an empty message ID; a payload over the intake's cap) would otherwise
+// hold the watermark, and with it the host's GC, forever: it is recorded
+// instead as a parked stand-in under the message ID
+// "mend-subscribe/unrecordable/offset/<offset>" whose reason names the
+// row, counted (Hooks.OnUnrecordable, PassStats.Unrecordable) and passed.
+// Rows matched only through the queue table's collation ("speculate_dlq "
+// under PAD SPACE, "speculate_DLQ" on a case-insensitive table) are no
+// dead letters of MoveToDLQ's; they are dropped, counted and passed, and a
+// page holding them is not mistaken for the last one.
+//
+// A stopped mend keeps its rows in queue_offsets and so holds the host's
+// GC back on every partition it joined, for good. Remove (mend subscribe
+// --remove --yes) leaves; do it when mend stops for good.
+package subscribe

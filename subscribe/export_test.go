@@ -1,0 +1,7 @@
+package subscribe
+
+import "time"
+
+// SetSettle overrides the settle window, including to zero, which Config
+// cannot express: the negative control of the out-of-order test.
+func SetSettle(s *Subscriber, d time.Duration) { s.cfg.Settle = d }

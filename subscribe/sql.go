@@ -1,0 +1,346 @@
+package subscribe
+
+// This file holds every statement the subscription sends to the host's
+// queue database: the real queue's own consumer-group protocol (join,
+// fetch, advance, leave) plus read-only discovery, settle and lag queries.
+// They need exactly the grants the host's own consumers hold: SELECT on
+// queue_messages; SELECT, INSERT, UPDATE and DELETE on queue_offsets.
+// `offset` is quoted everywhere: it is a reserved word on MariaDB.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqlx"
+)
+
+// Open connects to the host's queue database (a go-sql-driver DSN naming
+// it), with the settings mend's other pools use, and checks that it
+// answers. The DSN never appears in an error.
+func Open(ctx context.Context, queueDSN string) (*sql.DB, error) {
+	// The session rules of every mend pool (mysqlx.Config): DSN settings
+	// that would change them are refused; autocommit, utf8mb4, strict mode
+	// and UTC are forced; no multi-statements. A hung server cannot hold a
+	// page forever: the I/O is bounded like the host adapter's.
+	db, err := mysqlx.Open(ctx, queueDSN, mysqlx.Pool{Field: "queue_dsn", IOTimeout: ioTimeout}, 2*ConcurrencyDefault)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	return db, nil
+}
+
+// ioTimeout bounds each read and write on the queue database's connections.
+const ioTimeout = time.Minute
+
+// The real subscriber's join: a new group row starts at offset 0, which
+// holds the host's GC of the partition back until the group advances.
+const sqlJoin = "-- name: SubscribeJoin\n" +
+	"INSERT IGNORE INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) VALUES (?, ?, ?, 0, ?)"
+
+// sqlJoinMore adds a partition to SubscribeJoin.
+const sqlJoinMore = ", (?, ?, ?, 0, ?)"
+
+// The real subscriber's advance: guarded, so it never moves a watermark
+// back (another replica's, or a stale read's).
+const sqlAdvance = "-- name: SubscribeAdvance\n" +
+	"UPDATE queue_offsets SET offset_acked = ?, updated_at = ?\n" +
+	"WHERE consumer_group = ? AND topic = ? AND partition_key = ? AND offset_acked < ?"
+
+// The real subscriber's leave, for every partition of the group at once.
+const sqlLeave = "-- name: SubscribeLeave\n" +
+	"DELETE FROM queue_offsets WHERE consumer_group = ?"
+
+// The group's own rows: its partitions and their watermarks (a range of
+// the primary key).
+const sqlOwn = "-- name: SubscribeOwn\n" +
+	"SELECT topic, partition_key, offset_acked FROM queue_offsets WHERE consumer_group = ?"
+
+// Partitions other groups have joined: the register-ahead source.
+const sqlOthers = "-- name: SubscribeOthers\n" +
+	"SELECT DISTINCT topic, partition_key FROM queue_offsets WHERE consumer_group <> ?"
+
+// Discovery reads the (topic, partition_key, offset) index: the topics
+// with a loose index scan (cost: the number of topics), a DLQ topic's
+// partitions with a covering range over that topic's entries (cost: its
+// dead letters not yet collected). Neither reads the other topics' rows.
+const sqlTopics = "-- name: SubscribeTopics\n" +
+	"SELECT DISTINCT topic FROM queue_messages"
+
+const sqlPartitions = "-- name: SubscribePartitions\n" +
+	"SELECT DISTINCT partition_key FROM queue_messages WHERE topic = ?"
+
+// The real FetchByOffset shape (without published_at, which a record does
+// not keep).
+const sqlFetch = "-- name: SubscribeFetch\n" +
+	"SELECT `offset`, topic, partition_key, id, payload, metadata, failed_at, failure_count, last_error, original_topic, failure_detail\n" +
+	"FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? ORDER BY `offset` LIMIT ?"
+
+// The settle check: how many rows a range holds now (index only).
+const sqlCount = "-- name: SubscribeCount\n" +
+	"SELECT COUNT(*) FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? AND `offset` <= ?"
+
+// The table's highest committed offset (one dive into the primary key).
+const sqlHorizon = "-- name: SubscribeHorizon\n" +
+	"SELECT COALESCE(MAX(`offset`), 0) FROM queue_messages"
+
+// Rows above the group's watermarks, per topic: what the group holds the
+// host's GC back on.
+const sqlLag = "-- name: SubscribeLag\n" +
+	"SELECT o.topic, COUNT(DISTINCT o.partition_key), COUNT(m.`offset`), COALESCE(MIN(m.failed_at), 0)\n" +
+	"FROM queue_offsets o LEFT JOIN queue_messages m\n" +
+	"  ON m.topic = o.topic AND m.partition_key = o.partition_key AND m.`offset` > o.offset_acked\n" +
+	"WHERE o.consumer_group = ?\n" +
+	"GROUP BY o.topic ORDER BY o.topic"
+
+// partKey names a partition as the server compares it: the queue tables'
+// collation pads spaces, so "q" and "q " are one partition (and one
+// queue_offsets row).
+type partKey struct{ topic, partition string }
+
+func keyOf(topic, partition string) partKey {
+	return partKey{topic, strings.TrimRight(partition, " ")}
+}
+
+// dlqTopic returns the dead-letter topic a discovered topic name stands
+// for. Discovery's DISTINCT returns one spelling of each set of names the
+// collation holds equal ("x_dlq" and "x_dlq " on utf8mb4_bin; "x_DLQ" too on
+// a case-insensitive one), so the name is normalised here and rows are
+// checked byte for byte when read.
+func dlqTopic(name string) (string, bool) {
+	t := strings.TrimRight(name, " ")
+	n := len(dlq.DLQSuffix)
+	if len(t) <= n || !strings.EqualFold(t[len(t)-n:], dlq.DLQSuffix) {
+		return "", false
+	}
+	return t[:len(t)-n] + dlq.DLQSuffix, true
+}
+
+type ownRow struct {
+	key       partKey
+	partition string // as stored
+	acked     uint64
+}
+
+func (s *Subscriber) own(ctx context.Context) ([]ownRow, error) {
+	rows, err := s.cfg.DB.QueryContext(ctx, sqlOwn, s.cfg.Group)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: read the group's offsets: %w", mysqlx.Translate(err))
+	}
+	defer rows.Close()
+	var out []ownRow
+	for rows.Next() {
+		var r ownRow
+		var topic string
+		if err := rows.Scan(&topic, &r.partition, &r.acked); err != nil {
+			return nil, fmt.Errorf("subscribe: read the group's offsets: %w", err)
+		}
+		r.key = keyOf(topic, r.partition)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("subscribe: read the group's offsets: %w", mysqlx.Translate(err))
+	}
+	return out, nil
+}
+
+type otherRow struct{ topic, partition string }
+
+func (s *Subscriber) others(ctx context.Context) ([]otherRow, error) {
+	rows, err := s.cfg.DB.QueryContext(ctx, sqlOthers, s.cfg.Group)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: read other groups' partitions: %w", mysqlx.Translate(err))
+	}
+	defer rows.Close()
+	var out []otherRow
+	for rows.Next() {
+		var o otherRow
+		if err := rows.Scan(&o.topic, &o.partition); err != nil {
+			return nil, fmt.Errorf("subscribe: read other groups' partitions: %w", err)
+		}
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("subscribe: read other groups' partitions: %w", mysqlx.Translate(err))
+	}
+	return out, nil
+}
+
+// joinMany joins the partitions ks (spelled as spell), joinChunk per
+// statement: the real join's INSERT IGNORE with one row per partition, so
+// registering ahead a thousand partitions is two commits, not a thousand.
+func (s *Subscriber) joinMany(ctx context.Context, ks []partKey, spell []string) error {
+	for from := 0; from < len(ks); from += joinChunk {
+		n := min(joinChunk, len(ks)-from)
+		q := sqlJoin + strings.Repeat(sqlJoinMore, n-1)
+		args := make([]any, 0, 4*n)
+		now := s.nowMS()
+		for i := from; i < from+n; i++ {
+			args = append(args, s.cfg.Group, ks[i].topic, spell[i], now)
+		}
+		if _, err := s.cfg.DB.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("subscribe: join %d partitions (%s/%q, ...): %w", n, ks[from].topic, spell[from], mysqlx.Translate(err))
+		}
+	}
+	return nil
+}
+
+// joinChunk bounds the partitions one join statement names.
+const joinChunk = 500
+
+func (s *Subscriber) advance(ctx context.Context, topic, partition string, to uint64) error {
+	if _, err := s.cfg.DB.ExecContext(ctx, sqlAdvance, to, s.nowMS(), s.cfg.Group, topic, partition, to); err != nil {
+		return fmt.Errorf("subscribe: advance %s/%q to %d: %w", topic, partition, to, mysqlx.Translate(err))
+	}
+	return nil
+}
+
+func (s *Subscriber) nowMS() int64 { return s.cfg.NowFunc().UnixMilli() }
+
+func queryStrings(ctx context.Context, db *sql.DB, what, query string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: %s: %w", what, mysqlx.Translate(err))
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("subscribe: %s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("subscribe: %s: %w", what, mysqlx.Translate(err))
+	}
+	return out, nil
+}
+
+// page is one FetchByOffset page.
+type page struct {
+	rows    []dlq.Row // the rows whose topic is byte for byte the partition's
+	dropped int       // rows the server matched only through its collation
+	n       int       // rows the server returned
+	last    uint64    // offset of the last row the server returned
+}
+
+func (s *Subscriber) fetch(ctx context.Context, topic, partition string, after uint64) (page, error) {
+	rows, err := s.cfg.DB.QueryContext(ctx, sqlFetch, topic, partition, after, s.cfg.PageSize)
+	if err != nil {
+		return page{}, fmt.Errorf("subscribe: read %s/%q after %d: %w", topic, partition, after, mysqlx.Translate(err))
+	}
+	defer rows.Close()
+	p := page{last: after}
+	for rows.Next() {
+		var r dlq.Row
+		if err := rows.Scan(&r.Offset, &r.Topic, &r.PartitionKey, &r.ID, &r.Payload, &r.Metadata, &r.FailedAtMS,
+			&r.FailureCount, &r.LastError, &r.OriginalTopic, &r.FailureDetail); err != nil {
+			return page{}, fmt.Errorf("subscribe: read %s/%q: %w", topic, partition, err)
+		}
+		p.n++
+		p.last = r.Offset
+		if r.Topic != topic {
+			p.dropped++ // "x_dlq " or "x_DLQ": no MoveToDLQ writes those
+			continue
+		}
+		p.rows = append(p.rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		return page{}, fmt.Errorf("subscribe: read %s/%q: %w", topic, partition, mysqlx.Translate(err))
+	}
+	return p, nil
+}
+
+func (s *Subscriber) count(ctx context.Context, topic, partition string, after, upTo uint64) (int, error) {
+	var n int
+	if err := s.cfg.DB.QueryRowContext(ctx, sqlCount, topic, partition, after, upTo).Scan(&n); err != nil {
+		return 0, fmt.Errorf("subscribe: count %s/%q: %w", topic, partition, mysqlx.Translate(err))
+	}
+	return n, nil
+}
+
+func (s *Subscriber) horizon(ctx context.Context) (uint64, error) {
+	var h uint64
+	if err := s.cfg.DB.QueryRowContext(ctx, sqlHorizon).Scan(&h); err != nil {
+		return 0, fmt.Errorf("subscribe: read the highest offset: %w", mysqlx.Translate(err))
+	}
+	return h, nil
+}
+
+// TopicLag is how far a group is behind on one dead-letter topic.
+type TopicLag struct {
+	Topic      string
+	Partitions int // the group's partitions of the topic
+	// Rows are the rows above the group's watermarks: dead letters the
+	// group has not released yet (not recorded, or recorded within the
+	// settle window). The host's GC keeps them.
+	Rows int64
+	// Oldest is the failed_at of the oldest of them; zero when Rows is 0.
+	Oldest time.Time
+}
+
+// Age is how long the oldest row has waited, as of now (0 without rows).
+func (l TopicLag) Age(now time.Time) time.Duration {
+	if l.Oldest.IsZero() {
+		return 0
+	}
+	return max(now.Sub(l.Oldest), 0)
+}
+
+// Lag reads group's lag per topic from the host's queue database: one row
+// per topic the group has joined. It needs no running subscription (mend
+// status and doctor use it).
+func Lag(ctx context.Context, db *sql.DB, group string) ([]TopicLag, error) {
+	group = groupOr(group)
+	rows, err := db.QueryContext(ctx, sqlLag, group)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: read the lag of group %q: %w", group, mysqlx.Translate(err))
+	}
+	defer rows.Close()
+	var out []TopicLag
+	for rows.Next() {
+		var l TopicLag
+		var oldest uint64
+		if err := rows.Scan(&l.Topic, &l.Partitions, &l.Rows, &oldest); err != nil {
+			return nil, fmt.Errorf("subscribe: read the lag of group %q: %w", group, err)
+		}
+		if l.Rows > 0 && oldest > 0 && oldest < 1<<62 {
+			l.Oldest = time.UnixMilli(int64(oldest)).UTC()
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("subscribe: read the lag of group %q: %w", group, mysqlx.Translate(err))
+	}
+	return out, nil
+}
+
+// Remove deregisters group from every partition: the real subscriber's
+// leave. From then on the host's GC collects those partitions as its own
+// groups allow, including dead letters the group never recorded. Stop
+// every subscription of the group first: a running one joins again. It
+// returns how many partitions the group left.
+func Remove(ctx context.Context, db *sql.DB, group string) (int64, error) {
+	group = groupOr(group)
+	if err := mend.ValidateIdentity("group", group, true); err != nil {
+		return 0, err
+	}
+	res, err := db.ExecContext(ctx, sqlLeave, group)
+	if err != nil {
+		return 0, fmt.Errorf("subscribe: remove group %q: %w", group, mysqlx.Translate(err))
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+func groupOr(g string) string {
+	if g == "" {
+		return GroupDefault
+	}
+	return g
+}
