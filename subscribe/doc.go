@@ -124,10 +124,12 @@
 // record wins, the others see it), and each moves a watermark only past
 // rows it has itself seen recorded, counted and settled, with the guarded
 // UPDATE that never moves a watermark back. Overlap therefore costs
-// duplicate reads, never a skipped row or a watermark moving backwards; a
+// duplicate work, never a skipped row or a watermark moving backwards; a
 // replica that finds a watermark moved by another restarts that
 // partition's reads from it. Passes start at a random partition, so
-// replicas mostly split a backlog. The replica test runs two side by side.
+// replicas begin a backlog in different places, but they do not divide it:
+// a second replica is for availability, not throughput (docs/scaling.md
+// has the measurement). The replica test runs two side by side.
 //
 // # Failure handling
 //
