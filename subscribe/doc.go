@@ -111,11 +111,15 @@
 // subscriber joins a partition before reading it, so before it can move any
 // of its messages to the DLQ; registering T_dlq for every partition of T a
 // host group has joined therefore puts mend's row in place before the
-// first dead letter exists. Partitions of topics outside AheadTopics (by
-// default only log, one partition per request) are joined on first sight,
-// within one poll interval of their first dead letter, against the host's
-// GC idle period of about 10 s. The window test shows a dead letter lost
-// when nothing registers ahead.
+// first dead letter exists. By default only the topics partitioned by
+// queue are registered ahead: mend never deletes a row of its own except
+// to leave (the grants allow DELETE for that alone), so registering ahead
+// the topics partitioned by batch, build or request ID (build,
+// buildsignal, cancel, log) would leave a row per batch, build or request
+// ever. Their *_dlq partitions are joined on first sight, within one poll
+// interval of their first dead letter, against the host's GC idle period
+// of about 10 s; AheadTopics can close that window too, at that cost. The
+// window test shows a dead letter lost when nothing registers ahead.
 //
 // # Replicas
 //
