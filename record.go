@@ -144,6 +144,7 @@ const (
 	EventAttemptFailed EventKind = "attempt_failed" // an attempt failed; retried with backoff
 	EventWaiting       EventKind = "waiting"        // merge may be in flight; waiting
 	EventSettled       EventKind = "settled"        // outcome settled; wake-up owed
+	EventWakeIntent    EventKind = "wake_intent"    // one wake-up for several records is about to be published
 	EventWakeFailed    EventKind = "wake_failed"    // publishing the wake-up failed
 	EventWoken         EventKind = "woken"          // wake-up published; done
 	EventDone          EventKind = "done"           // finished without a wake-up

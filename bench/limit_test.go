@@ -362,7 +362,7 @@ var appendSQLs = map[[2]int]string{}
 
 func init() {
 	for _, fenced := range []bool{false, true} {
-		for n := 1; n <= 2; n++ {
+		for n := 1; n <= 3; n++ {
 			f := 0
 			if fenced {
 				f = 1
@@ -375,8 +375,8 @@ func init() {
 // limitAppend applies a and returns the new version.
 func limitAppend(ctx context.Context, c *sql.Conn, a limitAppendArgs) (int64, error) {
 	n := len(a.events)
-	if n < 1 || n > 2 {
-		return 0, fmt.Errorf("limit: %d events; 1 or 2 are built", n)
+	if n < 1 || n > 3 {
+		return 0, fmt.Errorf("limit: %d events; 1 to 3 are built", n)
 	}
 	f := 0
 	epoch := a.epoch
@@ -468,7 +468,7 @@ func limitAcquire(ctx context.Context, c *sql.Conn, queue, holder string, ttl ti
 const limitDueSQL = `SELECT record_id, message_id, original_topic, failure_count, failure_error, failed_at, failure_subjects,
 	batch_id, desired_outcome, state, version, attempts
 FROM mend_records WHERE queue = ? AND next_attempt_at <= NOW(6)
-ORDER BY next_attempt_at, record_id LIMIT 100`
+ORDER BY next_attempt_at, record_id LIMIT 20`
 
 // limitHostSQL is the whole host side of a repair in one transaction on
 // the application database: read the batch, decide the transition from its
@@ -613,8 +613,11 @@ func hostCollation(ctx context.Context, db *sql.DB) (string, error) {
 	return colls[0], nil
 }
 
-// limitPlanner repairs a queue's due records in the fewest round trips: the
-// due read (one per 100 records), then per record one packet to each of
+// limitPlanner repairs a queue's due records in the fewest round trips, and
+// wakes the queue once per read as mend does (see repairAll): the due read
+// (one per 20 records, mend's RunLimit), a host packet per record, one queue
+// packet for the read's RequestLogs and its one wake-up, and a record
+// packet per record. It was written per record, one packet to each of
 // the three databases a repair touches, which a deployment may put on
 // different servers (mend's, the host's application and queue databases),
 // so no transaction can span them: the host packet (batch outcome, fan-out
@@ -659,14 +662,10 @@ func (p *limitPlanner) run(ctx context.Context, term mend.Term) (woken int, err 
 		if err != nil || len(recs) == 0 {
 			return woken, err
 		}
-		for _, r := range recs {
-			w, err := p.repair(ctx, term, r)
-			if err != nil {
-				return woken, fmt.Errorf("limit: record %s: %w", r.id, err)
-			}
-			if w {
-				woken++
-			}
+		w, err := p.repairAll(ctx, term, recs)
+		woken += w
+		if err != nil {
+			return woken, err
 		}
 	}
 }
@@ -744,18 +743,92 @@ func (p *limitPlanner) host(ctx context.Context, queue string, r limitDue) (host
 	return out, err
 }
 
-// repair settles one pending record's batch, publishes, and finishes the
-// record; it reports whether a wake-up went out.
-func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (bool, error) {
+// settledRecord is one record after its host packet: its settled event,
+// the RequestLogs its fan-out owes, and the queue's wake target the packet
+// saw.
+type settledRecord struct {
+	r       limitDue
+	settled limitEvent
+	msgs    []limitMessage
+	wake    []byte
+}
+
+// repairAll settles each record's batch (one host packet each), then
+// publishes every RequestLog and one wake-up for them all in one packet,
+// and finishes each record in one fenced packet: a single record's
+// wake-up is named by the record at its settled version, as mend names it;
+// several share one named by the first record at the version of its wake
+// intent, which its packet carries with its settled and woken events. It
+// returns how many records were woken.
+func (p *limitPlanner) repairAll(ctx context.Context, term mend.Term, recs []limitDue) (int, error) {
+	queue := term.Queue
+	var done []settledRecord
+	var msgs []limitMessage
+	for _, r := range recs {
+		s, err := p.settle(ctx, term, r)
+		if err != nil {
+			return 0, fmt.Errorf("limit: record %s: %w", r.id, err)
+		}
+		done = append(done, s)
+		msgs = append(msgs, s.msgs...)
+	}
+	// The last host packet saw the queue after every transition.
+	wake := done[len(done)-1].wake
+	anchor := done[0].r
+	msgID := "mend/wake/" + anchor.id.String() + "/v" + strconv.FormatInt(anchor.version+1, 10)
+	if len(done) > 1 {
+		msgID = "mend/wake/" + anchor.id.String() + "/v" + strconv.FormatInt(anchor.version+2, 10)
+	}
+	if wake != nil {
+		payload, _ := json.Marshal(map[string]string{"id": string(wake), "queue": queue})
+		meta, _ := json.Marshal(map[string]string{"mend.epoch": strconv.FormatInt(term.Epoch, 10), "mend.record_id": anchor.id.String()})
+		msgs = append(msgs, limitMessage{topic: "speculate", partition: queue, id: msgID, payload: payload, meta: string(meta)})
+	}
+	if err := p.publish(ctx, msgs); err != nil {
+		return 0, err
+	}
+	woken := 0
+	for i, s := range done {
+		events := []limitEvent{s.settled}
+		attempts := 0
+		switch {
+		case wake == nil:
+			events = append(events, limitEvent{kind: "done", data: `{"reason":"no live batch: nothing to wake"}`})
+		case len(done) == 1:
+			attempts = 1
+			data, _ := json.Marshal(map[string]any{"batch_id": string(wake), "message_id": msgID, "attempt": 1})
+			events = append(events, limitEvent{kind: "woken", data: string(data)})
+		default:
+			attempts = 1
+			if i == 0 {
+				data, _ := json.Marshal(map[string]any{"batch_id": string(wake), "message_id": msgID, "records": len(done)})
+				events = append(events, limitEvent{kind: "wake_intent", data: string(data)})
+			}
+			data, _ := json.Marshal(map[string]any{"batch_id": string(wake), "message_id": msgID, "attempt": 1, "records": len(done)})
+			events = append(events, limitEvent{kind: "woken", data: string(data)})
+		}
+		if _, err := limitAppend(ctx, p.mendC, limitAppendArgs{queue: queue, id: s.r.id, version: s.r.version, prevState: s.r.state,
+			state: "done", attempts: attempts, term: &term, actor: p.actor, events: events}); err != nil {
+			return woken, fmt.Errorf("limit: record %s: %w", s.r.id, err)
+		}
+		if wake != nil {
+			woken++
+		}
+	}
+	return woken, nil
+}
+
+// settle settles one pending record's batch with its host packet.
+func (p *limitPlanner) settle(ctx context.Context, term mend.Term, r limitDue) (settledRecord, error) {
 	if r.state != "pending" {
-		return false, fmt.Errorf("%w: record is %s", errLimitScope, r.state)
+		return settledRecord{}, fmt.Errorf("%w: record is %s", errLimitScope, r.state)
 	}
 	queue := term.Queue
 	var out hostOutcome
 	for attempt := 0; ; attempt++ {
 		var err error
 		if out, err = p.host(ctx, queue, r); err != nil {
-			return false, err
+			return settledRecord{}, err
 		}
 		// A transition was decided but the CAS missed: the batch moved
 		// between the read and the CAS. Decide again on a fresh read.
@@ -764,7 +837,7 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 			break
 		}
 		if attempt == 2 {
-			return false, errLimitConflict
+			return settledRecord{}, errLimitConflict
 		}
 	}
 	settled := map[string]any{"batch_id": r.batchID}
@@ -772,9 +845,9 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 	case !out.state.Valid:
 		settled["action"], settled["reason"] = "settle", "batch not found: nothing to repair"
 	case out.exact != 1:
-		return false, fmt.Errorf("%w: batch %q is stored under another spelling", errLimitScope, r.batchID)
+		return settledRecord{}, fmt.Errorf("%w: batch %q is stored under another spelling", errLimitScope, r.batchID)
 	case !out.target.Valid:
-		return false, fmt.Errorf("%w: batch is %s, desired %s: wait or park", errLimitScope, out.state.String, r.desired)
+		return settledRecord{}, fmt.Errorf("%w: batch is %s, desired %s: wait or park", errLimitScope, out.state.String, r.desired)
 	default:
 		outcome := map[string]string{"error": "failed", "landed": "succeeded", "cancelled": "cancelled"}[out.target.String]
 		settled["outcome"] = outcome
@@ -791,7 +864,7 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 	if out.target.Valid {
 		var asked []string
 		if err := json.Unmarshal(out.contains, &asked); err != nil {
-			return false, fmt.Errorf("limit: batch %q: contains: %w", r.batchID, err)
+			return settledRecord{}, fmt.Errorf("limit: batch %q: contains: %w", r.batchID, err)
 		}
 		seen := map[string]bool{}
 		for _, rid := range asked {
@@ -800,7 +873,7 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 		for id := range out.members {
 			if !seen[id] {
 				// The collation matched a member under another spelling.
-				return false, fmt.Errorf("%w: a member of %q is stored as %q", errLimitScope, r.batchID, id)
+				return settledRecord{}, fmt.Errorf("%w: a member of %q is stored as %q", errLimitScope, r.batchID, id)
 			}
 		}
 		published := map[string]bool{}
@@ -816,7 +889,7 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 			published[rid] = true
 			msg, err := p.requestLog(queue, r, rid, out.target.String, m.version)
 			if err != nil {
-				return false, err
+				return settledRecord{}, err
 			}
 			msgs = append(msgs, msg)
 		}
@@ -827,30 +900,11 @@ func (p *limitPlanner) repair(ctx context.Context, term mend.Term, r limitDue) (
 		// round trip only such queues pay).
 		err := p.appC.QueryRowContext(ctx, limitLiveAllSQL, queue, queue, queue).Scan(&wake)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return false, err
+			return settledRecord{}, err
 		}
 	}
 	settledData, _ := json.Marshal(settled)
-	events := []limitEvent{{kind: "settled", data: string(settledData)}}
-	attempts := 0
-	if wake != nil {
-		// The record's version after its settled event names the wake-up.
-		msgID := "mend/wake/" + r.id.String() + "/v" + strconv.FormatInt(r.version+1, 10)
-		payload, _ := json.Marshal(map[string]string{"id": string(wake), "queue": queue})
-		meta, _ := json.Marshal(map[string]string{"mend.epoch": strconv.FormatInt(term.Epoch, 10), "mend.record_id": r.id.String()})
-		msgs = append(msgs, limitMessage{topic: "speculate", partition: queue, id: msgID, payload: payload, meta: string(meta)})
-		attempts = 1
-		woken, _ := json.Marshal(map[string]any{"batch_id": string(wake), "message_id": msgID, "attempt": 1})
-		events = append(events, limitEvent{kind: "woken", data: string(woken)})
-	} else {
-		events = append(events, limitEvent{kind: "done", data: `{"reason":"no live batch: nothing to wake"}`})
-	}
-	if err := p.publish(ctx, msgs); err != nil {
-		return false, err
-	}
-	_, err := limitAppend(ctx, p.mendC, limitAppendArgs{queue: queue, id: r.id, version: r.version, prevState: r.state,
-		state: "done", attempts: attempts, term: &term, actor: p.actor, events: events})
-	return wake != nil, err
+	return settledRecord{r: r, settled: limitEvent{kind: "settled", data: string(settledData)}, msgs: msgs, wake: wake}, nil
 }
 
 // decideTo is the transition the decision table asks for, "" for none.

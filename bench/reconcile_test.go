@@ -160,7 +160,8 @@ func clearPass(b *testing.B, db *sql.DB) {
 	}
 }
 
-// BenchmarkReconcilePass: one reconciler pass (reconcile.RunOnce) repairing
+// BenchmarkReconcilePass: reconciler passes until drained (reconcile.Drain:
+// a pass takes each queue once, at most RunLimit records) repairing
 // 1,000 due records in 4 queues, with 0 to 10^6 finished records in the same
 // queues. Flat is the goal: due work is found through the due index.
 func BenchmarkReconcilePass(b *testing.B) {
@@ -206,7 +207,7 @@ func BenchmarkReconcilePass(b *testing.B) {
 		seedDue(b, store, w0, prefix, round)
 		b.StartTimer()
 		start := time.Now()
-		ps, err := rec.RunOnce(ctx)
+		ps, err := rec.Drain(ctx)
 		took := time.Since(start)
 		if err != nil {
 			b.Fatal(err)

@@ -33,7 +33,9 @@ const (
 // its payload nor its partition key names a queue (for example a legacy
 // build payload with an empty queue, partitioned by batch ID). It keeps such
 // a dead letter visible to operators instead of dropping it; it is never a
-// queue the planner can repair.
+// queue the planner can repair. A dead letter of a real queue spelled the
+// same way is filed there too, and parked, so nothing in it is ever
+// mistaken for a repairable record.
 const QueueUnresolved = "(unresolved)"
 
 // Store is the record store as the intake needs it.
@@ -364,6 +366,10 @@ func (in *Intake) params(ctx context.Context, d Delivery) (mend.CreateParams, er
 	switch {
 	case decErr != nil:
 		return park(decErr.Error())
+	case pl.Queue == QueueUnresolved || (pl.Queue == "" && src.Queue == QueueUnresolved && d.Source.Partition == QueueUnresolved):
+		// A real queue spelled like mend's placeholder: filed there with
+		// the dead letters that name no queue, and never repaired.
+		return park(fmt.Sprintf("dlq: the dead letter names queue %q, which is mend's placeholder for dead letters without a queue; mend cannot repair a queue of that name, so an operator must settle it", QueueUnresolved))
 	case d.detailErr != nil:
 		return park("dlq: " + d.detailErr.Error())
 	case pl.Kind == KindRequest:

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mendq/mend"
 )
@@ -126,8 +127,17 @@ func (c Config) validate() error {
 		return &mend.ValidationError{Field: "renew_every", Reason: fmt.Sprintf("must be positive and shorter than TTL - safety margin (%s), or the lease lapses between renews; got %s", c.TTL-c.SafetyMargin, c.RenewEvery)}
 	case c.RetryEvery <= 0:
 		return &mend.ValidationError{Field: "retry_every", Reason: fmt.Sprintf("must be positive, got %s", c.RetryEvery)}
-	case c.Holder == "" || len(c.Holder) > 255:
-		return &mend.ValidationError{Field: "holder", Reason: "must be 1 to 255 bytes"}
+	}
+	return ValidateHolder(c.Holder)
+}
+
+// ValidateHolder checks a holder name before anything is connected: it is
+// stored in the lease row, so it must be 1 to 255 bytes of valid UTF-8 (the
+// store refuses anything else on every acquire, which would leave a daemon
+// running that never repairs). Returns a *mend.ValidationError.
+func ValidateHolder(holder string) error {
+	if holder == "" || len(holder) > 255 || !utf8.ValidString(holder) {
+		return &mend.ValidationError{Field: "holder", Reason: "must be 1 to 255 bytes of valid UTF-8"}
 	}
 	return nil
 }

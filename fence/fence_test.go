@@ -178,6 +178,9 @@ func TestConfig(t *testing.T) {
 		{"renew slower than the trust window", fence.Config{TTL: time.Second, SafetyMargin: 200 * time.Millisecond, RenewEvery: 800 * time.Millisecond}, false},
 		{"negative retry", fence.Config{RetryEvery: -time.Second}, false},
 		{"holder too long", fence.Config{Holder: string(make([]byte, 256))}, false},
+		// Before, this started a daemon that logged "invalid holder" on
+		// every acquire and never repaired.
+		{"holder not UTF-8", fence.Config{Holder: "h\xff"}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -150,6 +150,9 @@ func (d *DB) BatchTransition(ctx context.Context, queue, batchID string, fromVer
 	if err := checkFrom(b, fromVersion); err != nil {
 		return mend.Batch{}, wrap(err)
 	}
+	if err := checkMemberIDs(b.Requests, to); err != nil {
+		return mend.Batch{}, wrap(err)
+	}
 	b, err = d.transition(ctx, b, to)
 	if err != nil {
 		return mend.Batch{}, wrap(err)
@@ -173,15 +176,21 @@ func (d *DB) BatchTransitionFrom(ctx context.Context, b mend.Batch, to mend.Batc
 	if b.Version < 1 || b.Version >= maxVersion {
 		return mend.Batch{}, &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("is %d; must be between 1 and %d so that the next version fits the host's INT column", b.Version, maxVersion-1)}
 	}
-	wrap := func(err error) error { return fmt.Errorf("host: transition batch %q to %s: %w", b.ID, to, err) }
+	// The batch's ID is captured here: b is replaced by the result below,
+	// which is empty on an error.
+	id := b.ID
+	wrap := func(err error) error { return fmt.Errorf("host: transition batch %q to %s: %w", id, to, err) }
 	if err := checkFrom(b, b.Version); err != nil {
 		return mend.Batch{}, wrap(err)
 	}
-	b, err := d.transition(ctx, b, to)
+	if err := checkMemberIDs(b.Requests, to); err != nil {
+		return mend.Batch{}, wrap(err)
+	}
+	moved, err := d.transition(ctx, b, to)
 	if err != nil {
 		return mend.Batch{}, wrap(err)
 	}
-	return b, nil
+	return moved, nil
 }
 
 // transition runs the three steps of the real Transition from b, a live

@@ -25,9 +25,11 @@ const DeadLetterPageLimit = 10000
 type DeadLetters struct{ db *sql.DB }
 
 // OpenDeadLetters connects to the host's queue database (a go-sql-driver
-// DSN naming it) and checks that it answers.
+// DSN naming it) and checks that it answers. Its sessions are mend's, as
+// Open's are (the same refusals); it only reads, so its lock waits are the
+// server's.
 func OpenDeadLetters(ctx context.Context, queueDSN string) (*DeadLetters, error) {
-	db, err := openPool(ctx, "queue_dsn", queueDSN, 0)
+	db, err := openPool(ctx, mysqlx.Pool{Field: "queue_dsn"}, queueDSN)
 	if err != nil {
 		return nil, err
 	}

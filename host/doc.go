@@ -29,7 +29,11 @@
 //	                   JSON NULL, a flat string map; epoch-ms times
 //
 // Every write is a single autocommit statement, as in the real protocols;
-// no write holds a lock across statements.
+// no write holds a lock across statements. The sessions are mend's, not the
+// DSN's (internal/mysqlx): autocommit=1 whatever the server's global,
+// utf8mb4, a strict sql_mode, UTC, multiStatements off, and row and
+// metadata lock waits of a third of Options.LeaseTTL; a DSN parameter that
+// would change any of them is refused before connecting.
 //
 // # State model
 //
@@ -124,7 +128,19 @@
 // is mend.ErrBusy, as is a lock wait timeout; a value the server refuses is
 // mend.ErrInvalid; a connection that failed with a write in flight is
 // mend.ErrAmbiguous, since an autocommit statement may have been applied
-// (read the row again); a missing table names itself. A duplicate publish
+// (read the row again); a missing table names itself.
+//
+// A write cut off by its context (the planner cancels it when its lease is
+// lost) is mend.ErrAmbiguous too, wrapping the context's error: the
+// statement may have reached the server, which may still apply it. How late
+// is bounded: the session's lock waits are a third of the lease TTL, so a
+// write blocked on the real queue's row locks gives up, rather than lands,
+// within the TTL of the loss, with default Options too
+// (TestHostWriteBoundedByLease holds the batch row with SELECT ... FOR
+// UPDATE across a lease loss). Before the first write of a transition or a
+// fan-out, every ID it would publish is checked: a member whose RequestLog
+// ID "<request>/<status>" would exceed 255 characters is a
+// *mend.ValidationError and nothing is written. A duplicate publish
 // is a silent success that leaves the first row as it was; any error from
 // Wake means the wake-up may not have been published.
 package host

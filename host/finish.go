@@ -162,6 +162,9 @@ func (d *DB) finish(ctx context.Context, b mend.Batch, cause mend.Snapshot, ensu
 	if !ok {
 		return wrap(fmt.Errorf("%w: batch is %s, not terminal", mend.ErrInvalid, b.State))
 	}
+	if err := checkMemberIDs(b.Requests, b.State); err != nil {
+		return wrap(err)
+	}
 	if ensure {
 		if _, err := d.exec(ctx, d.app, "EnsureRecord", sqlMembershipEnsure, b.Queue, b.State, b.ID); err != nil {
 			return wrap(fmt.Errorf("ensure membership row: %w", err))
@@ -175,6 +178,38 @@ func (d *DB) finish(ctx context.Context, b mend.Batch, cause mend.Snapshot, ensu
 		return wrap(err)
 	}
 	return nil
+}
+
+// checkMemberIDs checks, before the first write of a transition to s or a
+// fan-out of a batch settled as s, every ID the fan-out would publish for
+// members: each request ID (the RequestLog's partition key) and its
+// RequestLog message ID "<request>/<status>" must fit the host's
+// VARCHAR(255) columns. A member that does not would leave the batch moved
+// and its fan-out unfinishable, so nothing is written; the planner's
+// decision parks such a record at once. Non-terminal s checks nothing.
+func checkMemberIDs(requests []string, s mend.BatchState) error {
+	target, ok := requestTarget(s)
+	if !ok {
+		return nil
+	}
+	for _, rid := range requests {
+		if err := mend.ValidateIdentity("request_id", rid, true); err != nil {
+			return err
+		}
+		if err := mend.ValidateIdentity("RequestLog message ID of request "+strconv.Quote(clipForError(rid)), rid+"/"+target, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clipForError shortens an ID for an error message.
+func clipForError(s string) string {
+	if utf8.RuneCountInString(s) <= 40 {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:20]) + "…" + string(r[len(r)-12:])
 }
 
 // fanout is what every member request of one batch is finished with.
@@ -244,6 +279,9 @@ func (d *DB) fanOutChunk(ctx context.Context, f fanout, ids []string) error {
 	rows, err := d.readRequests(ctx, f.queue, ids)
 	if err != nil {
 		return err
+	}
+	if d.afterMembersRead != nil {
+		d.afterMembersRead()
 	}
 	asked := make(map[string]bool, len(ids))
 	for _, rid := range ids {

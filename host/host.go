@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/internal/mysqlx"
 )
@@ -19,9 +17,12 @@ import (
 const (
 	DeadlockRetriesDefault = 4
 	WakeTopicDefault       = "speculate"
-	// IOTimeoutDefault is Options.IOTimeout when zero: the same floor as
-	// storage's default I/O timeout, well above a normal statement's time.
-	IOTimeoutDefault = 60 * time.Second
+	// IOTimeoutFloor is the least default Options.IOTimeout: well above a
+	// normal statement's time.
+	IOTimeoutFloor = 30 * time.Second
+	// LeaseTTLDefault is the lease TTL the adapter assumes when
+	// Options.LeaseTTL is zero: fence.TTLDefault.
+	LeaseTTLDefault = 15 * time.Second
 	// maxIdleConns is how many idle connections each pool keeps.
 	maxIdleConns = 16
 )
@@ -36,12 +37,25 @@ type Options struct {
 	// WakeTopicDefault ("speculate"), the topic the real submit queue's
 	// planner consumes.
 	WakeTopic string
+	// LeaseTTL is the lease TTL of the planners that write through this
+	// adapter. Every write is bounded by it: the host's sessions wait for a
+	// row or metadata lock at most LockWait, so a write begun under a lease
+	// and blocked on the real queue's locks cannot land more than LockWait
+	// (less than the TTL) after the lease was lost. Zero means
+	// LeaseTTLDefault (15 s, the fence's default); at least 2 s otherwise.
+	LeaseTTL time.Duration
+	// LockWait is the host sessions' innodb_lock_wait_timeout and
+	// lock_wait_timeout, in whole seconds. Zero means LeaseTTL/3 in whole
+	// seconds, at least 1 s; negative keeps the server's default (50 s for
+	// row locks), which no adapter a fenced planner writes through should
+	// do. A DSN may not set it.
+	LockWait time.Duration
 	// IOTimeout bounds each network read and write of the driver
-	// (readTimeout, writeTimeout), so a statement or COMMIT sent into a
-	// connection that hangs returns instead of waiting for TCP to give up
-	// (database/sql cannot cancel a COMMIT in flight), and a planner blocked
-	// on the host cannot outlive its lease by hours. Zero means
-	// IOTimeoutDefault; negative keeps the DSN's setting.
+	// (readTimeout, writeTimeout), so a statement sent into a connection
+	// that hangs returns instead of waiting for TCP to give up, and a
+	// planner blocked on the host cannot outlive its lease by hours. Zero
+	// means max(2 × LeaseTTL, IOTimeoutFloor); negative keeps the DSN's
+	// setting.
 	IOTimeout time.Duration
 	// OnDangling, when set, is called for every membership row
 	// (queue_batch_state) that LiveBatches finds naming a batch that does not
@@ -62,11 +76,33 @@ type Options struct {
 
 func (o Options) validate() error {
 	if o.WakeTopic != "" {
-		if err := mend.ValidateIdentity("wake_topic", o.WakeTopic, true); err != nil {
+		if err := ValidateWakeTopic(o.WakeTopic); err != nil {
 			return err
 		}
 	}
+	if o.LeaseTTL < 0 || (o.LeaseTTL > 0 && o.LeaseTTL < mysqlx.MinLeaseTTL) {
+		return &mend.ValidationError{Field: "lease_ttl", Reason: fmt.Sprintf("must be at least %s, got %s", mysqlx.MinLeaseTTL, o.LeaseTTL)}
+	}
 	return nil
+}
+
+// withDefaults fills the zero values; see each field.
+func (o Options) withDefaults() Options {
+	o.LeaseTTL = cmp.Or(o.LeaseTTL, LeaseTTLDefault)
+	if o.LockWait == 0 {
+		o.LockWait = mysqlx.LockWaitFor(o.LeaseTTL)
+	}
+	if o.IOTimeout == 0 {
+		o.IOTimeout = max(2*o.LeaseTTL, IOTimeoutFloor)
+	}
+	return o
+}
+
+// ValidateWakeTopic checks a wake-up topic before anything is connected:
+// it is written to queue_messages.topic, so it must be valid UTF-8 of at
+// most 255 characters and 1020 bytes. Returns a *mend.ValidationError.
+func ValidateWakeTopic(topic string) error {
+	return mend.ValidateIdentity("wake_topic", topic, true)
 }
 
 // DB is the adapter over uber/submitqueue's two databases. It implements
@@ -81,23 +117,27 @@ type DB struct {
 	log        *slog.Logger
 	now        func() time.Time
 	ioTimeout  time.Duration // the driver's read and write timeout; 0: the DSN's
+
+	// afterMembersRead, when set (tests only), runs between the fan-out's
+	// read of a chunk of members and their compare-and-set.
+	afterMembersRead func()
 }
 
 // Open connects to the submit queue's application database (appDSN) and its
 // queue database (queueDSN; empty or equal to appDSN means the same
 // database, one pool) and checks that both answer. DSNs are go-sql-driver
-// DSNs naming a database; Open sets parseTime, UTC, client-side
-// interpolation and a strict sql_mode on them, and refuses
-// clientFoundRows=true. Open creates nothing: the host's tables must exist.
+// DSNs naming a database. Every session is mend's (see mysqlx.Config):
+// autocommit=1, utf8mb4, a strict sql_mode, UTC, client-side
+// interpolation, multiStatements off, lock waits bounded by the lease TTL;
+// a DSN parameter that would set any of these, or anything mend does not
+// know to be harmless, is refused with a *mysqlx.ParamError before any
+// connection is made. Open creates nothing: the host's tables must exist.
 func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if opts.IOTimeout == 0 {
-		opts.IOTimeout = IOTimeoutDefault
-	}
-	opts.IOTimeout = max(opts.IOTimeout, 0)
-	app, err := openPool(ctx, "app_dsn", appDSN, opts.IOTimeout)
+	opts = opts.withDefaults()
+	app, err := openPool(ctx, writePool("app_dsn", opts), appDSN)
 	if err != nil {
 		return nil, err
 	}
@@ -111,13 +151,13 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 		onDangling: opts.OnDangling,
 		log:        log.With("component", "host"),
 		now:        opts.NowFunc,
-		ioTimeout:  opts.IOTimeout,
+		ioTimeout:  max(opts.IOTimeout, 0),
 	}
 	if d.now == nil {
 		d.now = time.Now
 	}
 	if queueDSN != "" && queueDSN != appDSN {
-		if d.queue, err = openPool(ctx, "queue_dsn", queueDSN, opts.IOTimeout); err != nil {
+		if d.queue, err = openPool(ctx, writePool("queue_dsn", opts), queueDSN); err != nil {
 			return nil, errors.Join(err, app.Close())
 		}
 	}
@@ -130,25 +170,21 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 	return d, nil
 }
 
-func openPool(ctx context.Context, field, dsn string, ioTimeout time.Duration) (*sql.DB, error) {
+// writePool is the session of a pool the planner writes through: its lock
+// waits bounded from the lease TTL, multiple statements off.
+func writePool(field string, o Options) mysqlx.Pool {
+	return mysqlx.Pool{Field: field, LockWait: max(o.LockWait, 0), IOTimeout: max(o.IOTimeout, 0)}
+}
+
+// openPool opens a pool through mysqlx.Open, the constructor every pool of
+// mend's goes through: it refuses DSN parameters that would set what mend
+// forces (autocommit, charset, sql_mode, time_zone, lock waits, ...) and
+// forces them itself, with multiStatements off on every host pool.
+func openPool(ctx context.Context, p mysqlx.Pool, dsn string) (*sql.DB, error) {
 	// mysqlx never puts the DSN itself in an error: it may hold a password.
-	cfg, err := mysqlx.NormalizeDSN(field, dsn)
+	pool, err := mysqlx.Open(ctx, dsn, p, maxIdleConns)
 	if err != nil {
-		return nil, err
-	}
-	if ioTimeout > 0 {
-		cfg.ReadTimeout, cfg.WriteTimeout = ioTimeout, ioTimeout
-	}
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, &mend.ValidationError{Field: field, Reason: err.Error()}
-	}
-	pool := sql.OpenDB(connector)
-	// Like mend's store: keep enough idle connections for concurrent planners,
-	// instead of database/sql's two, so repairs do not redial.
-	pool.SetMaxIdleConns(maxIdleConns)
-	if err := pool.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("host: connect to %s: %w", cfg.Addr, translate(err)), pool.Close())
+		return nil, fmt.Errorf("host: %w", translate(err))
 	}
 	return pool, nil
 }
@@ -194,9 +230,21 @@ func translateWrite(op string, err error) error {
 // times. Errors come back translated.
 func (d *DB) exec(ctx context.Context, pool *sql.DB, op, query string, args ...any) (sql.Result, error) {
 	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err // nothing sent
+		}
 		res, err := pool.ExecContext(ctx, query, args...)
 		if err == nil {
 			return res, nil
+		}
+		if ctx.Err() != nil && mysqlx.ErrNumber(err) == 0 {
+			// Cut off by the caller (the planner cancels on losing its
+			// lease) with the statement possibly sent: the server may
+			// still apply it, at most the lock wait later.
+			if !errors.Is(err, ctx.Err()) {
+				err = errors.Join(err, ctx.Err())
+			}
+			return nil, fmt.Errorf("%w: %s was cut off by the end of its context and may or may not have been applied (read the row again to learn): %w", mend.ErrAmbiguous, op, err)
 		}
 		if mysqlx.ErrNumber(err) != mysqlx.ErrDeadlock || attempt >= d.retries {
 			return nil, translateWrite(op, err)

@@ -23,7 +23,7 @@ func TestIOTimeout(t *testing.T) {
 		t.Parallel()
 		for _, tt := range []struct {
 			set, want time.Duration
-		}{{0, IOTimeoutDefault}, {-1, 0}, {2 * time.Second, 2 * time.Second}} {
+		}{{0, max(2*LeaseTTLDefault, IOTimeoutFloor)}, {-1, 0}, {2 * time.Second, 2 * time.Second}} {
 			h, err := Open(t.Context(), db.DSN, "", Options{IOTimeout: tt.set})
 			if err != nil {
 				t.Fatal(err)

@@ -368,8 +368,10 @@ func TestCLI(t *testing.T) {
 		cases := []struct {
 			name, dsn, want string
 		}{
-			{"non-strict sql_mode", b.db.DSN + "&sql_mode=%27NO_ENGINE_SUBSTITUTION%27", "sql_mode"},
-			{"lock wait timeout over the lease TTL", b.db.DSN + "&innodb_lock_wait_timeout=60", "lock wait timeout"},
+			// mend sets its sessions itself: a DSN that would change them is
+			// refused, naming the parameter.
+			{"non-strict sql_mode in the DSN", b.db.DSN + "&sql_mode=%27NO_ENGINE_SUBSTITUTION%27", "dsn parameters"},
+			{"a lock wait in the DSN", b.db.DSN + "&innodb_lock_wait_timeout=60", "dsn parameters"},
 			{"clientFoundRows", b.db.DSN + "&clientFoundRows=true", "clientFoundRows"},
 		}
 		for _, tc := range cases {
@@ -463,6 +465,8 @@ func TestCLI(t *testing.T) {
 			// are granted below, after the runs, so that the runs fail a
 			// publish and say so.
 			{runUser, "SELECT ON %s.queue_messages", b.hostDB.Name},
+			// The subscription, as docs/operations.md grants it (no DELETE).
+			{runUser, "SELECT, INSERT, UPDATE ON %s.queue_offsets", b.hostDB.Name},
 		}
 		for _, user := range []string{ddlUser, runUser} {
 			if _, err := root.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'"); err != nil {

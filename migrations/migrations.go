@@ -23,6 +23,8 @@ import (
 	"github.com/golang-migrate/migrate/v4/database"
 	migratemysql "github.com/golang-migrate/migrate/v4/database/mysql"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	"github.com/mendq/mend/internal/mysqlx"
 )
 
 //go:embed *.sql
@@ -131,17 +133,14 @@ func (s Set) run(ctx context.Context, dsn, what string, fn func(*migrate.Migrate
 }
 
 func (s Set) runOnce(ctx context.Context, dsn string, fn func(*migrate.Migrate) error) (err error) {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return fmt.Errorf("parse dsn: %w", err)
-	}
-	if cfg.DBName == "" {
-		return errors.New("dsn names no database")
-	}
+	// The one session constructor of mend's pools: the same refusals and
+	// forced settings (utf8mb4, strict, autocommit) as every other pool.
 	// golang-migrate runs each file as one Exec; multiStatements lets a file
 	// carry a trailing comment or statement separator without a syntax error.
-	cfg.MultiStatements = true
-	cfg.ParseTime = true
+	cfg, err := mysqlx.Config(dsn, mysqlx.Pool{Field: "dsn", MultiStatements: true})
+	if err != nil {
+		return err
+	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return fmt.Errorf("dsn: %w", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mendq/mend"
 )
@@ -77,12 +78,16 @@ type Decision struct {
 // always gives the same decision. Its invariants, checked by a fuzz test:
 // a succeeded or cancelled batch is never transitioned; a merging or
 // cancelling batch is never failed; a success it is told about is honoured
-// or recorded as a divergence, never turned into a failure.
+// or recorded as a divergence, never turned into a failure, except on a
+// cancelling batch, where it is parked as the real controller refuses it.
+// A transition or finish whose fan-out could not finish because a member's
+// status message ID would be too long is parked before anything is written.
 //
 //	batch now              desired failed                 told merge succeeded
 //	creating, created,     transition to failed           park: no merge happened
 //	speculating
-//	merging, cancelling    wait; park after grace         transition to succeeded
+//	merging                wait; park after grace         transition to succeeded
+//	cancelling             wait; park after grace         park: the cancel stands
 //	failed                 finish fan-out                 finish, divergent
 //	succeeded              finish, divergent              finish
 //	cancelled              finish, divergent              finish, divergent
@@ -100,25 +105,77 @@ func Decide(in Input) Decision {
 		if told {
 			return Decision{Action: ActPark, Reason: fmt.Sprintf("told the merge succeeded but the batch is %s: no merge ran; an operator must check trunk", s)}
 		}
-		return Decision{Action: ActTransition, To: mend.BatchFailed, Outcome: mend.BatchFailed, Reason: fmt.Sprintf("batch %s dead-lettered: fail it", s)}
+		return memberIDsFit(in.Batch, Decision{Action: ActTransition, To: mend.BatchFailed, Outcome: mend.BatchFailed, Reason: fmt.Sprintf("batch %s dead-lettered: fail it", s)})
 	case mend.BatchMerging, mend.BatchCancelling:
+		if told && s == mend.BatchCancelling {
+			// The real primary controller refuses exactly this: a racing
+			// terminal merge result must not override the cancel.
+			return Decision{Action: ActPark, Reason: "told the merge succeeded but the batch is cancelling: the submit queue does not let a racing merge result override a cancel; an operator must check trunk and settle the batch"}
+		}
 		if told {
-			return Decision{Action: ActTransition, To: mend.BatchSucceeded, Outcome: mend.BatchSucceeded, Reason: "told the merge succeeded: honour it"}
+			return memberIDsFit(in.Batch, Decision{Action: ActTransition, To: mend.BatchSucceeded, Outcome: mend.BatchSucceeded, Reason: "told the merge succeeded: honour it"})
 		}
 		if in.Waited >= in.Grace {
 			return Decision{Action: ActPark, Reason: fmt.Sprintf("batch still %s after %s: a merge may have landed; an operator must settle it", s, in.Grace)}
 		}
 		return Decision{Action: ActWait, Reason: fmt.Sprintf("batch %s: a merge may be in flight; not failing it", s)}
 	case mend.BatchFailed:
-		return Decision{Action: ActFinish, Outcome: s, Divergent: told,
-			Reason: reasonSettled(s, told)}
+		return memberIDsFit(in.Batch, Decision{Action: ActFinish, Outcome: s, Divergent: told,
+			Reason: reasonSettled(s, told)})
 	case mend.BatchSucceeded:
-		return Decision{Action: ActFinish, Outcome: s, Divergent: !told, Reason: reasonSettled(s, told)}
+		return memberIDsFit(in.Batch, Decision{Action: ActFinish, Outcome: s, Divergent: !told, Reason: reasonSettled(s, told)})
 	case mend.BatchCancelled:
-		return Decision{Action: ActFinish, Outcome: s, Divergent: true, Reason: reasonSettled(s, told)}
+		return memberIDsFit(in.Batch, Decision{Action: ActFinish, Outcome: s, Divergent: true, Reason: reasonSettled(s, told)})
 	default:
 		return Decision{Action: ActPark, Reason: fmt.Sprintf("batch in unknown state %q", s)}
 	}
+}
+
+// memberStatus is the status a member request of a batch settled as s
+// ends in, as the submit queue's conclude maps it.
+func memberStatus(s mend.BatchState) string {
+	switch s {
+	case mend.BatchSucceeded:
+		return "landed"
+	case mend.BatchFailed:
+		return "error"
+	case mend.BatchCancelled:
+		return "cancelled"
+	}
+	return ""
+}
+
+// StatusMessageID is the ID of the status message the fan-out publishes
+// for a member request of a batch settled as s: "<request>/<status>", the
+// submit queue's own RequestLog ID.
+func StatusMessageID(request string, s mend.BatchState) string {
+	return request + "/" + memberStatus(s)
+}
+
+// memberIDsFit returns d, or a park when the fan-out d leads to could not
+// finish: a member's status message ID (StatusMessageID) would be longer
+// than a message ID can be (mend.MaxIdentityChars characters,
+// mend.MaxIdentityBytes bytes). Parking before the first write leaves the
+// batch as it is for an operator, instead of failing it and then retrying a
+// publish that can never succeed.
+func memberIDsFit(b *mend.Batch, d Decision) Decision {
+	for _, r := range b.Requests {
+		id := StatusMessageID(r, d.Outcome)
+		if n := utf8.RuneCountInString(id); n > mend.MaxIdentityChars || len(id) > mend.MaxIdentityBytes {
+			return Decision{Action: ActPark, Reason: fmt.Sprintf("member request %q of batch %q: its status message ID would be %d characters (%d bytes); message IDs hold at most %d characters (%d bytes), so the fan-out could not finish; the batch is left %s for an operator",
+				clipID(r), b.ID, n, len(id), mend.MaxIdentityChars, mend.MaxIdentityBytes, b.State)}
+		}
+	}
+	return d
+}
+
+// clipID shortens an ID for a reason line.
+func clipID(s string) string {
+	if utf8.RuneCountInString(s) <= 40 {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:20]) + "…" + string(r[len(r)-12:])
 }
 
 func reasonSettled(s mend.BatchState, told bool) string {

@@ -1,6 +1,7 @@
 package planner_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -40,7 +41,8 @@ func TestDecideTable(t *testing.T) {
 		{mend.BatchCancelling, F, 0, want{planner.ActWait, "", "", false}},
 		{mend.BatchCancelling, F, 2 * grace, want{planner.ActPark, "", "", false}},
 		{mend.BatchMerging, S, 0, want{planner.ActTransition, mend.BatchSucceeded, mend.BatchSucceeded, false}},
-		{mend.BatchCancelling, S, 0, want{planner.ActTransition, mend.BatchSucceeded, mend.BatchSucceeded, false}},
+		// The real controller refuses a racing merge result on a cancel.
+		{mend.BatchCancelling, S, 0, want{planner.ActPark, "", "", false}},
 		{mend.BatchFailed, F, 0, want{planner.ActFinish, "", mend.BatchFailed, false}},
 		{mend.BatchFailed, S, 0, want{planner.ActFinish, "", mend.BatchFailed, true}},
 		{mend.BatchSucceeded, F, 0, want{planner.ActFinish, "", mend.BatchSucceeded, true}},
@@ -66,6 +68,43 @@ func TestDecideTable(t *testing.T) {
 		if got.Reason == "" {
 			t.Errorf("Decide(%s, %q) gave no reason", tt.state, tt.desired)
 		}
+	}
+}
+
+// TestDecideParksOverlongStatusIDs: a member request whose status message
+// ID "<request>/<status>" would not fit a message ID (255 characters) is
+// parked before the batch is touched, with the length as the reason; one
+// that just fits is repaired.
+func TestDecideParksOverlongStatusIDs(t *testing.T) {
+	t.Parallel()
+	F, S := mend.OutcomeFailed, mend.OutcomeSucceeded
+	fits := strings.Repeat("r", 255-len("/error"))
+	for _, tt := range []struct {
+		state   mend.BatchState
+		desired mend.Outcome
+		member  string
+		want    planner.Action
+	}{
+		{mend.BatchSpeculating, F, strings.Repeat("r", 250), planner.ActPark},
+		{mend.BatchSpeculating, F, fits, planner.ActTransition},
+		{mend.BatchSpeculating, F, strings.Repeat("é", 250), planner.ActPark},
+		{mend.BatchMerging, S, strings.Repeat("r", 250), planner.ActPark},
+		{mend.BatchMerging, S, strings.Repeat("r", 255-len("/landed")), planner.ActTransition},
+		{mend.BatchFailed, F, strings.Repeat("r", 250), planner.ActPark},
+		{mend.BatchCancelled, F, strings.Repeat("r", 250), planner.ActPark},
+		{mend.BatchCancelled, F, strings.Repeat("r", 255-len("/cancelled")), planner.ActFinish},
+	} {
+		b := &mend.Batch{ID: "q/batch/1", State: tt.state, Version: 1, Requests: []string{"q/1", tt.member}}
+		got := planner.Decide(planner.Input{Desired: tt.desired, Batch: b, Grace: time.Hour})
+		if got.Action != tt.want {
+			t.Errorf("Decide(%s, %s, member of %d characters) = %s (%s); want %s", tt.state, tt.desired, len([]rune(tt.member)), got.Action, got.Reason, tt.want)
+		}
+		if tt.want == planner.ActPark && !strings.Contains(got.Reason, "at most 255 characters") {
+			t.Errorf("park reason %q does not give the length limit", got.Reason)
+		}
+	}
+	if got := planner.StatusMessageID("q/1", mend.BatchFailed); got != "q/1/error" {
+		t.Errorf("StatusMessageID = %q; want q/1/error", got)
 	}
 }
 
@@ -107,6 +146,9 @@ func FuzzDecideNeverOverwrites(f *testing.F) {
 			case mend.BatchMerging, mend.BatchCancelling:
 				if d.To == mend.BatchFailed {
 					t.Fatalf("failed a %s batch: %+v", in.Batch.State, d)
+				}
+				if in.Batch.State == mend.BatchCancelling {
+					t.Fatalf("overrode a cancel: %+v", d)
 				}
 			}
 			if in.Desired == mend.OutcomeSucceeded && d.To != mend.BatchSucceeded {

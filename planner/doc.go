@@ -10,6 +10,40 @@
 // port so the queue's own planner looks at the next batch, then marks the
 // record done. Every write to a record is fenced with the lease's term.
 //
+// # Settle together, wake once
+//
+// A run reads up to RunLimit due records and settles each of them first,
+// each with its own host calls, decision and fenced events, exactly as it
+// would alone. The records that then owe a wake-up (settled now, or settled
+// by an earlier run whose wake-up failed or was cut off) share one: one
+// live-batch read and one publish per read of due records, instead of one
+// per record, so a queue with a hundred dead letters is woken a handful of
+// times, not a hundred.
+//
+//	settle r1 … settle rn ──▶ live batch? ─no──▶ each: done
+//	                             │yes
+//	                             ▼
+//	      intent on the anchor (an event; its version names the message)
+//	                             ▼
+//	      publish one wake-up ──fail──▶ each: wake_failed (backoff) or parked
+//	                             ▼
+//	      every record: woken (one fenced transaction)
+//
+// One owed record is woken as it always was: the message ID is
+// WakeMessageID(record, settled version) and no intent is written, because
+// the settled event already fixes the ID. For several, the anchor is the
+// first owed record, and its wake_intent event, appended before the
+// publish, moves it to a version nobody has used: the message ID is
+// WakeMessageID(anchor, that version). Every record is then marked woken
+// in one fenced transaction (Store's optional RecordAppendMany: one packet
+// and COMMIT), so the anchor's intent never outlives a record it woke
+// unmarked; a store without it marks them one by one, the anchor last. A run that finds an owed record already settled whose last
+// event is a wake_intent makes it the anchor again and re-sends the same
+// message ID, which the message queue's dedupe coalesces if the first
+// publish landed; a lone such record gives the same ID through the
+// one-record rule. A failed publish records wake_failed on every record,
+// each moving its version, so the next wake-up's ID is new.
+//
 // # State model
 //
 // The record states and every edge between them are drawn once, on
@@ -40,9 +74,10 @@
 // and the reconciler cancels the run's context when the lease is lost.
 //
 // Wake-ups are at-least-once, never exactly once: a crash or lost term
-// between a publish that landed and its woken event leaves the record
-// settled, and the next run re-sends under a new message ID (the version
-// moved). The host's planner treats a second wake-up as a no-op look at
+// between a publish that landed and its woken events leaves the records
+// settled, and the next run re-sends, under the same message ID when the
+// anchor's intent is still its last event (coalesced by the queue's
+// dedupe), else under a new one (the version moved). The host's planner treats a second wake-up as a no-op look at
 // the queue.
 //
 // A run stops after Config.MaxHostErrors host errors in a row
@@ -54,7 +89,11 @@
 // A batch is never moved out of succeeded, cancelled or failed, and a
 // merging or cancelling batch is never failed (a merge may have landed): the
 // record waits with backoff and is parked after Config.Grace. A success the
-// dead letter reports is honoured. The fan-out is given the record's
+// dead letter reports is honoured, except for a cancelling batch: the real
+// controller never lets a racing merge result override a cancel, so the
+// record is parked for an operator. A batch whose fan-out could not finish
+// (a member's status message ID "<request>/<status>" over 255 characters)
+// is parked at once, before anything is written. The fan-out is given the record's
 // snapshot as its cause, so the host's users see the dead letter's error on
 // each member request.
 //

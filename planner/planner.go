@@ -25,7 +25,7 @@ const (
 	// turn (a storm over many queues wakes each of them early instead of
 	// draining one queue at a time).
 	RunLimitDefault = 20
-	ActorDefault       = "planner"
+	ActorDefault    = "planner"
 	// MaxHostErrorsDefault: a run stops after this many host errors in a
 	// row (the queue is due again on the reconciler's next pass).
 	MaxHostErrorsDefault = 3
@@ -88,6 +88,13 @@ type Hooks struct {
 	// BeforeWake runs after a record is settled and before its wake-up is
 	// published.
 	BeforeWake func(ctx context.Context, rec mend.Record)
+	// OnRepaired runs when a record's repair is finished and durable (its
+	// woken event, or its done event when there was nothing to wake), with
+	// the repair latency: from the dead letter's failed_at (its snapshot)
+	// to now on this process's clock. Not called for a dead letter that
+	// carried no failure time. The binary binds it to the
+	// mend_repair_latency_seconds histogram.
+	OnRepaired func(queue string, latency time.Duration)
 }
 
 // Config configures a Planner. Batches, Waker and Store are required; the
@@ -217,34 +224,54 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 			return st, nil
 		}
 		taken, full = taken+len(recs), len(recs) == n
+		// Settle each record (its own fenced events, host calls and
+		// decision, as alone); the records that then owe a wake-up are
+		// woken together, with one publish, after the loop.
+		var owed []owedRecord
+		var stop error
 		for _, rec := range recs {
 			if err := alive(ctx, lease); err != nil {
-				return st, err
+				stop = err
+				break
 			}
 			failedBefore := st.Failed + st.WakeFailed
-			err := p.repair(ctx, lease, rec, &st)
+			next, owes, err := p.prepare(ctx, lease, rec, &st)
+			if owes {
+				owed = append(owed, owedRecord{rec: next, cameSettled: rec.State == mend.StateSettled})
+			}
 			if st.Failed+st.WakeFailed > failedBefore {
 				hostErrs++
 			} else if err == nil {
 				hostErrs = 0
 			}
-			switch {
-			case err == nil:
-			case errors.Is(err, mend.ErrConflict), errors.Is(err, mend.ErrNotFound), errors.Is(err, mend.ErrStaleRecord):
-				// Moved or gone under us: the next read decides again.
-				st.Conflicts++
-			case errors.Is(err, mend.ErrFenced):
-				if p.cfg.Hooks.OnFenced != nil {
-					p.cfg.Hooks.OnFenced(term.Queue)
-				}
-				return st, err
-			default:
-				return st, err
+			if err := p.runError(term, err, &st); err != nil {
+				stop = err
+				break
 			}
 			if hostErrs >= p.cfg.MaxHostErrors {
-				p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs)
-				return st, ErrHostFailing
+				stop = ErrHostFailing
+				break
 			}
+		}
+		if len(owed) > 0 && !errors.Is(stop, mend.ErrFenced) && !errors.Is(stop, mend.ErrLeaseLost) && ctx.Err() == nil {
+			// Settled records owe their wake-up whatever stopped the loop
+			// (a host failing on another record must not delay it); a lost
+			// lease or cancelled run leaves them settled and due.
+			failedBefore := st.Failed + st.WakeFailed
+			err := p.wakeAll(ctx, lease, owed, &st)
+			if st.Failed+st.WakeFailed > failedBefore {
+				hostErrs++
+			}
+			if err := p.runError(term, err, &st); err != nil && stop == nil {
+				stop = err
+			}
+		}
+		if errors.Is(stop, ErrHostFailing) || (stop == nil && hostErrs >= p.cfg.MaxHostErrors) {
+			p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs)
+			return st, ErrHostFailing
+		}
+		if stop != nil {
+			return st, stop
 		}
 	}
 	return st, nil
@@ -259,26 +286,42 @@ func alive(ctx context.Context, lease Lease) error {
 	}
 }
 
-// repair takes one record as far as it can go now.
-func (p *Planner) repair(ctx context.Context, lease Lease, rec mend.Record, st *Stats) error {
+// owedRecord is a settled record a run owes a wake-up; cameSettled
+// reports that it was already settled when the run read it (an earlier
+// wake-up failed or was cut off), so it may hold a wake intent.
+type owedRecord struct {
+	rec         mend.Record
+	cameSettled bool
+}
+
+// runError sorts an error of one record's repair: nil for the ones the
+// run goes on after (the record moved or went away under it: the next read
+// decides again), the error itself for the ones that stop the run.
+func (p *Planner) runError(term mend.Term, err error, st *Stats) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mend.ErrConflict), errors.Is(err, mend.ErrNotFound), errors.Is(err, mend.ErrStaleRecord):
+		st.Conflicts++
+		return nil
+	case errors.Is(err, mend.ErrFenced):
+		if p.cfg.Hooks.OnFenced != nil {
+			p.cfg.Hooks.OnFenced(term.Queue)
+		}
+	}
+	return err
+}
+
+// prepare settles a pending or waiting record; owes reports whether the
+// record (settled now or before) owes a wake-up.
+func (p *Planner) prepare(ctx context.Context, lease Lease, rec mend.Record, st *Stats) (mend.Record, bool, error) {
 	switch rec.State {
 	case mend.StatePending, mend.StateWaiting:
-		next, settled, err := p.settle(ctx, lease, rec, st)
-		if err != nil || !settled {
-			return err
-		}
-		rec = next
-		fallthrough
+		return p.settle(ctx, lease, rec, st)
 	case mend.StateSettled:
-		if p.cfg.Hooks.BeforeWake != nil {
-			p.cfg.Hooks.BeforeWake(ctx, rec)
-		}
-		if err := alive(ctx, lease); err != nil {
-			return err
-		}
-		return p.wake(ctx, lease, rec, st)
+		return rec, true, nil
 	}
-	return nil
+	return rec, false, nil
 }
 
 // eventData is the JSON carried by the planner's events.
@@ -291,6 +334,9 @@ type eventData struct {
 	MessageID string          `json:"message_id,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	Attempt   int             `json:"attempt,omitempty"`
+	// Records is how many records one wake-up serves (wake intents and
+	// the events of a coalesced wake-up).
+	Records int `json:"records,omitempty"`
 }
 
 // write appends one fenced event and returns the record as it now is.
@@ -399,6 +445,10 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 			_, err := p.write(ctx, lease, rec, mend.EventWaiting, mend.StateWaiting, rec.Attempts+1, d.Reason, retry, data)
 			if err == nil {
 				st.Waiting++
+				// Say why: an operator looking at a queue that is not moving
+				// needs the reason without opening the record.
+				p.log.InfoContext(ctx, "waiting", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
+					"reason", d.Reason, "retry_in", retry, "waited", waited)
 			}
 			return rec, false, err
 		case ActPark:
@@ -465,6 +515,14 @@ func (p *Planner) park(ctx context.Context, lease Lease, rec mend.Record, reason
 	return nil
 }
 
+// repaired reports a finished repair to Hooks.OnRepaired.
+func (p *Planner) repaired(rec mend.Record) {
+	if p.cfg.Hooks.OnRepaired == nil || rec.Snapshot.FailedAt.IsZero() {
+		return
+	}
+	p.cfg.Hooks.OnRepaired(rec.Source.Queue, max(time.Since(rec.Snapshot.FailedAt), 0))
+}
+
 // WakeMessageID is the wake-up message ID for a record at a version:
 // "mend/wake/<record id>/v<version>". It is deterministic, so a send
 // repeated at the same version (a crash or lost term before the outcome was
@@ -490,6 +548,7 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 		_, err := p.write(ctx, lease, rec, mend.EventDone, mend.StateDone, rec.Attempts, "", 0, eventData{Reason: "no live batch: nothing to wake"})
 		if err == nil {
 			st.Done++
+			p.repaired(rec)
 		}
 		return err
 	}
@@ -522,6 +581,207 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 		return err
 	}
 	st.Woken++
+	p.repaired(rec)
 	p.log.InfoContext(ctx, "queue woken", "queue", queue, "record_id", rec.ID.String(), "batch_id", w.BatchID, "message_id", w.MessageID, "epoch", term.Epoch)
 	return nil
+}
+
+// historyStore is the optional Store method wakeAll uses to find a wake
+// intent left by a run that was cut off; *storage.DB implements it.
+type historyStore interface {
+	// RecordHistory returns a record's events, oldest first.
+	RecordHistory(ctx context.Context, queue string, id mend.RecordID) ([]mend.Event, error)
+}
+
+// wakeAll wakes the queue once for every owed record (see doc.go, "Settle
+// together, wake once"). One record is woken exactly as alone (wake). For
+// several: one live-batch read; with none, each record is done; else an
+// anchor record carries the wake intent, an event whose version names the
+// wake-up (WakeMessageID of the anchor at that version, so it is never
+// reused), written before the one publish; then each record is marked
+// woken, the anchor last. A run cut off after the intent finds the anchor
+// still settled at the intent's version and re-sends the same message ID,
+// which the message queue's dedupe coalesces if the first landed.
+func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, st *Stats) error {
+	for _, o := range owed {
+		if p.cfg.Hooks.BeforeWake != nil {
+			p.cfg.Hooks.BeforeWake(ctx, o.rec)
+		}
+	}
+	if err := alive(ctx, lease); err != nil {
+		return err
+	}
+	if len(owed) == 1 {
+		return p.wake(ctx, lease, owed[0].rec, st)
+	}
+	queue := owed[0].rec.Source.Queue
+	var errs []error
+	each := func(fn func(rec mend.Record) error) error {
+		for _, o := range owed {
+			if err := alive(ctx, lease); err != nil {
+				return err
+			}
+			err := fn(o.rec)
+			if errors.Is(err, mend.ErrFenced) || errors.Is(err, mend.ErrLeaseLost) || ctx.Err() != nil {
+				return err
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return firstStop(errs)
+	}
+	live, err := p.cfg.Batches.LiveBatches(ctx, queue, 1)
+	if err != nil {
+		return each(func(rec mend.Record) error {
+			_, _, err := p.attemptFailed(ctx, lease, rec, "list live batches", err, st)
+			return err
+		})
+	}
+	if len(live) == 0 {
+		return each(func(rec mend.Record) error {
+			_, err := p.write(ctx, lease, rec, mend.EventDone, mend.StateDone, rec.Attempts, "", 0, eventData{Reason: "no live batch: nothing to wake"})
+			if err == nil {
+				st.Done++
+				p.repaired(rec)
+			}
+			return err
+		})
+	}
+	term := lease.Term()
+	// The anchor: a record holding an intent from a run that was cut off,
+	// else the first owed record, which gets the intent now.
+	anchor := -1
+	if hs, ok := p.cfg.Store.(historyStore); ok {
+		for i, o := range owed {
+			if !o.cameSettled {
+				continue
+			}
+			evs, err := hs.RecordHistory(ctx, queue, o.rec.ID)
+			if err != nil {
+				return fmt.Errorf("planner: record %s: read history: %w", o.rec.ID, err)
+			}
+			if last := evs[len(evs)-1]; last.Seq == o.rec.Version && last.Kind == mend.EventWakeIntent {
+				anchor = i
+				break
+			}
+		}
+	}
+	if anchor < 0 {
+		anchor = 0
+		rec := owed[0].rec
+		data := eventData{BatchID: live[0], MessageID: WakeMessageID(rec.ID, rec.Version+1), Records: len(owed)}
+		next, err := p.write(ctx, lease, rec, mend.EventWakeIntent, mend.StateSettled, rec.Attempts, rec.LastError, 0, data)
+		if err != nil {
+			return err
+		}
+		owed[0].rec = next
+	}
+	// The anchor is marked last, so its intent outlives every other
+	// record's wake-up.
+	owed = append(append(owed[:anchor:anchor], owed[anchor+1:]...), owed[anchor])
+	a := owed[len(owed)-1].rec
+	w := mend.WakeUp{Queue: queue, MessageID: WakeMessageID(a.ID, a.Version), BatchID: live[0], Epoch: term.Epoch, RecordID: a.ID}
+	if err := alive(ctx, lease); err != nil {
+		return err
+	}
+	pubErr := p.cfg.Waker.Wake(ctx, w)
+	if p.cfg.Hooks.OnWake != nil {
+		p.cfg.Hooks.OnWake(queue, pubErr)
+	}
+	if pubErr != nil {
+		if errors.Is(pubErr, context.Canceled) || errors.Is(pubErr, context.DeadlineExceeded) {
+			return pubErr
+		}
+		p.log.WarnContext(ctx, "wake-up publish failed; will re-send", "queue", queue, "records", len(owed), "message_id", w.MessageID, "err", pubErr)
+		return each(func(rec mend.Record) error {
+			st.WakeFailed++
+			if p.cfg.Hooks.OnAttemptFailed != nil {
+				p.cfg.Hooks.OnAttemptFailed(queue, rec.ID, "publish wake-up", pubErr)
+			}
+			attempt := rec.Attempts + 1
+			data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: attempt, Error: pubErr.Error(), Records: len(owed)}
+			if attempt >= p.cfg.MaxAttempts {
+				return p.park(ctx, lease, rec, fmt.Sprintf("wake-up failed %d times; last: %v", attempt, pubErr), data, st)
+			}
+			_, err := p.write(ctx, lease, rec, mend.EventWakeFailed, mend.StateSettled, attempt, pubErr.Error(), p.cfg.BackoffFunc(attempt-1), data)
+			return err
+		})
+	}
+	if am, ok := p.cfg.Store.(appendManyStore); ok && len(owed) <= appendManyMax {
+		err = p.wokenMany(ctx, am, lease, owed, w, st)
+	} else {
+		err = each(func(rec mend.Record) error {
+			data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: rec.Attempts + 1, Records: len(owed)}
+			if _, err := p.write(ctx, lease, rec, mend.EventWoken, mend.StateDone, rec.Attempts+1, "", 0, data); err != nil {
+				return err
+			}
+			st.Woken++
+			p.repaired(rec)
+			return nil
+		})
+	}
+	p.log.InfoContext(ctx, "queue woken", "queue", queue, "records", len(owed), "batch_id", w.BatchID, "message_id", w.MessageID, "epoch", term.Epoch)
+	return err
+}
+
+// firstStop returns the first error of errs that is not a conflict (a
+// record moved under the run: the next read decides again), else the first.
+func firstStop(errs []error) error {
+	for _, err := range errs {
+		if !errors.Is(err, mend.ErrConflict) && !errors.Is(err, mend.ErrNotFound) && !errors.Is(err, mend.ErrStaleRecord) {
+			return err
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// appendManyMax is the most records wokenMany marks in one call.
+const appendManyMax = 100
+
+// appendManyStore is the optional Store method that appends one event to
+// each of several records of a queue in one fenced transaction (one packet
+// and COMMIT); *storage.DB implements it.
+type appendManyStore interface {
+	// RecordAppendMany appends ps[i] to record i, each a compare-and-set on
+	// its own version, and returns one error per item (nil: written). An
+	// error result means nothing was written: mend.ErrFenced if the term is
+	// not current, a validation error, a store error, or mend.ErrAmbiguous
+	// if the commit's outcome is unknown.
+	RecordAppendMany(ctx context.Context, ps []mend.AppendParams) ([]error, error)
+}
+
+// wokenMany marks every owed record woken by w in one fenced transaction,
+// the anchor (last in owed) included: they commit together, so the
+// anchor's intent is never left behind a record it woke. A record that
+// moved under the run is counted as a conflict and re-read next run.
+func (p *Planner) wokenMany(ctx context.Context, am appendManyStore, lease Lease, owed []owedRecord, w mend.WakeUp, st *Stats) error {
+	term := lease.Term()
+	ps := make([]mend.AppendParams, len(owed))
+	for i, o := range owed {
+		raw, err := json.Marshal(eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: o.rec.Attempts + 1, Records: len(owed)})
+		if err != nil {
+			return fmt.Errorf("planner: encode event: %w", err)
+		}
+		ps[i] = mend.AppendParams{Source: o.rec.Source, RecordID: o.rec.ID, Version: o.rec.Version, Fence: &term,
+			Kind: mend.EventWoken, Actor: p.cfg.Actor, OpID: mend.NewOpID(), Epoch: term.Epoch, Data: raw,
+			State: mend.StateDone, Attempts: o.rec.Attempts + 1}
+	}
+	res, err := am.RecordAppendMany(ctx, ps)
+	if err != nil {
+		return fmt.Errorf("planner: mark %d records woken: %w", len(ps), err)
+	}
+	var errs []error
+	for i, err := range res {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("planner: record %s: append woken: %w", owed[i].rec.ID, err))
+			continue
+		}
+		st.Woken++
+		p.repaired(owed[i].rec)
+	}
+	return firstStop(errs)
 }

@@ -1,9 +1,12 @@
 package planner_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -480,4 +483,55 @@ func TestRunLimit(t *testing.T) {
 	if st, err := p.Run(ctx, lease); err != nil || st.More || st.Settled != 0 {
 		t.Fatalf("the run after: %+v, %v; want nothing done and more=false", st, err)
 	}
+}
+
+// Issue 19: a record that waits on a merge in flight says why in the log,
+// so an operator sees the reason without opening the record.
+func TestWaitingLogsItsReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h := newFakeHost(mend.Batch{ID: "b1", State: mend.BatchMerging, Version: 4})
+	var buf syncBuffer
+	p := newPlanner(t, b, h, func(c *planner.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+		c.Grace = time.Hour
+	})
+	rec := b.record(t, "q", "m1", "b1")
+	if _, err := p.Run(ctx, b.lease(t, "q")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.RecordGetByID(ctx, "q", rec.ID)
+	if err != nil || got.State != mend.StateWaiting {
+		t.Fatalf("record = %s, %v; want waiting on the merging batch", got.State, err)
+	}
+	var line map[string]any
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `"msg":"waiting"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line == nil || line["reason"] != got.LastError || got.LastError == "" || line["record_id"] != rec.ID.String() {
+		t.Fatalf("waiting log line = %v; want the record's reason %q and its ID", line, got.LastError)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -5,22 +5,41 @@
 // Every Interval a pass lists the queues with records due by the database
 // clock (through an index whose range holds due records only), takes each
 // queue's lease without waiting, runs the planner, and releases the lease.
-// At most Concurrency queues are repaired at once. A planner run takes at
-// most planner.Config.RunLimit records (20 by default); a queue with more
-// due goes to the back of the pass's line (round robin), so in a storm of
-// dead letters over many queues every queue gets its first repair, and so
-// its wake-up, before any queue is drained. The pass ends when every
-// listed queue has nothing due. Many
-// replicas may run: the fence keeps one planner per queue, and a replica that
+// At most Concurrency queues are repaired at once. A pass takes each listed
+// queue once: a planner run takes at most planner.Config.RunLimit records
+// (20 by default), and the pass ends when every listed queue has had its
+// run. A queue whose run stopped at the limit is counted in PassStats.More,
+// and while that count is non-zero the next pass starts at once instead of
+// after Interval; it lists the due queues afresh. So in a storm of dead
+// letters over many queues every queue gets its first repair, and so its
+// wake-up, before any queue is drained, and a pass never grows with a hot
+// queue's inflow: work that falls due during a pass (a re-send whose backoff
+// ended, a queue QueueLimit left out) is listed by the next one.
+//
+// # Bound
+//
+// A pass lasts at most ceil(QueueLimit/Concurrency) runs of at most
+// RunLimit records each, every run cut off at QueueTimeout. Passes start
+// every Interval, or at once after a pass with More. QueuesDue lists the
+// queues whose oldest due record is oldest, and a run takes a queue's
+// oldest records, so work is served roughly in the order it fell due: a
+// record due at t is listed by the first pass that starts after t once
+// fewer than QueueLimit queues hold records due before it, and each pass
+// takes up to QueueLimit×RunLimit of those older records. While at most
+// QueueLimit queues are due, a lost wake-up is re-sent within one Interval
+// plus one pass after it fell due. Drain runs passes until one ends
+// without More, for cron (mend run --once).
+//
+// Many replicas may run: the fence keeps one planner per queue, and a replica that
 // finds a lease held skips the queue. RunOnce runs a single pass, for cron.
 // Done records are pruned after Retention (14 days by default).
 //
 // # State model
 //
 //	Start ──▶ [pass ──▶ wait Interval]* ──Stop──▶ stopped
-//	pass: QueuesDue ──▶ per queue: TryAcquire ──▶ planner.Run ──▶ Release
-//	                                  │                └─ More: back of the line
-//	                                  └─ held: skip (the holder finishes)
+//	pass: QueuesDue ──▶ per queue, once: TryAcquire ──▶ planner.Run ──▶ Release
+//	                                        │                └─ More: counted; next pass at once
+//	                                        └─ held: skip (the holder finishes)
 //
 // # Failure handling
 //

@@ -113,6 +113,10 @@ type PassStats struct {
 	Failed  int // queue runs that ended with an error
 	Records planner.Stats
 	Pruned  int
+	// More counts queues whose run stopped at the planner's RunLimit with
+	// records possibly still due; while it is non-zero the next pass
+	// starts at once instead of after Interval.
+	More int
 }
 
 // Reconciler finds queues with due records, takes each queue's lease and
@@ -147,7 +151,8 @@ func New(cfg Config) (*Reconciler, error) {
 }
 
 // TryRepair repairs one queue if its lease is free: it takes the lease
-// without waiting, runs the planner until nothing is due, and releases.
+// without waiting, runs the planner once (at most its RunLimit records;
+// the reconciler's passes take the rest), and releases.
 // It implements dlq.Repairer, for the intake's inline attempt.
 //
 // Returns an error matching mend.ErrLeaseHeld if another holder has the
@@ -193,11 +198,16 @@ func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, e
 	return st, nil
 }
 
-// RunOnce runs one pass: every queue with due records gets a planner run
-// if its lease is free (at most Concurrency at a time, in a random order,
-// each bounded by QueueTimeout); then, at most once
-// per PruneEvery, done records older than Retention are pruned. For cron,
-// call it once and exit.
+// RunOnce runs one pass: every queue with due records (at most QueueLimit,
+// longest overdue first) gets one planner run if its lease is free, at
+// most Concurrency at a time, in a random order, each run bounded by the
+// planner's RunLimit records and by QueueTimeout; then, at most once per
+// PruneEvery, done records older than Retention are pruned. The pass takes
+// each queue once and ends: a queue whose run stopped at RunLimit is
+// counted in PassStats.More and served again by the next pass, which lists
+// the due queues afresh, so re-sends that fell due meanwhile and queues
+// beyond QueueLimit get their turn too. For cron, call it once and exit
+// (or again at once while More is non-zero).
 //
 // A queue whose run fails is logged and counted, not returned: it is due
 // again on the next pass. Returns an error only when the pass itself could
@@ -214,38 +224,24 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 	// passing at the same moment spread over the queues instead of racing
 	// down the same list.
 	rand.Shuffle(len(queues), func(i, j int) { queues[i], queues[j] = queues[j], queues[i] })
-	// Round robin: a run that stops at the planner's RunLimit with records
-	// still due goes to the back of the line, so in a storm every due queue
-	// gets its first repair (and its wake-up) before any is drained.
 	var (
-		mu       sync.Mutex
-		turn     = sync.NewCond(&mu)
-		wg       sync.WaitGroup
-		line     = queues // queues waiting for a run, in order
-		inFlight = 0
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, r.cfg.Concurrency)
 	)
-	mu.Lock()
-	for ctx.Err() == nil {
-		for len(line) == 0 && inFlight > 0 {
-			turn.Wait()
+	for _, q := range queues {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
 		}
-		if len(line) == 0 {
+		if ctx.Err() != nil {
 			break
 		}
-		if inFlight >= r.cfg.Concurrency {
-			turn.Wait()
-			continue
-		}
-		q := line[0]
-		line = line[1:]
-		inFlight++
-		mu.Unlock()
 		wg.Go(func() {
+			defer func() { <-slots }()
 			st, err := r.repair(ctx, q)
 			mu.Lock()
 			defer mu.Unlock()
-			defer turn.Broadcast()
-			inFlight--
 			ps.Records = add(ps.Records, st)
 			switch {
 			case errors.Is(err, mend.ErrLeaseHeld):
@@ -259,13 +255,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 			default:
 				ps.Ran++
 				if st.More {
-					line = append(line, q)
+					ps.More++
 				}
 			}
 		})
-		mu.Lock()
 	}
-	mu.Unlock()
 	wg.Wait()
 	if ctx.Err() != nil {
 		return ps, ctx.Err()
@@ -275,6 +269,36 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 		r.cfg.Hooks.OnPass(ps, time.Since(start))
 	}
 	return ps, nil
+}
+
+// maxDrainPasses bounds Drain: a pass with More made progress (its runs
+// each took RunLimit records), so this many passes finish any realistic
+// backlog; whatever is left is due for the next Drain or pass.
+const maxDrainPasses = 10_000
+
+// Drain runs passes until one ends with nothing more due in the queues it
+// ran (PassStats.More is zero), and returns their stats summed (Queues is
+// the first pass's). It is what `mend run --once` does for cron: the queues
+// due when it starts are repaired as far as they can be now. Errors are
+// RunOnce's.
+func (r *Reconciler) Drain(ctx context.Context) (PassStats, error) {
+	var total PassStats
+	for i := range maxDrainPasses {
+		ps, err := r.RunOnce(ctx)
+		if i == 0 {
+			total.Queues = ps.Queues
+		}
+		total.Ran += ps.Ran
+		total.Held += ps.Held
+		total.Failed += ps.Failed
+		total.Pruned += ps.Pruned
+		total.Records = add(total.Records, ps.Records)
+		total.More = ps.More
+		if err != nil || ps.More == 0 {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 func (r *Reconciler) maybePrune(ctx context.Context) int {
@@ -352,12 +376,26 @@ func (r *Reconciler) loop(ctx context.Context, done chan struct{}) {
 		// Passes start at a fixed rate (a pass that overruns is followed at
 		// once), so work that becomes due waits at most one interval for
 		// the next pass to start, however long passes take.
+		// A pass that left queues with more due (runs stopped at RunLimit)
+		// is followed at once: the next pass re-lists, so it also reaches
+		// whatever fell due meanwhile, and a storm drains at full speed.
 		start := time.Now()
-		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+		ps, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
 			r.log.WarnContext(ctx, "pass failed", "err", err)
 		}
-		t.Reset(max(r.cfg.Interval-time.Since(start), 0))
+		t.Reset(nextPass(r.cfg.Interval, time.Since(start), ps, err))
 	}
+}
+
+// nextPass is how long the loop waits after a pass that took took: the
+// rest of the interval (passes start at a fixed rate), or nothing when the
+// pass left queues with more due.
+func nextPass(interval, took time.Duration, ps PassStats, err error) time.Duration {
+	if err == nil && ps.More > 0 {
+		return 0
+	}
+	return max(interval-took, 0)
 }
 
 // Stop stops taking queues, cancels planner runs in flight (each record's

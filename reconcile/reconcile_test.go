@@ -3,7 +3,8 @@ package reconcile_test
 import (
 	"context"
 	"errors"
-	"maps"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,10 +205,10 @@ func (f *turnRunner) Run(_ context.Context, lease planner.Lease) (planner.Stats,
 	return planner.Stats{Settled: 1, More: f.turns[q] > 0}, nil
 }
 
-// TestRoundRobin: a run that stops at the planner's limit goes to the back
-// of the line, so every due queue gets its first run before any queue gets
-// its second, and one pass still drains them all.
-func TestRoundRobin(t *testing.T) {
+// TestPassTakesEachQueueOnce: a pass gives every due queue one run and
+// ends; the queues whose run stopped at the planner's limit are counted in
+// More, for the next pass.
+func TestPassTakesEachQueueOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -215,9 +216,8 @@ func TestRoundRobin(t *testing.T) {
 	for _, q := range queues {
 		b.record(t, q, "m")
 	}
-	initial := map[string]int{"q1": 3, "q2": 1, "q3": 2, "q4": 3}
-	runner := &turnRunner{turns: maps.Clone(initial)}
-	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 1})
+	runner := &turnRunner{turns: map[string]int{"q1": 3, "q2": 1, "q3": 2, "q4": 3}}
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,32 +225,118 @@ func TestRoundRobin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps.Ran != 9 || ps.Queues != 4 {
-		t.Fatalf("pass stats %+v; want 9 runs over 4 queues", ps)
+	if ps.Ran != 4 || ps.Queues != 4 || ps.More != 3 {
+		t.Fatalf("pass stats %+v; want 4 runs over 4 queues, 3 with more due", ps)
 	}
-	// With one run at a time the order is exact: rounds of the queues that
-	// still have turns, each round in the pass's (shuffled) first order.
-	first := runner.order[:4]
-	if !sameSet(first, queues) {
-		t.Fatalf("first four runs %v; want each queue once before any second run", first)
+	if !sameSet(runner.order, queues) {
+		t.Fatalf("runs %v; want each queue exactly once", runner.order)
 	}
-	// Whenever a queue gets its turn n, every queue with at least n-1 turns
-	// has had its turn n-1: nobody is starved behind a long queue.
-	seen := map[string]int{}
-	for i, q := range runner.order {
-		seen[q]++
-		round := seen[q]
-		for _, other := range queues {
-			if initial[other] >= round-1 && seen[other] < round-1 {
-				t.Fatalf("run %d gives %s its turn %d while %s has had only %d: %v", i, q, round, other, seen[other], runner.order)
+}
+
+// drainRunner is a hand-written fake planner doing real work: a run marks
+// up to limit of the queue's due records done, oldest first, and reports
+// More when it took limit. during, if set, runs inside every run.
+type drainRunner struct {
+	store  *storage.DB
+	limit  int
+	during func(queue string)
+	mu     sync.Mutex
+	order  []string
+}
+
+func (f *drainRunner) Run(ctx context.Context, lease planner.Lease) (planner.Stats, error) {
+	q := lease.Term().Queue
+	f.mu.Lock()
+	f.order = append(f.order, q)
+	f.mu.Unlock()
+	if f.during != nil {
+		f.during(q)
+	}
+	recs, err := f.store.RecordsDue(ctx, q, f.limit)
+	if err != nil {
+		return planner.Stats{}, err
+	}
+	for _, rec := range recs {
+		if _, err := f.store.RecordAppend(ctx, mend.AppendParams{Source: rec.Source, RecordID: rec.ID, Version: rec.Version,
+			Kind: mend.EventDone, Actor: "test", OpID: mend.NewOpID(), State: mend.StateDone}); err != nil {
+			return planner.Stats{}, err
+		}
+	}
+	return planner.Stats{Done: len(recs), More: len(recs) == f.limit}, nil
+}
+
+func (f *drainRunner) runs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.order)
+}
+
+// TestNextPassReachesNewWork: the passes end, so work that was not listed
+// by one pass is reached by the next instead of after every listed queue
+// is drained.
+func TestNextPassReachesNewWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A record that falls due while a pass runs (a re-send's backoff ends,
+	// a new dead letter) is taken by the next pass, although the queues
+	// the first pass listed still have records due.
+	t.Run("due mid-pass", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for i := range 5 {
+			b.record(t, "busy", fmt.Sprintf("m%d", i))
+		}
+		var once sync.Once
+		runner := &drainRunner{store: b.store, limit: 2, during: func(string) {
+			once.Do(func() { b.record(t, "late", "m") })
+		}}
+		r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := r.RunOnce(ctx)
+		if err != nil || ps.Ran != 1 || ps.More != 1 {
+			t.Fatalf("first pass = %+v, %v; want one run, stopped at the limit", ps, err)
+		}
+		ps, err = r.RunOnce(ctx)
+		if err != nil || ps.Ran != 2 {
+			t.Fatalf("second pass = %+v, %v; want busy and late", ps, err)
+		}
+		if got := runner.runs(); !slices.Contains(got[1:], "late") {
+			t.Fatalf("runs %v; want late taken by the second pass", got)
+		}
+		if due, err := b.store.RecordsDue(ctx, "busy", 10); err != nil || len(due) == 0 {
+			t.Fatalf("busy has %d due, %v; the test wants it still busy when late is served", len(due), err)
+		}
+	})
+	// More queues are due than a pass lists (QueueLimit): passes take the
+	// queues with the longest-overdue record first, and a run takes a
+	// queue's oldest records, so a queue left out of one pass is listed by
+	// a later one before the listed queues are drained.
+	t.Run("beyond queue limit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// Dead letters arrive interleaved, as in a storm.
+		for i := range 5 {
+			for _, q := range []string{"q1", "q2", "q3"} {
+				b.record(t, q, fmt.Sprintf("m%d", i))
 			}
 		}
-	}
-	for q, n := range initial {
-		if seen[q] != n {
-			t.Fatalf("%s ran %d times; want %d (every turn in one pass): %v", q, seen[q], n, runner.order)
+		runner := &drainRunner{store: b.store, limit: 2}
+		r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 1, QueueLimit: 2})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		for pass := 1; pass <= 2; pass++ {
+			ps, err := r.RunOnce(ctx)
+			if err != nil || ps.Ran != 2 || ps.More != 2 {
+				t.Fatalf("pass %d = %+v, %v; want two runs, both stopped at the limit", pass, ps, err)
+			}
+		}
+		if got := runner.runs(); !slices.Contains(got, "q3") {
+			t.Fatalf("runs %v; want q3 reached by the second pass", got)
+		}
+	})
 }
 
 func sameSet(a, b []string) bool {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -23,6 +22,10 @@ const (
 	// LeaseTTLDefault is the lease TTL the defaults below assume when
 	// Options.LeaseTTL is zero; it is fence.TTLDefault.
 	LeaseTTLDefault = 15 * time.Second
+	// MinLeaseTTL is the shortest lease TTL a store accepts: the server
+	// counts lock waits in whole seconds, at least 1, and the lock wait
+	// must stay below the TTL (mend run and mend doctor use the same bound).
+	MinLeaseTTL = mysqlx.MinLeaseTTL
 	// MaxIdleConns is how many idle connections a store's pool keeps.
 	MaxIdleConns = 16
 	// IOTimeoutFloor is the least default IOTimeout: above InnoDB's default
@@ -54,6 +57,15 @@ type Options struct {
 	// more TTL. Negative keeps the server's default (8 hours on MySQL and
 	// MariaDB), which no store used by a fence should do.
 	SessionIdleTimeout time.Duration
+	// LockWait bounds how long any of the store's statements waits for a
+	// row lock (innodb_lock_wait_timeout) or a metadata lock
+	// (lock_wait_timeout), in whole seconds. A takeover's acquire waits on
+	// the lease row behind in-flight fenced transactions, and should give
+	// up (and try again next pass) well within a lease TTL rather than
+	// after the server's default 50 s. Zero means LeaseTTL/3 in whole
+	// seconds, at least 1 s; negative keeps the server's default. A DSN may
+	// not set it.
+	LockWait time.Duration
 	// IOTimeout bounds each network read and write of the driver (its
 	// readTimeout and writeTimeout). Without it a COMMIT sent into a
 	// connection that hangs waits for TCP to give up, which can take many
@@ -75,6 +87,9 @@ func (o Options) withDefaults() Options {
 	if o.IOTimeout == 0 {
 		o.IOTimeout = max(2*o.LeaseTTL, IOTimeoutFloor)
 	}
+	if o.LockWait == 0 {
+		o.LockWait = mysqlx.LockWaitFor(o.LeaseTTL)
+	}
 	return o
 }
 
@@ -82,8 +97,8 @@ func (o Options) validate() error {
 	if o.MaxPayload < 0 || o.MaxPayload > maxPayloadHard {
 		return &mend.ValidationError{Field: "max_payload", Reason: fmt.Sprintf("must be between 1 and %d bytes", maxPayloadHard)}
 	}
-	if o.LeaseTTL < 0 {
-		return &mend.ValidationError{Field: "lease_ttl", Reason: "must not be negative"}
+	if o.LeaseTTL < 0 || (o.LeaseTTL > 0 && o.LeaseTTL < MinLeaseTTL) {
+		return &mend.ValidationError{Field: "lease_ttl", Reason: fmt.Sprintf("must be at least %s (the lock wait, whole seconds and at least 1 s, must stay below it), got %s", MinLeaseTTL, o.LeaseTTL)}
 	}
 	if o.SessionIdleTimeout > 0 && o.SessionIdleTimeout < time.Second {
 		return &mend.ValidationError{Field: "session_idle_timeout", Reason: fmt.Sprintf("must be at least 1s (the server counts whole seconds), got %s", o.SessionIdleTimeout)}
@@ -104,73 +119,56 @@ type DB struct {
 	afterPruneSelect func()
 }
 
-// NormalizeDSN parses a go-sql-driver DSN and sets what mend depends on:
-// parseTime, UTC for both the driver and the session (so NOW(6) and the
-// DATETIME(6) columns are UTC), client-side interpolation (one round trip per
-// statement) and a strict sql_mode. It refuses clientFoundRows=true, which
-// would make a no-op upsert look like an insert.
-//
-// It also turns multiStatements on: the store sends a write transaction's
-// statements together (see batchTx for why that is safe). The host adapter's
-// pools keep it off.
+// NormalizeDSN parses a go-sql-driver DSN with the driver's own parser and
+// returns the session configuration of a store with the zero Options (see
+// SessionConfig). It refuses, before any connection is made, every DSN
+// parameter that would set a session variable mend sets itself or one it
+// does not know to be harmless (a *mysqlx.ParamError naming it, matching
+// mend.ErrInvalid), clientFoundRows=true, and a charset other than utf8mb4.
 func NormalizeDSN(dsn string) (*mysql.Config, error) {
-	cfg, err := mysqlx.NormalizeDSN("dsn", dsn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MultiStatements = true
-	return cfg, nil
+	return SessionConfig(dsn, Options{})
 }
 
-// Open connects to the database named in dsn (see NormalizeDSN) and checks
-// that it answers and is not a multi-primary cluster (ErrTopology; see
-// CheckTopology).
+// SessionConfig is the driver configuration every session of a store
+// opened with opts gets (docs/operations.md, "What mend forces on its
+// sessions"): autocommit=1, utf8mb4 with a utf8mb4 collation, a strict
+// sql_mode, time_zone '+00:00', UTC times, client-side interpolation,
+// multiStatements on (the store sends a write transaction's statements
+// together, see batchTx), the lock waits of Options.LockWait, the idle
+// timeout and the I/O timeouts. Open adds READ COMMITTED.
+func SessionConfig(dsn string, opts Options) (*mysql.Config, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return mysqlx.Config(dsn, opts.withDefaults().pool())
+}
+
+func (o Options) pool() mysqlx.Pool {
+	return mysqlx.Pool{Field: "dsn", MultiStatements: true, ReadCommitted: true,
+		LockWait: max(o.LockWait, 0), IdleTimeout: max(o.SessionIdleTimeout, 0), IOTimeout: max(o.IOTimeout, 0)}
+}
+
+// Open connects to the database named in dsn (see SessionConfig) and checks
+// that it answers, that its sessions hold what mend set (a
+// *mysqlx.SessionError if a proxy or the server undid it) and that it is
+// neither a multi-primary cluster nor logging statement-based binlogs
+// (ErrTopology; see CheckTopology).
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	cfg, err := NormalizeDSN(dsn)
-	if err != nil {
-		return nil, err
-	}
-	if opts.IOTimeout > 0 {
-		cfg.ReadTimeout, cfg.WriteTimeout = opts.IOTimeout, opts.IOTimeout
-	}
-	if opts.SessionIdleTimeout > 0 {
-		// Every spelling of wait_timeout in the DSN is dropped: it would
-		// race with this one.
-		mysqlx.ForceParam(cfg, "wait_timeout", strconv.Itoa(int((opts.SessionIdleTimeout+time.Second-1)/time.Second)))
-	}
 	// Every transaction runs READ COMMITTED. The level is set once per
 	// connection, when it is made, through the session variable this
 	// server has (its name differs between MySQL and MariaDB), so that
 	// beginning a transaction is one statement, not two.
-	probe, err := mysql.NewConnector(cfg)
+	sqlDB, err := mysqlx.Open(ctx, dsn, opts.pool(), MaxIdleConns)
 	if err != nil {
-		return nil, &mend.ValidationError{Field: "dsn", Reason: err.Error()}
+		return nil, fmt.Errorf("storage: %w", translate(err))
 	}
-	isoVar, err := mysqlx.IsolationVariable(ctx, probe)
-	if err != nil {
-		return nil, fmt.Errorf("storage: connect to %s: %w", cfg.Addr, translate(err))
-	}
-	mysqlx.SetReadCommitted(cfg, isoVar)
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, &mend.ValidationError{Field: "dsn", Reason: err.Error()}
-	}
-	sqlDB := sql.OpenDB(connector)
-	// database/sql keeps only two idle connections: a reconciler planning
-	// several queues at once then closes a connection after nearly every
-	// repair and dials a new one (the scale benchmark saw about one per dead
-	// letter in a storm). Idle ones are still retired below.
-	sqlDB.SetMaxIdleConns(MaxIdleConns)
 	if opts.SessionIdleTimeout > 0 {
 		// Retire idle connections before the server drops them.
 		sqlDB.SetConnMaxIdleTime(opts.SessionIdleTimeout / 2)
-	}
-	if err := sqlDB.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("storage: connect to %s: %w", cfg.Addr, translate(err)), sqlDB.Close())
 	}
 	retries := opts.DeadlockRetries
 	switch {
@@ -184,12 +182,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		maxPayload = MaxPayloadDefault
 	}
 	d := &DB{db: sqlx.NewDb(sqlDB, "mysql"), retries: retries, maxPayload: maxPayload}
-	// The fence does not hold on a multi-primary cluster: refuse it before
-	// anything is written. (Statement-based binlogs fail loudly on the first
-	// write; mend doctor reports them.)
+	// The fence does not hold on a multi-primary cluster, and a
+	// statement-based binary log refuses every READ COMMITTED write: refuse
+	// both before anything is written.
 	vars, err := serverVars(ctx, d.db.DB)
 	if err == nil {
-		err = checkMultiPrimary(vars)
+		err = errors.Join(checkMultiPrimary(vars), checkBinlog(vars))
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("storage: %w", err), sqlDB.Close())

@@ -87,9 +87,21 @@ const appendAdvance = `UPDATE mend_records SET
 WHERE record_id = ? AND queue = ? AND version = ?`
 
 const appendEvent = `SET @mend_changed = ROW_COUNT();
-INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
-SELECT ?, ?, ?, ?, ?, ?, ?, ?, NOW(6) FROM DUAL WHERE @mend_changed = 1;
+INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, ` + eventProjection + `)
+SELECT ?, ?, ?, ?, ?, ?, ?, ?, ` + eventProjectionFrom + ` FROM mend_records r WHERE r.record_id = ? AND @mend_changed = 1;
 SELECT @mend_changed AS changed`
+
+// eventProjection are the columns of an event that record the projection
+// the event produced (migration 0013), and eventProjectionFrom copies them
+// from the record row r the same transaction just wrote: its updated_at is
+// the event's created_at, so the two times are one NOW(6), and the state,
+// attempts, last error and due time are what the writer chose, which the
+// event kind and data alone do not determine. mend verify re-folds the
+// events with them and compares the fold with the projection.
+const (
+	eventProjection     = `created_at, state, attempts, last_error, next_attempt_at`
+	eventProjectionFrom = `r.updated_at, r.state, r.attempts, r.last_error, r.next_attempt_at`
+)
 
 const sqlRecordAppend = `-- name: RecordAppend
 START TRANSACTION;
@@ -140,7 +152,7 @@ func appendTx(ctx context.Context, tx *batchTx, p AppendParams) error {
 	args := []any{string(p.State), string(p.State), p.Attempts, p.LastError, p.Epoch,
 		p.State.Due(), p.RetryIn.Microseconds(),
 		p.RecordID[:], p.Source.Queue, p.Version}
-	eventArgs := []any{p.RecordID[:], p.Version + 1, p.Source.Queue, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data)}
+	eventArgs := []any{p.RecordID[:], p.Version + 1, p.Source.Queue, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data), p.RecordID[:]}
 	var changed struct {
 		N int64 `db:"changed"`
 	}

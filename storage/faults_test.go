@@ -92,7 +92,7 @@ func TestLockWaitTimeout(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	rec := b.create(t, src("q", "m"))
-	impatient := openStore(t, b.db.DSN+"&innodb_lock_wait_timeout=1", storage.Options{})
+	impatient := openStore(t, b.db.DSN, storage.Options{LockWait: time.Second})
 
 	holder, err := b.db.SQL(t).BeginTx(ctx, nil)
 	if err != nil {

@@ -3,12 +3,14 @@ package storage_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 )
 
@@ -39,11 +41,16 @@ func TestTransactionsRunReadCommitted(t *testing.T) {
 		"@@SESSION.TX_ISOLATION=%27SERIALIZABLE%27", "Transaction_Isolation=%27REPEATABLE-READ%27",
 	} {
 		t.Run("dsn+"+param, func(t *testing.T) {
-			dsn := b.db.DSN
 			if param != "" {
-				dsn += "&" + param
+				// The level is mend's: a DSN choosing one is refused.
+				_, err := storage.Open(t.Context(), b.db.DSN+"&"+param, storage.Options{})
+				var pe *mysqlx.ParamError
+				if !errors.As(err, &pe) {
+					t.Fatalf("Open with %s = %v; want a ParamError", param, err)
+				}
+				return
 			}
-			store := openStore(t, dsn, storage.Options{})
+			store := openStore(t, b.db.DSN, storage.Options{})
 			store.SQL().SetMaxIdleConns(0) // fresh sessions for every subtest
 			var started, wrote sync.WaitGroup
 			started.Add(conns)

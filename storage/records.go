@@ -174,8 +174,8 @@ const sqlRecordCreate = `-- name: RecordCreate
 START TRANSACTION;
 ` + recordInsert + recordInsertRow + recordInsertODKU + `;
 SET @mend_changed = ROW_COUNT();
-INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
-SELECT ?, 1, ?, 'created', 0, ?, ?, ?, NOW(6) FROM DUAL WHERE @mend_changed = 1;
+INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, ` + eventProjection + `)
+SELECT r.record_id, 1, r.queue, 'created', 0, ?, ?, ?, ` + eventProjectionFrom + ` FROM mend_records r WHERE r.record_id = ? AND @mend_changed = 1;
 SELECT @mend_changed AS created, ` + recordColumns + ` FROM mend_records WHERE queue = ? AND source_key = ?`
 
 // createdRow is the read back of a create: the record and whether the
@@ -210,7 +210,7 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	err = d.withBatchTx(ctx, "RecordCreate", p.OpID, func(ctx context.Context, tx *batchTx) error {
 		id := mend.NewRecordID()
 		var row createdRow
-		args := append(c.rowArgs(id), id[:], p.Source.Queue, p.Actor, p.OpID, c.data, p.Source.Queue, key[:])
+		args := append(c.rowArgs(id), p.Actor, p.OpID, c.data, id[:], p.Source.Queue, key[:])
 		err := tx.query(ctx, sqlRecordCreate, args, scanOne(&row))
 		switch {
 		case mysqlErrNumber(err) == errDupEntry:

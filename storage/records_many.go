@@ -26,8 +26,8 @@ const (
 // that carries a record ID this call minted: those, and only those, are
 // the rows it inserted (a duplicate kept the first writer's row and ID).
 // The caller appends the derived table's rows and the closing join.
-const createManyEvents = `INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
-SELECT r.record_id, 1, r.queue, 'created', 0, v.actor, v.op_id, v.data, NOW(6)
+const createManyEvents = `INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, ` + eventProjection + `)
+SELECT r.record_id, 1, r.queue, 'created', 0, v.actor, v.op_id, v.data, ` + eventProjectionFrom + `
 FROM (`
 
 const createManyEventsFirst = `SELECT ? AS record_id, ? AS actor, ? AS op_id, ? AS data`

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 )
 
@@ -228,9 +229,9 @@ func TestRejectedBeforeSQL(t *testing.T) {
 func TestOpenRejectsClientFoundRows(t *testing.T) {
 	t.Parallel()
 	_, err := storage.Open(context.Background(), "u:p@tcp(127.0.0.1:1)/db?clientFoundRows=true", storage.Options{})
-	var ve *mend.ValidationError
-	if !errors.As(err, &ve) || ve.Field != "dsn" || !strings.Contains(err.Error(), "clientFoundRows") {
-		t.Fatalf("Open = %v; want a dsn ValidationError naming clientFoundRows", err)
+	var pe *mysqlx.ParamError
+	if !errors.As(err, &pe) || pe.Field != "dsn" || pe.Param != "clientFoundRows" || !errors.Is(err, mend.ErrInvalid) {
+		t.Fatalf("Open = %v; want a dsn ParamError naming clientFoundRows", err)
 	}
 	if strings.Contains(err.Error(), ":p@") {
 		t.Fatalf("error %q leaks the password", err)

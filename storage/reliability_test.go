@@ -62,11 +62,11 @@ func TestOpLookupWaitsForACommitInFlight(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name     string
-		lockWait string // the lookup's innodb_lock_wait_timeout
-		want     error  // nil: found after the writer commits
+		lockWait time.Duration // the lookup's innodb_lock_wait_timeout
+		want     error         // nil: found after the writer commits
 	}{
-		{"the lookup waits and finds the op", "50", nil},
-		{"a writer undecided past the lock wait is unknown yet", "1", mend.ErrBusy},
+		{"the lookup waits and finds the op", 50 * time.Second, nil},
+		{"a writer undecided past the lock wait is unknown yet", time.Second, mend.ErrBusy},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -82,7 +82,7 @@ func TestOpLookupWaitsForACommitInFlight(t *testing.T) {
 				wDone <- err
 			}()
 			waitOrFail(t, entered, "the append reaching its commit")
-			looker := openStore(t, b.db.DSN+"&innodb_lock_wait_timeout="+tt.lockWait, storage.Options{})
+			looker := openStore(t, b.db.DSN, storage.Options{LockWait: tt.lockWait})
 			type result struct {
 				ev  mend.Event
 				err error

@@ -25,6 +25,10 @@ type QueueStatus struct {
 	// OldestDue is how long the longest-overdue record has been due; zero
 	// when nothing is due.
 	OldestDue time.Duration
+	// OldestOpen is how long the oldest unfinished record (due or in
+	// backoff) has existed, as OldestOpen reports it; Status leaves it zero
+	// for the caller to fill (it is another query).
+	OldestOpen time.Duration
 	// Lease is the queue's lease row; nil if the queue was never leased.
 	Lease *LeaseStatus
 }
@@ -200,4 +204,88 @@ func jsonObject(m map[string]any) (json.RawMessage, error) {
 		return nil, fmt.Errorf("storage: encode event data: %w", err)
 	}
 	return b, nil
+}
+
+// RepairLatencyWindowDefault is the window mend status summarises repair
+// latency over.
+const RepairLatencyWindowDefault = time.Hour
+
+// repairLatencyFrom is the repair latency of every record finished within
+// the window: from the dead letter's failed_at to the record's last event
+// (its woken event, or its done or resolved event), clamped at zero against
+// clock skew between the host that stamped failed_at and the database. It
+// reads the (state, updated_at) index's range for the window.
+const repairLatencyFrom = `(SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
+	FROM mend_records
+	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL)`
+
+// Percentiles by the nearest-rank method, with window functions (MySQL 8,
+// MariaDB 10.2+): the row at rank ceil(p*n) of the latencies in order.
+const sqlRepairLatency = `-- name: RepairLatency
+SELECT COUNT(*) AS n,
+	COALESCE(MAX(CASE WHEN rn = CEIL(0.5 * cnt) THEN us END), 0) AS p50,
+	COALESCE(MAX(CASE WHEN rn = CEIL(0.99 * cnt) THEN us END), 0) AS p99,
+	COALESCE(MAX(us), 0) AS mx
+FROM (SELECT us, ROW_NUMBER() OVER (ORDER BY us) AS rn, COUNT(*) OVER () AS cnt FROM ` + repairLatencyFrom + ` l) r`
+
+const sqlRepairLatencyWorst = `-- name: RepairLatencyWorst
+SELECT queue, COUNT(*) AS n, MAX(us) AS mx FROM ` + repairLatencyFrom + ` l
+GROUP BY queue ORDER BY mx DESC, queue LIMIT ?`
+
+// QueueLatency is one queue's repair latency over the window.
+type QueueLatency struct {
+	Queue string
+	Count int64
+	Max   time.Duration
+}
+
+// RepairLatency summarises how long repairs took over a window: from a
+// dead letter's failure (failed_at, stamped by the host) to its record
+// finishing (its wake-up durable, or done with nothing to wake, or closed
+// by an operator).
+type RepairLatency struct {
+	Window        time.Duration
+	Count         int64
+	P50, P99, Max time.Duration
+	// Worst are the queues with the slowest repair in the window, slowest
+	// first.
+	Worst []QueueLatency
+}
+
+// RepairLatency computes the repair latency of the records finished within
+// window by the database clock, p50, p99 and max over all queues and the
+// worst queues (at most worst), in SQL, so every replica and every operator
+// reads the same numbers. Records whose dead letter carried no failure time
+// are left out.
+func (d *DB) RepairLatency(ctx context.Context, window time.Duration, worst int) (RepairLatency, error) {
+	out := RepairLatency{Window: window}
+	if window <= 0 || worst < 0 {
+		return out, &mend.ValidationError{Field: "window", Reason: "window must be positive and worst not negative"}
+	}
+	var row struct {
+		N   int64 `db:"n"`
+		P50 int64 `db:"p50"`
+		P99 int64 `db:"p99"`
+		Max int64 `db:"mx"`
+	}
+	if err := d.db.GetContext(ctx, &row, sqlRepairLatency, window.Microseconds()); err != nil {
+		return out, fmt.Errorf("storage: repair latency: %w", translate(err))
+	}
+	out.Count, out.P50, out.P99, out.Max = row.N, time.Duration(row.P50)*time.Microsecond,
+		time.Duration(row.P99)*time.Microsecond, time.Duration(row.Max)*time.Microsecond
+	if worst == 0 || row.N == 0 {
+		return out, nil
+	}
+	var rows []struct {
+		Queue []byte `db:"queue"`
+		N     int64  `db:"n"`
+		Max   int64  `db:"mx"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlRepairLatencyWorst, window.Microseconds(), worst); err != nil {
+		return out, fmt.Errorf("storage: repair latency by queue: %w", translate(err))
+	}
+	for _, r := range rows {
+		out.Worst = append(out.Worst, QueueLatency{Queue: string(r.Queue), Count: r.N, Max: time.Duration(r.Max) * time.Microsecond})
+	}
+	return out, nil
 }

@@ -10,12 +10,9 @@ package subscribe
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
@@ -26,21 +23,19 @@ import (
 // it), with the settings mend's other pools use, and checks that it
 // answers. The DSN never appears in an error.
 func Open(ctx context.Context, queueDSN string) (*sql.DB, error) {
-	cfg, err := mysqlx.NormalizeDSN("queue_dsn", queueDSN)
+	// The session rules of every mend pool (mysqlx.Config): DSN settings
+	// that would change them are refused; autocommit, utf8mb4, strict mode
+	// and UTC are forced; no multi-statements. A hung server cannot hold a
+	// page forever: the I/O is bounded like the host adapter's.
+	db, err := mysqlx.Open(ctx, queueDSN, mysqlx.Pool{Field: "queue_dsn", IOTimeout: ioTimeout}, 2*ConcurrencyDefault)
 	if err != nil {
-		return nil, err
-	}
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, &mend.ValidationError{Field: "queue_dsn", Reason: err.Error()}
-	}
-	db := sql.OpenDB(connector)
-	db.SetMaxIdleConns(2 * ConcurrencyDefault)
-	if err := db.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("subscribe: connect to %s: %w", cfg.Addr, mysqlx.Translate(err)), db.Close())
+		return nil, fmt.Errorf("subscribe: %w", err)
 	}
 	return db, nil
 }
+
+// ioTimeout bounds each read and write on the queue database's connections.
+const ioTimeout = time.Minute
 
 // The real subscriber's join: a new group row starts at offset 0, which
 // holds the host's GC of the partition back until the group advances.

@@ -42,6 +42,7 @@ const (
 	withDSN  = 1 << iota // --dsn: mend's database
 	withLog              // --log-format, --log-level
 	withJSON             // --json
+	withList             // -o table|json|wide and --no-headers (a list command; implies --json)
 )
 
 // Adding a flag to a command: define it on the command's *flags (a
@@ -71,8 +72,14 @@ func (a *app) newCommand(use, short, long string, shared int) *flags {
 		f.completeValues("log-format", "text", "json")
 		f.completeValues("log-level", "debug", "info", "warn", "error")
 	}
-	if shared&withJSON != 0 {
+	if shared&(withJSON|withList) != 0 {
 		f.BoolVar(&f.json, "json", false, "print data as JSON")
+	}
+	if shared&withList != 0 {
+		f.StringVarP(&f.output, "output", "o", "table", "output format: table, json (as --json) or wide (a table with more columns)")
+		f.BoolVar(&f.noHeaders, "no-headers", false, "print tables without their header line")
+		f.completeValues("output", "table", "json", "wide")
+		f.list = true
 	}
 	a.flagsOf[cmd] = f
 	return f
@@ -82,7 +89,17 @@ func (a *app) newCommand(use, short, long string, shared int) *flags {
 func (f *flags) run(fn func(ctx context.Context, args []string) error) *cobra.Command {
 	f.cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		f.a.ran = true
-		return fn(cmd.Context(), args)
+		ctx := cmd.Context()
+		if f.timeout <= 0 || (f.timeoutApplies != nil && !f.timeoutApplies()) {
+			return fn(ctx, args)
+		}
+		ctx, cancel := context.WithTimeoutCause(ctx, f.timeout, errTimedOut)
+		defer cancel()
+		err := fn(ctx, args)
+		if err != nil && errors.Is(context.Cause(ctx), errTimedOut) {
+			return fmt.Errorf("gave up after %s (--timeout): is the database up and answering? (%w)", f.timeout, err)
+		}
+		return err
 	}
 	return f.cmd
 }
@@ -113,6 +130,9 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	}
 	return nil
 }
+
+// errTimedOut is the cause of a --timeout.
+var errTimedOut = errors.New("--timeout reached")
 
 // errNoCommand: mend without a command printed the help; exit 2.
 var errNoCommand = errors.New("no command given")
@@ -165,9 +185,46 @@ func (a *app) newRoot() *cobra.Command {
 		newResolveCmd(a),
 		newLeaseCmd(a),
 		newDoctorCmd(a),
+		newVerifyCmd(a),
 		newDemoCmd(a),
 		newVersionCmd(a),
 	)
+	// cobra's completion command (bash, zsh, fish, powershell) and help
+	// command, made to exit 2 on a shell or topic they do not know.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					_ = cmd.Help()
+					return errNoCommand
+				}
+				return usagef("unknown shell %q: use bash, zsh, fish or powershell", args[0])
+			}
+		}
+	}
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "help about any command",
+		Args:  cobra.ArbitraryArgs,
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			var names []string
+			for _, c := range root.Commands() {
+				if c.IsAvailableCommand() {
+					names = append(names, c.Name())
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, _, err := root.Find(args)
+			if err != nil || (len(args) > 0 && cmd == root) {
+				return usagef("no help for %q: not a command; run 'mend help' for the list", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+	})
 	// Each flag's help names its twin.
 	for cmd := range a.flagsOf {
 		cmd.Flags().VisitAll(func(fl *pflag.Flag) {
@@ -214,6 +271,9 @@ func (a *app) exit(name string, err error) int {
 	if err == nil {
 		return exitOK
 	}
+	if mysqlErrNumber(err) == 1045 {
+		err = fmt.Errorf("access denied: the user or password in the DSN is wrong (%w)", err)
+	}
 	line := a.scrub.clean(oneLine(err.Error()))
 	code := exitFailure
 	var ue *usageError
@@ -233,6 +293,17 @@ func (a *app) exit(name string, err error) int {
 	return code
 }
 
+// say prints a progress line on stderr: plain in text, a JSON log line with
+// --log-format json (where every stderr line is JSON).
+func (a *app) say(format string, args ...any) {
+	msg := a.scrub.clean(fmt.Sprintf(format, args...))
+	if a.logFormat == "json" {
+		newLogger(a.stderr, "json", slog.LevelInfo, a.scrub).Info(msg)
+		return
+	}
+	fmt.Fprintln(a.stderr, msg)
+}
+
 // oneLine folds a multi-line error (errors.Join) into one line.
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
@@ -250,6 +321,36 @@ type flags struct {
 	logLevel  string
 	json      bool
 	fromEnv   map[string]bool // flags set from their MEND_* twin
+	list      bool            // has -o and --no-headers
+	output    string          // table, json or wide
+	noHeaders bool
+	timeout   time.Duration // --timeout; 0: none
+	// timeoutApplies says whether --timeout bounds this invocation (run:
+	// only with --once); nil: always.
+	timeoutApplies func() bool
+}
+
+// addTimeout gives a one-shot command --timeout with default def (0: no
+// limit): the whole command, connecting included, gives up after it, with
+// a line that names the flag instead of "context deadline exceeded".
+func (f *flags) addTimeout(def time.Duration) {
+	f.DurationVar(&f.timeout, "timeout", def, "give up after this long, e.g. when the database does not answer (0: no limit)")
+}
+
+// listOpts is how a list command prints a table.
+type listOpts struct {
+	wide, noHeaders bool
+}
+
+func (f *flags) listOpts() listOpts {
+	return listOpts{wide: f.output == "wide", noHeaders: f.noHeaders}
+}
+
+// header writes a table's header line unless --no-headers.
+func (o listOpts) header(w io.Writer, cols string) {
+	if !o.noHeaders {
+		fmt.Fprintln(w, cols)
+	}
 }
 
 // given reports whether the flag was set on the command line or through
@@ -313,6 +414,24 @@ func (f *flags) applyEnv() error {
 	}
 	if _, err := parseLevel(f.logLevel); err != nil {
 		return err
+	}
+	if f.list {
+		switch {
+		case f.json && f.given("output") && f.output != "json":
+			return usagef("--json and -o %s disagree; give one", f.output)
+		case f.json:
+			f.output = "json"
+		}
+		switch f.output {
+		case "table", "wide":
+		case "json":
+			f.json = true
+		default:
+			return usagef("-o must be table, json or wide, not %q", f.output)
+		}
+	}
+	if f.timeout < 0 {
+		return usagef("--timeout must not be negative")
 	}
 	f.a.logFormat = f.logFormat
 	driverLogger.Store(f.logger().With("component", "mysql"))

@@ -58,6 +58,10 @@ func newDemoCmd(a *app) *cobra.Command {
 			"with --dsn (or MEND_TEST_DSN) it creates and drops its own database on that server. Exit 0 only if the queue was repaired.", withDSN|withLog)
 	// The library's own logs would drown the story; -log-level info shows them.
 	f.setDefault("log-level", "error")
+	// The demo creates and drops databases: it must never pick up the
+	// MEND_DSN an operator exported for production (the README's own
+	// export once sent it there). Only --dsn or MEND_TEST_DSN.
+	f.cmdLineOnly("dsn")
 	return f.run(func(ctx context.Context, args []string) (err error) {
 		parent := ctx
 		ctx, cancel := context.WithTimeout(ctx, demoTimeout)

@@ -34,37 +34,11 @@ type check struct {
 	Fix    string `json:"fix,omitempty"`
 }
 
-// lockWaitParam is the session variable mend run sets when the DSN does not.
-const lockWaitParam = "innodb_lock_wait_timeout"
-
-// withLockWait returns dsn with innodb_lock_wait_timeout set below the
-// lease TTL unless the DSN sets it: a takeover's acquire waits on the lease
-// row behind in-flight fenced transactions, and should give up (and try
-// again next pass) well within a lease TTL rather than after the server's
-// default 50 s.
-func withLockWait(dsn string, ttl time.Duration) string {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return dsn
-	}
-	if _, ok := cfg.Params[lockWaitParam]; ok {
-		return dsn
-	}
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
-	cfg.Params[lockWaitParam] = strconv.Itoa(defaultLockWait(ttl))
-	return cfg.FormatDSN()
-}
-
-func defaultLockWait(ttl time.Duration) int {
-	return max(1, int(ttl/3/time.Second))
-}
-
 func newDoctorCmd(a *app) *cobra.Command {
 	f := a.newCommand("doctor", "check the server, schema and settings, and the host's tables and grants, for what breaks mend",
 		"Check the server, the schema and the settings mend depends on, and with --host-dsn/--queue-dsn the submit queue's\n"+
 			"tables and the privileges mend's statements need on them. It only reads. Exits 1 if anything is wrong.", withDSN|withLog|withJSON)
+	f.addTimeout(opTimeout)
 	ttl := f.Duration("lease-ttl", fence.TTLDefault, "the lease TTL mend run uses, to compare the lock wait timeout with")
 	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build\n("+hostDSNSame+": the same database as --dsn; empty: the host is not checked)")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
@@ -81,11 +55,9 @@ func newDoctorCmd(a *app) *cobra.Command {
 		if *queueDSN == "" {
 			*queueDSN = *hostDSN
 		}
-		if *ttl <= 0 {
-			return usagef("--lease-ttl must be positive")
+		if err := checkLeaseTTL(*ttl); err != nil {
+			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, opTimeout)
-		defer cancel()
 		checks, target := diagnose(ctx, f.dsn, *ttl)
 		checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
 		if !hostChecked {
@@ -151,20 +123,19 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	}
 
 	// The session as the DSN gives it, and as mend's own connections see it.
-	asGiven := cfg.Clone()
-	asGiven.ParseTime = true
-	asGiven.ClientFoundRows = false
+	noCFR := strings.Replace(dsn, "clientFoundRows=true", "clientFoundRows=false", 1)
+	mendCfg, err := storage.SessionConfig(noCFR, storage.Options{LeaseTTL: ttl})
+	if err != nil {
+		add("dsn parameters", checkFail, err.Error(), "remove the parameter: mend sets its sessions itself (docs/operations.md)")
+		return checks, target
+	}
+	asGiven, _ := hostDoctorConfig("--dsn", noCFR) // mend's session without the store's lock waits
 	raw, err := openConfig(ctx, asGiven)
 	if err != nil {
-		add("connect", checkFail, err.Error(), "check the address, user, password and that the database exists")
+		add("connect", checkFail, connectDetail(err, cfg.User), "check the address, user, password and that the database exists")
 		return checks, target
 	}
 	defer raw.Close()
-	mendCfg, err := storage.NormalizeDSN(withLockWait(strings.Replace(dsn, "clientFoundRows=true", "clientFoundRows=false", 1), ttl))
-	if err != nil {
-		add("connect", checkFail, err.Error(), "")
-		return checks, target
-	}
 	mendDB, err := openConfig(ctx, mendCfg)
 	if err != nil {
 		add("connect", checkFail, err.Error(), "")
@@ -181,6 +152,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	checks = append(checks, checkMendGrants(ctx, raw, cfg.DBName))
 	checks = append(checks, checkTimeZone(ctx, mendDB))
 	checks = append(checks, checkLockWait(ctx, raw, mendDB, cfg, ttl))
+	checks = append(checks, sessionChecks(ctx, mendDB, mendCfg)...)
 	return checks, target
 }
 
@@ -365,14 +337,11 @@ func checkLockWait(ctx context.Context, raw, mendDB *sql.DB, cfg *mysql.Config, 
 		return check{Name: "lock wait timeout", Status: checkFail, Detail: err.Error()}
 	}
 	wait := time.Duration(mendWait) * time.Second
-	source := "set by the DSN"
-	if _, ok := cfg.Params[lockWaitParam]; !ok {
-		source = fmt.Sprintf("mend run sets it below the TTL; the server default is %ds", serverWait)
-	}
+	source := fmt.Sprintf("mend sets it from the lease TTL; the server default is %ds", serverWait)
 	if wait >= ttl {
 		return check{Name: "lock wait timeout", Status: checkFail,
 			Detail: fmt.Sprintf("innodb_lock_wait_timeout %s (%s) is not below the lease TTL %s: a takeover could wait on the lease row longer than a whole term", wait, source, ttl),
-			Fix:    fmt.Sprintf("set %s=%d in the DSN, or raise --lease-ttl above %s", lockWaitParam, defaultLockWait(ttl), wait)}
+			Fix:    fmt.Sprintf("raise --lease-ttl above %s", wait)}
 	}
 	return check{Name: "lock wait timeout", Status: checkOK, Detail: fmt.Sprintf("%s (%s), below the lease TTL %s", wait, source, ttl)}
 }
@@ -440,6 +409,15 @@ func checkMendGrants(ctx context.Context, db *sql.DB, schema string) check {
 		return check{Name: "grants", Status: checkFail, Detail: grantee + " lacks " + strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}
 	}
 	return check{Name: "grants", Status: checkOK, Detail: grantee + " holds every privilege mend run needs on mend's tables"}
+}
+
+// connectDetail says why a connection failed; an access denial (1045)
+// says so in words rather than as the server's raw error.
+func connectDetail(err error, user string) string {
+	if mysqlErrNumber(err) == 1045 {
+		return fmt.Sprintf("access denied for user %q: the password is wrong, or the user does not exist for this client host (%v)", user, err)
+	}
+	return err.Error()
 }
 
 func mysqlErrNumber(err error) uint16 {

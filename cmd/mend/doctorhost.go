@@ -105,11 +105,13 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 		return fail(flagName+" sets clientFoundRows=true: a compare-and-set that matched nothing would look applied, and the adapter refuses it",
 			"remove clientFoundRows from "+flagName)
 	}
-	c := cfg.Clone()
-	c.ClientFoundRows = false
+	c, err := hostDoctorConfig(flagName, dsn)
+	if err != nil {
+		return fail(err.Error(), "remove the parameter from "+flagName+": mend sets its sessions itself")
+	}
 	db, err := openConfig(ctx, c)
 	if err != nil {
-		return fail(err.Error(), "check the address, user, password and that the database exists")
+		return fail(connectDetail(err, cfg.User), "check the address, user, password and that the database exists")
 	}
 	defer db.Close()
 	var user string

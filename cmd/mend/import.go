@@ -65,6 +65,7 @@ func newImportCmd(a *app) *cobra.Command {
 	f.IntVar(&c.PageSize, "page-size", importPageDefault, "rows read per query")
 	f.StringVar(&c.Actor, "actor", "import", "who records them, kept in the event log")
 	f.completeValues("topic", dlqTopics()...)
+	f.addTimeout(0)
 	f.setDefault("log-level", "warn") // one intake line per row would drown the progress lines
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
@@ -99,8 +100,9 @@ func (c *importConfig) check() error {
 			return err
 		}
 	}
-	if c.Topic != "" && !strings.HasSuffix(c.Topic, dlq.DLQSuffix) {
-		c.Topic += dlq.DLQSuffix
+	c.Topic = dlqTopic(c.Topic)
+	if c.Topic != "" && !knownDLQTopic(c.Topic) {
+		return usagef("--topic %q is none of the host's dead-letter topics (%s): a filter on it would read nothing", c.Topic, strings.Join(dlqTopics(), ", "))
 	}
 	if err := mend.ValidateIdentity("topic", c.Topic, false); err != nil {
 		return usagef("--topic: %v", err)
@@ -145,7 +147,7 @@ func runImportWith(ctx context.Context, a *app, f *flags, c importConfig) (count
 		defer func() { err = errors.Join(err, builds.Close()) }()
 		cfg.Builds = builds
 	} else {
-		fmt.Fprintln(a.stderr, "mend import: no --host-dsn: buildsignal dead letters will be recorded parked (their build's batch cannot be looked up)")
+		a.say("mend import: no --host-dsn: buildsignal dead letters will be recorded parked (their build's batch cannot be looked up)")
 	}
 	in, err := dlq.New(store, cfg)
 	if err != nil {
@@ -167,7 +169,7 @@ func runImportWith(ctx context.Context, a *app, f *flags, c importConfig) (count
 		}
 		after = page.Next
 		if len(page.Rows) > 0 {
-			fmt.Fprintf(a.stderr, "mend import: up to offset %d: %s\n", after, counts.summary())
+			a.say("mend import: up to offset %d: %s", after, counts.summary())
 		}
 		if page.Done {
 			return counts, nil
@@ -204,7 +206,7 @@ func importPage(ctx context.Context, a *app, in *dlq.Intake, c importConfig, row
 		switch {
 		case errors.Is(res.Err, mend.ErrInvalid):
 			counts.refused++
-			fmt.Fprintf(a.stderr, "mend import: refused offset %d (topic %q, partition %q, id %q): %s\n", row.Offset, row.Topic, row.PartitionKey, row.ID, oneLine(res.Err.Error()))
+			a.say("mend import: refused offset %d (topic %q, partition %q, id %q): %s", row.Offset, row.Topic, row.PartitionKey, row.ID, oneLine(res.Err.Error()))
 		case res.Err != nil:
 			return fmt.Errorf("record offset %d (topic %q, id %q): %w", row.Offset, row.Topic, row.ID, res.Err)
 		case !res.Created:

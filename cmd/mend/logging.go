@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -92,6 +93,10 @@ func newLogger(w io.Writer, format string, level slog.Level, scrub *scrubber) *s
 		Level: level,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			switch a.Value.Kind() {
+			case slog.KindDuration:
+				// One unit per format: a duration reads "15s" in text and
+				// JSON alike, never as nanoseconds beside a "15s".
+				a.Value = slog.StringValue(a.Value.Duration().String())
 			case slog.KindString:
 				if c := scrub.clean(a.Value.String()); c != a.Value.String() {
 					a.Value = slog.StringValue(c)
@@ -120,14 +125,68 @@ func newLogger(w io.Writer, format string, level slog.Level, scrub *scrubber) *s
 // per-connection logger, and replacing its global later would race.
 var driverLogger atomic.Pointer[slog.Logger]
 
-// driverLog adapts the driver's Print-style logger to driverLogger.
+// driverLog adapts the driver's Print-style logger to driverLogger, rate
+// limited: after a server restart the driver logged 105 "packets.go:58
+// unexpected EOF" lines, one per pooled connection it found dead.
 type driverLog struct{ fallback io.Writer }
 
 func (d driverLog) Print(v ...any) {
 	msg := strings.TrimSpace(fmt.Sprint(v...))
+	ok, suppressed := driverLimit.allow(time.Now())
+	if !ok {
+		return
+	}
 	if log := driverLogger.Load(); log != nil {
+		if suppressed > 0 {
+			log.Warn(msg, "suppressed_before", suppressed)
+			return
+		}
 		log.Warn(msg)
 		return
 	}
 	fmt.Fprintln(d.fallback, "mysql:", msg)
+}
+
+// Driver lines allowed per window; the rest are counted and the count is
+// attached to the next line let through.
+const (
+	driverBurst  = 5
+	driverWindow = 10 * time.Second
+)
+
+var driverLimit = &lineLimiter{burst: driverBurst, window: driverWindow}
+
+// lineLimiter lets burst lines through per window.
+type lineLimiter struct {
+	burst      int
+	window     time.Duration
+	mu         sync.Mutex
+	start      time.Time
+	n          int
+	suppressed int
+}
+
+// reset starts a fresh window.
+func (l *lineLimiter) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.start, l.n, l.suppressed = time.Time{}, 0, 0
+}
+
+// allow reports whether a line at now may be printed, and how many were
+// suppressed since the last one printed.
+func (l *lineLimiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.start) >= l.window {
+		l.start, l.n = now, 0
+	}
+	if l.n >= l.burst {
+		l.suppressed++
+		return false, 0
+	}
+	l.n++
+	s := l.suppressed
+	l.suppressed = 0
+	return true, s
 }

@@ -3,9 +3,11 @@
 // self-contained demo. Run `mend help` for the commands.
 //
 // The main package only parses flags and environment into a config, wires
-// the library's packages together and runs them; every command is a
-// function over (context, args, environment, output) so tests drive it
-// directly.
+// the library's packages together and runs them. The command line is
+// spf13/cobra: each command is built by a newXCmd(app) function (cli.go has
+// the shared flags, the MEND_* twins and the exit codes: 0 ok, 1 failure, 2
+// usage), and Main(ctx, args, stdout, stderr, getenv) runs one invocation so
+// tests drive the binary in-process.
 package main
 
 import (

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
+
+	"github.com/mendq/mend/storage"
 )
 
 func TestScrubberAndRedactDSN(t *testing.T) {
@@ -78,19 +80,48 @@ func TestEnvTwins(t *testing.T) {
 	}
 }
 
-func TestWithLockWait(t *testing.T) {
+// TestRunRefusesBeforeConnecting: what mend run would write on every
+// pass (its holder, its wake-up topic) and the lease TTL the lock waits
+// derive from are checked before anything is connected (the DSN points
+// nowhere): exit 2, naming the flag. Doctor accepts exactly the TTLs run
+// accepts. Before, an invalid UTF-8 holder started a daemon that logged
+// "invalid holder" every pass, and a bad wake topic exited 1 after
+// connecting.
+func TestRunRefusesBeforeConnecting(t *testing.T) {
 	t.Parallel()
-	got := withLockWait("u@tcp(h:1)/db", 15*time.Second)
-	cfg, err := mysql.ParseDSN(got)
-	if err != nil || cfg.Params[lockWaitParam] != "5" {
-		t.Fatalf("withLockWait = %q (%v); want innodb_lock_wait_timeout=5", got, err)
+	const nowhere = "u:sekrit9@tcp(127.0.0.1:1)/db"
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--holder", "h\xff"}, "--holder"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--wake-topic", "t\xff"}, "--wake-topic"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--wake-topic", strings.Repeat("w", 256)}, "--wake-topic"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--lease-ttl", "1s"}, "--lease-ttl"},
+		{[]string{"doctor", "--dsn", nowhere, "--lease-ttl", "1s"}, "--lease-ttl"},
+		{[]string{"run", "--once", "--dsn", nowhere + "?%60sql_mode%60=%27%27", "--host-dsn", "same"}, "sql_mode"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", nowhere + "?charset=gbk"}, "charset"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--queue-dsn", nowhere + "?multiStatements=true"}, "--queue-dsn"},
+	} {
+		args := tt.args
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), args, &out, &errOut, func(string) string { return "" })
+		if code != exitUsage || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("mend %s: exit %d, %q; want exit %d naming %s", strings.Join(args, " "), code, errOut.String(), exitUsage, tt.want)
+		}
 	}
-	kept := "u@tcp(h:1)/db?innodb_lock_wait_timeout=2"
-	if got := withLockWait(kept, 15*time.Second); got != kept {
-		t.Fatalf("withLockWait overrode the DSN's own setting: %q", got)
-	}
-	if defaultLockWait(time.Second) != 1 {
-		t.Fatal("a short TTL must still give a lock wait of at least 1 s")
+	// Every TTL run accepts gives a lock wait below it, as doctor checks.
+	for _, ttl := range []time.Duration{storage.MinLeaseTTL, 2500 * time.Millisecond, 15 * time.Second, maxLeaseTTL} {
+		if err := checkLeaseTTL(ttl); err != nil {
+			t.Fatalf("checkLeaseTTL(%v) = %v", ttl, err)
+		}
+		cfg, err := storage.SessionConfig("u@tcp(h:1)/db", storage.Options{LeaseTTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait, _ := strconv.Atoi(cfg.Params["innodb_lock_wait_timeout"]); time.Duration(wait)*time.Second >= ttl {
+			t.Errorf("lease TTL %v: lock wait %ds is not below it", ttl, wait)
+		}
 	}
 }
 

@@ -41,9 +41,11 @@ type metrics struct {
 	queueRuns    *prometheus.CounterVec
 	plannerRun   prometheus.Histogram
 	reconcilePas prometheus.Histogram
-	dangling     *prometheus.CounterVec
-	attemptsFail *prometheus.CounterVec
-	buildInfo    *prometheus.GaugeVec
+	// repairLatency is the repair SLO's histogram (planner.Hooks.OnRepaired).
+	repairLatency prometheus.Histogram
+	dangling      *prometheus.CounterVec
+	attemptsFail  *prometheus.CounterVec
+	buildInfo     *prometheus.GaugeVec
 
 	seenMu sync.Mutex
 	seen   map[string]bool // queues whose labelled counters exist
@@ -61,6 +63,11 @@ var attemptSteps = map[string]string{
 	"list live batches": "list_live_batches",
 	"publish wake-up":   "publish_wakeup",
 }
+
+// repairLatencyBuckets run from 100 ms to 1 h: a repair inline with the
+// intake takes well under a second, one by the reconciler an interval or
+// two, a storm or an outage minutes; past an hour is a page either way.
+var repairLatencyBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600}
 
 // attemptReason is the metric label for a failing step; an unknown one
 // (a newer planner) is "other", so the label set stays bounded.
@@ -95,6 +102,9 @@ func newMetrics() *metrics {
 			Help: "How long one planner run over one queue took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		reconcilePas: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_reconcile_pass_duration_seconds",
 			Help: "How long one reconciler pass over all due queues took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		repairLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_repair_latency_seconds",
+			Help:    "Repair latency: from a dead letter's failed_at to its record finished (wake-up durable, or done with nothing to wake), observed by the planner that finished it.",
+			Buckets: repairLatencyBuckets}),
 		dangling: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_host_dangling_membership_rows_total",
 			Help: "Host membership rows (queue_batch_state) seen naming a batch that does not exist, by queue. The host's own planner fails on such a row; mend skips it, but an operator should delete it."},
 			[]string{"queue"}),
@@ -106,7 +116,7 @@ func newMetrics() *metrics {
 		seen: map[string]bool{},
 	}
 	m.reg.MustRegister(m.settles, m.wakeups, m.parked, m.fenced, m.leaseAcq, m.leaseLost, m.renewFailed,
-		m.queueRuns, m.plannerRun, m.reconcilePas, m.dangling, m.attemptsFail, m.buildInfo,
+		m.queueRuns, m.plannerRun, m.reconcilePas, m.repairLatency, m.dangling, m.attemptsFail, m.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	bi := readBuildInfo()
 	m.buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
@@ -171,8 +181,9 @@ func (m *metrics) plannerHooks() planner.Hooks {
 			}
 			m.wakeups.WithLabelValues(queue, result).Inc()
 		},
-		OnParked: func(queue, _ string) { m.parked.WithLabelValues(queue).Inc() },
-		OnFenced: func(queue string) { m.fenced.WithLabelValues(queue).Inc() },
+		OnParked:   func(queue, _ string) { m.parked.WithLabelValues(queue).Inc() },
+		OnRepaired: func(_ string, d time.Duration) { m.repairLatency.Observe(d.Seconds()) },
+		OnFenced:   func(queue string) { m.fenced.WithLabelValues(queue).Inc() },
 		OnAttemptFailed: func(queue string, _ mend.RecordID, what string, _ error) {
 			m.touchQueue(queue)
 			m.attemptsFail.WithLabelValues(queue, attemptReason(what)).Inc()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,12 +25,11 @@ type selection struct {
 	record, queue, state, contains *string
 	limit                          *int
 	yes                            *bool
-	id                             mend.RecordID // parsed --record, set by check
 }
 
 func addSelection(f *flags, verb string) *selection {
 	s := &selection{
-		record:   f.String("record", "", "the record's ID (32 hex characters); or select several with --queue, --state, --reason-contains"),
+		record:   f.String("record", "", "the record's ID, or its first 4 or more hex characters as with git; or select several with --queue, --state, --reason-contains"),
 		queue:    f.String("queue", "", "select the records of this queue"),
 		state:    f.String("state", string(mend.StateParked), "select records in this state"),
 		contains: f.String("reason-contains", "", "select records whose last error (why they were parked) contains this text, case-sensitively"),
@@ -44,6 +45,19 @@ func addSelection(f *flags, verb string) *selection {
 func stateNames() []string {
 	return []string{string(mend.StatePending), string(mend.StateWaiting), string(mend.StateSettled), string(mend.StateParked), string(mend.StateDone)}
 }
+
+// dlqTopic is a topic as dead letters carry it: speculate and
+// speculate_dlq both name speculate_dlq, so `record --topic speculate`
+// cannot make a second identity for one dead letter.
+func dlqTopic(topic string) string {
+	if topic == "" || strings.HasSuffix(topic, dlq.DLQSuffix) {
+		return topic
+	}
+	return topic + dlq.DLQSuffix
+}
+
+// knownDLQTopic reports whether topic (with its suffix) is one of the host's.
+func knownDLQTopic(topic string) bool { return slices.Contains(dlqTopics(), topic) }
 
 // dlqTopics are the host's dead-letter topics, for completion of --topic.
 func dlqTopics() []string {
@@ -63,12 +77,7 @@ func (s *selection) check(f *flags) error {
 		if f.given("queue") || f.given("reason-contains") || f.given("state") {
 			return usagef("give --record, or a selection (--queue, --state, --reason-contains), not both")
 		}
-		id, err := mend.ParseRecordID(*s.record)
-		if err != nil {
-			return usagef("--record: %v", err)
-		}
-		s.id = id
-		return nil
+		return checkRecordRef(*s.record)
 	}
 	if !f.given("queue") && !f.given("reason-contains") && !f.given("state") {
 		return usagef("name the records: --record ID, or select with --queue Q, --state S and/or --reason-contains TEXT")
@@ -79,11 +88,34 @@ func (s *selection) check(f *flags) error {
 	return nil
 }
 
+// checkRecordRef refuses what cannot be a record ID or a prefix of one,
+// before anything connects.
+func checkRecordRef(ref string) error {
+	var id mend.RecordID
+	if len(ref) < storage.MinRecordPrefix || len(ref) > 2*len(id) {
+		return usagef("--record: give a record ID (%d hex characters) or its first %d or more, got %d characters (record_id)", 2*len(id), storage.MinRecordPrefix, len(ref))
+	}
+	if strings.Trim(strings.ToLower(ref), "0123456789abcdef") != "" {
+		return usagef("--record: %q is not hex (record_id)", ref)
+	}
+	return nil
+}
+
+// findRecord finds a record by its ID or a unique prefix of it; an
+// ambiguous prefix is a usage error naming two matches.
+func findRecord(ctx context.Context, store *storage.DB, ref string) (mend.Record, error) {
+	rec, err := store.RecordFindPrefix(ctx, ref)
+	if errors.Is(err, mend.ErrInvalid) {
+		return rec, usagef("--record: %v", err)
+	}
+	return rec, err
+}
+
 // pick returns the records to act on and whether this is only a dry run.
 // Call check first.
 func (s *selection) pick(ctx context.Context, store *storage.DB) ([]mend.Record, bool, error) {
 	if *s.record != "" {
-		rec, err := store.RecordFind(ctx, s.id)
+		rec, err := findRecord(ctx, store, *s.record)
 		if err != nil {
 			return nil, false, err
 		}
@@ -126,6 +158,7 @@ func noTarget(r mend.Record) string {
 func newRetryCmd(a *app) *cobra.Command {
 	f := a.newCommand("retry", "put parked records back to pending (one by --record, or a selection)", "Put parked records back to pending, due now; the next reconciler pass repairs them.\n"+
 		"A record whose dead letter names nothing to repair is refused: record a corrected copy, then mend resolve it.", withDSN|withLog|withJSON)
+	f.addTimeout(opTimeout)
 	sel := addSelection(f, "retry")
 	actor := f.String("actor", "operator", "who retries, kept in the event log")
 	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
@@ -168,6 +201,7 @@ func newRetryCmd(a *app) *cobra.Command {
 func newResolveCmd(a *app) *cobra.Command {
 	f := a.newCommand("resolve", "close records by hand, with who and why (one by --record, or a selection)", "Close records by hand once their repair was done another way (or is not needed): each gets a resolved\n"+
 		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", withDSN|withLog|withJSON)
+	f.addTimeout(opTimeout)
 	sel := addSelection(f, "resolve")
 	actor := f.String("actor", "operator", "who resolves, kept in the event log")
 	reason := f.String("reason", "", "why the record is closed by hand (required to close; a listing needs none), kept in the event log")
@@ -314,8 +348,9 @@ func (a *app) each(asJSON bool, verb string, recs []mend.Record, skip func(mend.
 func newLeaseCmd(a *app) *cobra.Command {
 	f := a.newCommand("lease list|history|release", "show lease terms and their history; end a dead holder's term", "Show the queues' lease terms (list), a queue's past terms (history), or end a dead holder's term now\n"+
 		"(release --queue Q --epoch E): only that exact term ends, recorded as ended by the operator; its holder's\n"+
-		"writes are refused from then on, and the next replica takes the queue with a higher epoch.", withDSN|withLog|withJSON)
-	queue := f.String("queue", "", "the queue (history, release)")
+		"writes are refused from then on, and the next replica takes the queue with a higher epoch.", withDSN|withLog|withList)
+	f.addTimeout(opTimeout)
+	queue := f.String("queue", "", "the queue (history, release; list: only this queue)")
 	epoch := f.Int64("epoch", 0, "release: the epoch of the term to end, as lease list shows it")
 	limit := f.Int("limit", 50, "history: at most this many terms, newest first")
 	f.cmd.Args = cobra.ArbitraryArgs
@@ -355,7 +390,10 @@ func newLeaseCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.printLeases(f.json, leases)
+				if f.given("queue") {
+					leases = slices.DeleteFunc(leases, func(l storage.LeaseStatus) bool { return l.Term.Queue != *queue })
+				}
+				return a.printLeases(f.json, f.listOpts(), leases)
 			case "history":
 				terms, err := store.LeaseHistory(ctx, *queue, *limit)
 				if errors.Is(err, mend.ErrInvalid) {
@@ -364,7 +402,7 @@ func newLeaseCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.printLeaseHistory(f.json, *queue, terms)
+				return a.printLeaseHistory(f.json, f.listOpts(), *queue, terms)
 			}
 			term, err := store.LeaseEndByOperator(ctx, *queue, *epoch)
 			if errors.Is(err, mend.ErrLeaseLost) {
@@ -383,7 +421,9 @@ func newLeaseCmd(a *app) *cobra.Command {
 	})
 }
 
-func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
+// printLeases prints lease rows; -o wide adds when each term was acquired,
+// renewed and expires, and the row's transitions.
+func (a *app) printLeases(asJSON bool, o listOpts, leases []storage.LeaseStatus) error {
 	if asJSON {
 		out := make([]map[string]any, len(leases))
 		for i, l := range leases {
@@ -393,22 +433,34 @@ func (a *app) printLeases(asJSON bool, leases []storage.LeaseStatus) error {
 		return writeJSON(a.stdout, out)
 	}
 	if len(leases) == 0 {
-		fmt.Fprintln(a.stdout, "no queue was ever leased")
+		if !o.noHeaders {
+			fmt.Fprintln(a.stdout, "no lease (no queue was ever leased, or none matches)")
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tSTATUS\tHOLDER\tEPOCH\tTIME LEFT")
+	cols := "QUEUE\tSTATUS\tHOLDER\tEPOCH\tTIME LEFT"
+	if o.wide {
+		cols += "\tACQUIRED (UTC)\tRENEWED (UTC)\tEXPIRES (UTC)\tTRANSITIONS"
+	}
+	o.header(tw, cols)
 	for _, l := range leases {
 		status, left := leaseWord(l), "-"
 		if l.Live() {
 			left = fmtAge(l.Remaining)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
+		if o.wide {
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%d", l.AcquiredAt.UTC().Format("2006-01-02 15:04:05.000"), l.RenewedAt.UTC().Format("2006-01-02 15:04:05.000"),
+				l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000"), l.Transitions)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
 
-func (a *app) printLeaseHistory(asJSON bool, queue string, terms []storage.LeaseTerm) error {
+// printLeaseHistory prints a queue's terms; -o wide adds how long each lasted.
+func (a *app) printLeaseHistory(asJSON bool, o listOpts, queue string, terms []storage.LeaseTerm) error {
 	if asJSON {
 		out := make([]map[string]any, len(terms))
 		for i, t := range terms {
@@ -422,17 +474,27 @@ func (a *app) printLeaseHistory(asJSON bool, queue string, terms []storage.Lease
 		return writeJSON(a.stdout, out)
 	}
 	if len(terms) == 0 {
-		fmt.Fprintf(a.stdout, "queue %q has no lease history\n", queue)
+		if !o.noHeaders {
+			fmt.Fprintf(a.stdout, "queue %q has no lease history\n", queue)
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "EPOCH\tHOLDER\tACQUIRED (UTC)\tENDED (UTC)\tHOW")
+	cols := "EPOCH\tHOLDER\tACQUIRED (UTC)\tENDED (UTC)\tHOW"
+	if o.wide {
+		cols += "\tLASTED"
+	}
+	o.header(tw, cols)
 	for _, t := range terms {
-		ended, how := "-", "current"
+		ended, how, lasted := "-", "current", "-"
 		if t.EndedAt != nil {
-			ended, how = t.EndedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EndedHow
+			ended, how, lasted = t.EndedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EndedHow, fmtAge(t.EndedAt.Sub(t.AcquiredAt))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", t.Term.Epoch, t.Term.Holder, t.AcquiredAt.UTC().Format("2006-01-02 15:04:05.000"), ended, how)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s", t.Term.Epoch, t.Term.Holder, t.AcquiredAt.UTC().Format("2006-01-02 15:04:05.000"), ended, how)
+		if o.wide {
+			fmt.Fprintf(tw, "\t%s", lasted)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -412,6 +412,7 @@ func TestReadinessChecksTheSchema(t *testing.T) {
 // Item 7: with --log-format json every stderr line is JSON, the driver's
 // and the final error's too.
 func TestJSONLogsAreAllJSON(t *testing.T) {
+	driverLimit.reset()      // not parallel: no other test prints driver lines now
 	db := mysqltest.NewDB(t) // no schema: the command fails
 	r := opsRun(t, nil, "status", "--dsn", db.DSN, "--log-format", "json")
 	driverLog{fallback: &bytes.Buffer{}}.Print("[mysql] packets.go: unexpected EOF")
@@ -588,6 +589,14 @@ func TestOperatorCommands(t *testing.T) {
 		if r := opsRun(t, nil, "no-such-command"); r.code != exitUsage {
 			t.Errorf("an unknown command exits %d", r.code)
 		}
+		for _, args := range [][]string{{"help", "no-such-command"}, {"completion", "tcsh"}, {"completion"}} {
+			if r := opsRun(t, nil, args...); r.code != exitUsage {
+				t.Errorf("mend %v exits %d; want 2", args, r.code)
+			}
+		}
+		if r := opsMust(t, "help", "lease", "list"); !strings.Contains(r.stdout, "Usage:\n  mend lease") {
+			t.Errorf("mend help lease list = %s", r.stdout)
+		}
 		if r := opsRun(t, nil, "status", "--no-such-flag"); r.code != exitUsage || !strings.Contains(r.stderr, "no-such-flag") {
 			t.Errorf("an unknown flag exits %d: %q", r.code, r.stderr)
 		}
@@ -609,7 +618,7 @@ func TestOperatorCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.VisitAll(func(fl *pflag.Flag) {
-				want := fl.Name != "help" && fl.Name != "yes" && fl.Name != "force"
+				want := fl.Name != "help" && fl.Name != "yes" && fl.Name != "force" && (cmd.Name() != "demo" || fl.Name != "dsn")
 				if asked[envName(fl.Name)] != want {
 					t.Errorf("mend %s --%s: %s read = %v, want %v", cmd.Name(), fl.Name, envName(fl.Name), !want, want)
 				}

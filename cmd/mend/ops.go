@@ -25,14 +25,12 @@ import (
 	"github.com/mendq/mend/storage"
 )
 
-// opTimeout bounds the one-shot operator commands.
-const opTimeout = time.Minute
+// opTimeout is the one-shot operator commands' default --timeout.
+const opTimeout = 30 * time.Second
 
-// withStore runs fn on mend's database, opened for one operator command: ctx is bounded by
-// opTimeout, and the store is closed when fn returns.
+// withStore runs fn on mend's database, opened for one operator command (ctx
+// carries its --timeout); the store is closed when fn returns.
 func withStore(ctx context.Context, dsn string, fn func(context.Context, *storage.DB) error) error {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
 	store, err := storage.Open(ctx, dsn, storage.Options{})
 	if err != nil {
 		return fmt.Errorf("open mend's database: %w", err)
@@ -59,6 +57,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 	createDB := f.Bool("create-database", false, "up: create the DSN's database first if it does not exist")
 	f.cmdLineOnly("yes")
 	f.cmdLineOnly("force")
+	f.addTimeout(5 * time.Minute)
 	// The action and its number may come before or after the flags.
 	f.cmd.Args = cobra.ArbitraryArgs
 	f.cmd.ValidArgs = []string{"up", "down", "goto", "version", "force", "sql"}
@@ -101,8 +100,6 @@ func newMigrateCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
 		cur, dirty, err := schemaVersion(ctx, dsn)
 		if isUnknownDB(err) {
 			if action != "up" || !*createDB {
@@ -359,17 +356,20 @@ type leaseJSON struct {
 }
 
 type queueStatusJSON struct {
-	Queue            string           `json:"queue"`
-	Counts           map[string]int64 `json:"counts"`
-	Due              int64            `json:"due"`
-	OldestDueSeconds float64          `json:"oldest_due_seconds"`
-	Lease            *leaseJSON       `json:"lease"`
+	Queue             string           `json:"queue"`
+	Counts            map[string]int64 `json:"counts"`
+	Due               int64            `json:"due"`
+	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // the oldest due record's lateness
+	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_due_seconds: the oldest unfinished record's age
+	Lease             *leaseJSON       `json:"lease"`
 }
 
 func newStatusCmd(a *app) *cobra.Command {
 	f := a.newCommand("status", "per queue: records by state, oldest due age, lease holder",
 		"Per queue: records by state, how many are due and for how long, and the lease.\n"+
-			"With --queue-dsn, also the subscription's lag per dead-letter topic (see mend subscribe).", withDSN|withLog|withJSON)
+			"With --queue-dsn, also the subscription's lag per dead-letter topic (see mend subscribe).", withDSN|withLog|withList)
+	queue := f.String("queue", "", "only this queue")
+	f.addTimeout(opTimeout)
 	sub := addStatusLagFlags(f)
 	return f.run(func(ctx context.Context, args []string) error {
 		dsn, err := f.needDSN()
@@ -381,13 +381,29 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The same number as the metric mend_oldest_due_seconds:
+			// status said "-" while the metric said 28 s (a record in
+			// backoff is owed a repair, but not due).
+			oldest, err := store.OldestOpen(ctx)
+			if err != nil {
+				return err
+			}
+			for i := range st {
+				st[i].OldestOpen = oldest[st[i].Queue]
+			}
+			if f.given("queue") {
+				st = slices.DeleteFunc(st, func(q storage.QueueStatus) bool { return q.Queue != *queue })
+			}
 			if sub.queueDSN != "" {
-				return sub.print(ctx, a, f, toStatusJSON(st), func() error { return printStatus(a.stdout, st) })
+				return sub.print(ctx, a, f, toStatusJSON(st), func() error { return printStatus(a.stdout, st, f.listOpts()) })
 			}
 			if f.json {
 				return writeJSON(a.stdout, toStatusJSON(st))
 			}
-			return printStatus(a.stdout, st)
+			if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
+				return err
+			}
+			return printRepairLatency(ctx, a.stdout, store)
 		})
 	})
 }
@@ -396,7 +412,8 @@ func newStatusCmd(a *app) *cobra.Command {
 func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
 	out := make([]queueStatusJSON, 0, len(st))
 	for _, q := range st {
-		j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds()}
+		j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds(),
+			OldestOpenSeconds: q.OldestOpen.Seconds()}
 		for s, n := range q.Counts {
 			j.Counts[string(s)] = n
 		}
@@ -424,13 +441,20 @@ func leaseWord(l storage.LeaseStatus) string {
 }
 
 // printStatus prints status as a table for people.
-func printStatus(w io.Writer, st []storage.QueueStatus) error {
+// With -o wide it adds the lease's holder, epoch and expiry as columns.
+func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 	if len(st) == 0 {
-		fmt.Fprintln(w, "no records and no leases yet")
+		if !o.noHeaders {
+			fmt.Fprintln(w, "no records and no leases (for this selection)")
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tLEASE")
+	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST OPEN\tLEASE"
+	if o.wide {
+		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
+	}
+	o.header(tw, cols)
 	for _, q := range st {
 		lease := "never held"
 		if l := q.Lease; l != nil {
@@ -442,8 +466,16 @@ func printStatus(w io.Writer, st []storage.QueueStatus) error {
 			}
 		}
 		c := q.Counts
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
-			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, fmtAge(q.OldestDue), lease)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
+			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, fmtAge(q.OldestOpen), lease)
+		if o.wide {
+			holder, epoch, expires := "-", "-", "-"
+			if l := q.Lease; l != nil && l.Term.Epoch > 0 {
+				holder, epoch, expires = l.Term.Holder, fmt.Sprint(l.Term.Epoch), l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000")
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%s", holder, epoch, expires)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -523,12 +555,13 @@ func toEventsJSON(evs []mend.Event) []eventJSON {
 
 func newInspectCmd(a *app) *cobra.Command {
 	f := a.newCommand("inspect", "a record and its full event history (or a queue's records)",
-		"Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", withDSN|withLog|withJSON)
+		"Show a record and its full event history. With only --queue, list the queue's newest records;\nwith --state, list the records in that state across queues (or in --queue), least recently changed first.", withDSN|withLog|withList)
+	f.addTimeout(opTimeout)
 	queue := f.String("queue", "", "the queue (optional with --record)")
 	state := f.String("state", "", "list records in this state (pending, waiting, settled, parked, done), across queues unless --queue is given")
-	recordID := f.String("record", "", "record ID (32 hex characters)")
-	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq")
-	partition := f.String("partition", "", "with --message-id: the source partition key (usually the queue)")
+	recordID := f.String("record", "", "record ID (32 hex characters), or its first 4 or more as with git")
+	topic := f.String("topic", "", "with --message-id: the source topic, e.g. speculate_dlq (the _dlq suffix may be left out)")
+	partition := f.String("partition", "", "with --message-id: the source partition key (default: --queue, which it usually is; --partition '' for an empty one)")
 	messageID := f.String("message-id", "", "look the record up by its source message ID (needs --queue and --topic)")
 	limit := f.Int("limit", 50, "how many records to list (with --queue or --state)")
 	f.completeValues("state", stateNames()...)
@@ -538,15 +571,14 @@ func newInspectCmd(a *app) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		var id mend.RecordID
 		switch {
 		case *recordID != "":
-			if id, err = mend.ParseRecordID(*recordID); err != nil {
-				return usagef("--record: %v", err)
+			if err := checkRecordRef(*recordID); err != nil {
+				return err
 			}
 		case *messageID != "":
 			if *queue == "" || *topic == "" {
-				return usagef("--message-id needs --queue and --topic (and --partition if it is not empty)")
+				return usagef("--message-id needs --queue and --topic (and --partition if it is not the queue)")
 			}
 		case *state != "":
 			if !mend.State(*state).Valid() {
@@ -563,14 +595,18 @@ func newInspectCmd(a *app) *cobra.Command {
 			var err error
 			switch {
 			case *recordID != "":
-				if rec, err = store.RecordFind(ctx, id); err != nil {
+				if rec, err = findRecord(ctx, store, *recordID); err != nil {
 					return err
 				}
 				if *queue != "" && rec.Source.Queue != *queue {
-					return fmt.Errorf("record %s is in queue %q, not %q", id, rec.Source.Queue, *queue)
+					return fmt.Errorf("record %s is in queue %q, not %q", rec.ID, rec.Source.Queue, *queue)
 				}
 			case *messageID != "":
-				src := mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID}
+				part := *partition
+				if !f.given("partition") {
+					part = *queue
+				}
+				src := mend.SourceID{Queue: *queue, Topic: dlqTopic(*topic), Partition: part, MessageID: *messageID}
 				if rec, err = store.RecordGet(ctx, src); err != nil {
 					if errors.Is(err, mend.ErrInvalid) {
 						return usagef("%v", err)
@@ -582,13 +618,13 @@ func newInspectCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.printRecordList(f.json, "state "+*state, recs)
+				return a.printRecordList(f.json, f.listOpts(), "state "+*state, recs)
 			default:
 				recs, err := store.RecordsList(ctx, *queue, *limit)
 				if err != nil {
 					return err
 				}
-				return a.printRecordList(f.json, "queue "+strconv.Quote(*queue), recs)
+				return a.printRecordList(f.json, f.listOpts(), "queue "+strconv.Quote(*queue), recs)
 			}
 			evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
 			if err != nil {
@@ -614,7 +650,9 @@ func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
 	return tw.Flush()
 }
 
-func (a *app) printRecordList(asJSON bool, what string, recs []mend.Record) error {
+// printRecordList prints records; -o wide adds the partition, version and
+// next attempt, and the whole last error.
+func (a *app) printRecordList(asJSON bool, o listOpts, what string, recs []mend.Record) error {
 	if asJSON {
 		out := make([]recordJSON, len(recs))
 		for i, r := range recs {
@@ -623,12 +661,27 @@ func (a *app) printRecordList(asJSON bool, what string, recs []mend.Record) erro
 		return writeJSON(a.stdout, out)
 	}
 	if len(recs) == 0 {
-		fmt.Fprintf(a.stdout, "no records (%s)\n", what)
+		if !o.noHeaders {
+			fmt.Fprintf(a.stdout, "no records (%s)\n", what)
+		}
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+	if o.wide {
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
+	} else {
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+	}
 	for _, r := range recs {
+		if o.wide {
+			next := "-"
+			if r.NextAttemptAt != nil {
+				next = r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic,
+				r.Source.Partition, r.Source.MessageID, r.Target.BatchID, r.Version, r.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), next, oneLine(r.LastError))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
 			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
 	}
@@ -680,8 +733,9 @@ func clipLine(s string, n int) string {
 func newRecordCmd(a *app) *cobra.Command {
 	f := a.newCommand("record", "record a dead letter by hand (replaying old dead letters)",
 		"Record a dead letter by hand, e.g. when replaying old dead letters. It is decoded like the intake does;\nan undecodable one is recorded parked. Recording the same message with the same payload again returns the\nexisting record; with a different payload it is an error that shows both.", withDSN|withLog|withJSON)
-	queue := f.String("queue", "", "the queue (required; cross-checked: the record is filed under the queue the payload names)")
-	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required)")
+	f.addTimeout(opTimeout)
+	queue := f.String("queue", "", "the queue (required; it must be the queue the payload names, which the record is filed under)")
+	topic := f.String("topic", "", "the dead letter's topic, e.g. speculate_dlq (required; the _dlq suffix may be left out)")
 	partition := f.String("partition", "", "the partition key, usually the queue (required; pass --partition '' for an empty one)")
 	messageID := f.String("message-id", "", "the message ID (required)")
 	payloadFile := f.String("payload-file", "", "file holding the payload; - reads stdin (this or --payload is required)")
@@ -732,13 +786,19 @@ func newRecordCmd(a *app) *cobra.Command {
 			return err
 		}
 		d := dlq.Delivery{
-			Source:       mend.SourceID{Queue: *queue, Topic: *topic, Partition: *partition, MessageID: *messageID},
+			Source:       mend.SourceID{Queue: *queue, Topic: dlqTopic(*topic), Partition: *partition, MessageID: *messageID},
 			Payload:      body,
 			FailureCount: *failures,
 			LastError:    *lastErr,
 		}
 		if err := d.Source.Validate(); err != nil {
 			return usagef("%v", err)
+		}
+		// The intake files a record under the queue its payload names; a
+		// different --queue was only a warning, and the record landed
+		// elsewhere than the operator said.
+		if q := dlq.RecordQueue(d); q != *queue && q != dlq.QueueUnresolved {
+			return usagef("--queue %q, but the payload names queue %q (the record is filed under that one): check the dead letter, or give --queue %q", *queue, q, q)
 		}
 		return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
 			in, err := dlq.New(store, dlq.Config{Actor: *actor, Logger: f.logger()})

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // hostDSNSame is the --host-dsn value that says the submit queue's tables
@@ -74,7 +72,7 @@ func openHostPools(ctx context.Context, c runConfig) ([]pool, error) {
 			continue
 		}
 		seen[d.dsn] = true
-		cfg, err := mysql.ParseDSN(d.dsn)
+		cfg, err := hostDoctorConfig(d.flag, d.dsn) // mend's session, as every pool
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", d.flag, err)
 		}

@@ -40,12 +40,14 @@ func (c runConfig) validate() error {
 	switch {
 	case c.Interval < 10*time.Millisecond:
 		return usagef("--interval must be at least 10ms, got %s", c.Interval)
-	case c.LeaseTTL < time.Second || c.LeaseTTL > 24*time.Hour:
-		return usagef("--lease-ttl must be between 1s and 24h, got %s", c.LeaseTTL)
+	case checkLeaseTTL(c.LeaseTTL) != nil:
+		return checkLeaseTTL(c.LeaseTTL)
 	case c.Concurrency < 1 || c.Concurrency > 256:
 		return usagef("--concurrency must be between 1 and 256, got %d", c.Concurrency)
-	case c.Holder == "" || len(c.Holder) > 255:
-		return usagef("--holder must be 1 to 255 bytes")
+	case checkRunIdentities(c.Holder, c.WakeTopic) != nil:
+		return checkRunIdentities(c.Holder, c.WakeTopic)
+	case checkHostDSNs(c.HostDSN, c.QueueDSN) != nil:
+		return checkHostDSNs(c.HostDSN, c.QueueDSN)
 	case c.MaxAttempts < 1:
 		return usagef("--max-attempts must be at least 1")
 	case c.Grace <= 0:
@@ -66,7 +68,7 @@ func newRunCmd(a *app) *cobra.Command {
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build) (required;\n"+hostDSNSame+": the same database as --dsn)")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
-	f.BoolVar(&c.Once, "once", false, "run one pass and exit (for cron); exit 1 if any record's attempt or any queue's repair failed")
+	f.BoolVar(&c.Once, "once", false, "repair what is due now (passes until the due queues are drained) and exit, for cron; exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
 	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
@@ -78,6 +80,8 @@ func newRunCmd(a *app) *cobra.Command {
 	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
+	f.addTimeout(0)
+	f.timeoutApplies = func() bool { return c.Once }
 	addSubscribeFlags(f, &c.Sub)
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
@@ -131,15 +135,15 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 	// A client that hangs mid-transaction must not hold the lease row (and
 	// so every takeover) for the server's default 8 hours, and a COMMIT sent
 	// into a hung connection must come back: see ioTimeout.
-	store, err := storage.Open(openCtx, withLockWait(c.DSN, c.LeaseTTL),
-		storage.Options{SessionIdleTimeout: max(c.LeaseTTL, time.Second), IOTimeout: ioTimeout(c.LeaseTTL)})
+	store, err := storage.Open(openCtx, c.DSN,
+		storage.Options{LeaseTTL: c.LeaseTTL, SessionIdleTimeout: max(c.LeaseTTL, time.Second), IOTimeout: ioTimeout(c.LeaseTTL)})
 	if err != nil {
 		return nil, fmt.Errorf("open mend's database: %w", err)
 	}
 	// The adapter reports the host rows it skips (dangling or differently
 	// spelled membership rows, differently spelled requests) to the log, and
 	// dangling ones to a metric too: the host's own planner fails on them.
-	hopts := host.Options{WakeTopic: c.WakeTopic, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log}
+	hopts := host.Options{WakeTopic: c.WakeTopic, LeaseTTL: c.LeaseTTL, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log}
 	if m != nil {
 		hopts.OnDangling = m.onDangling
 	}
@@ -158,6 +162,18 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 	}
 	if failed != nil {
 		ph.OnAttemptFailed = chainAttemptFailed(ph.OnAttemptFailed, failed.add)
+	}
+	if !c.Once {
+		// A continuous run says what each pass did, as run --once does
+		// (at debug level when a pass found nothing to do).
+		clog := log.With("component", "mend")
+		onPass := rh.OnPass
+		rh.OnPass = func(ps reconcile.PassStats, d time.Duration) {
+			if onPass != nil {
+				onPass(ps, d)
+			}
+			logPass(clog, ps, d)
+		}
 	}
 	if s.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: log, Hooks: fh}); err != nil {
 		return fail(usagef("lease settings: %v", err))
@@ -179,7 +195,7 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 }
 
 // ioTimeout bounds each network read and write of mend run's connections:
-// well above a lock wait (a third of the TTL, see withLockWait) and any
+// well above a lock wait (a third of the TTL, see mysqlx.LockWaitFor) and any
 // statement mend runs, so it only ever fires on a connection that hangs.
 func ioTimeout(ttl time.Duration) time.Duration { return max(2*ttl, 30*time.Second) }
 
@@ -219,8 +235,9 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		clog.Info("serving metrics", "addr", ms.Addr(), "paths", "/metrics /healthz /readyz")
 		defer func() { err = errors.Join(err, ms.stop()) }()
 	}
-	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval.String(),
-		"lease_ttl", c.LeaseTTL.String(), "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
+	warnSameHolder(ctx, svc.store, c.Holder, clog)
+	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
+		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
 
 	sub, err := startSubscription(ctx, c, svc, log, m)
 	if err != nil {
@@ -231,18 +248,16 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		if err := sub.drain(ctx, clog); err != nil {
 			return err
 		}
-		ps, err := svc.rec.RunOnce(ctx)
+		ps, err := svc.rec.Drain(ctx)
 		if ctx.Err() != nil {
+			// Cron must not read an interrupted pass as a good one.
 			clog.Info("interrupted; leases released")
-			return nil
+			return errors.Join(errors.New("interrupted (SIGINT or SIGTERM) before the pass finished; leases released"), err)
 		}
 		if err != nil {
 			return err
 		}
-		r := ps.Records
-		clog.Info("pass done", "queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
-			"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed, "done", r.Done,
-			"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned)
+		logPass(clog, ps, -1)
 		// For cron a pass is a success only if nothing it tried failed: a
 		// failed attempt is rescheduled, but someone should look.
 		if err := failed.err(); err != nil {
@@ -261,6 +276,46 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	svc.rec.Stop()
 	clog.Info("stopped cleanly")
 	return nil
+}
+
+// warnSameHolder warns when a live lease already carries this process's
+// holder name: this process has taken none yet, so another process uses the
+// same --holder, and the two would renew and write under each other's terms.
+func warnSameHolder(ctx context.Context, store *storage.DB, holder string, log *slog.Logger) {
+	leases, err := store.LeaseList(ctx)
+	if err != nil {
+		return // the pass will report a database problem
+	}
+	var queues []string
+	for _, l := range leases {
+		if l.Live() && l.Term.Holder == holder {
+			queues = append(queues, l.Term.Queue)
+		}
+	}
+	if len(queues) > 0 {
+		log.Warn("another process holds live leases under this --holder (or this holder's previous process, if it just restarted): give every replica its own (the default is unique per process)",
+			"holder", holder, "queues", queues)
+	}
+}
+
+// logPass logs what a pass did; d < 0: not measured.
+func logPass(log *slog.Logger, ps reconcile.PassStats, d time.Duration) {
+	r := ps.Records
+	level := slog.LevelInfo
+	if ps.Queues == 0 && ps.Pruned == 0 && d >= 0 {
+		level = slog.LevelDebug
+	}
+	attrs := []any{"queues", ps.Queues, "ran", ps.Ran, "held_elsewhere", ps.Held, "failed", ps.Failed,
+		"settled", r.Settled, "woken", r.Woken, "wake_failed", r.WakeFailed,
+		// done counts every record that became done this pass: woken, or
+		// with nothing to wake (the planner counts those apart; the
+		// summary once said done=0 after three records finished).
+		"done", r.Done + r.Woken, "done_without_wake", r.Done,
+		"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned}
+	if d >= 0 {
+		attrs = append(attrs, "took", d.Round(time.Millisecond))
+	}
+	log.Log(context.Background(), level, "pass done", attrs...)
 }
 
 // attemptLog collects the attempts that failed during one pass, so that

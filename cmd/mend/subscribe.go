@@ -266,8 +266,10 @@ func newSubscribeCmd(a *app) *cobra.Command {
 }
 
 // queueOffsetsTable is queue_offsets as the subscription uses it: the real
-// subscriber's join (INSERT IGNORE), advance (a guarded UPDATE, whose WHERE
-// reads the row) and leave (DELETE, only for mend subscribe --remove).
+// subscriber's join (INSERT IGNORE) and advance (a guarded UPDATE, whose
+// WHERE reads the row). Leaving (DELETE) is mend subscribe --remove's alone,
+// run by whoever decommissions mend, so run and doctor do not ask for it: no
+// more than the queue's own consumers hold.
 var queueOffsetsTable = hostTable{name: "queue_offsets",
 	columns: []string{"consumer_group", "topic", "partition_key", "offset_acked", "updated_at"},
 	key:     []string{"consumer_group", "topic", "partition_key"},
@@ -275,7 +277,6 @@ var queueOffsetsTable = hostTable{name: "queue_offsets",
 		{"SELECT", "EXPLAIN SELECT offset_acked FROM queue_offsets WHERE FALSE", "reading the group's watermarks and the partitions other groups joined"},
 		{"INSERT", "EXPLAIN INSERT INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) VALUES ('', '', '', 0, 0)", "joining a partition"},
 		{"UPDATE", "EXPLAIN UPDATE queue_offsets SET offset_acked = 0 WHERE FALSE", "advancing the group's watermark"},
-		{"DELETE", "EXPLAIN DELETE FROM queue_offsets WHERE FALSE", "mend subscribe --remove (leaving)"},
 	}}
 
 // queueMessagesRead is queue_messages as the subscription reads it.

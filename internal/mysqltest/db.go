@@ -240,6 +240,14 @@ func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 	return db
 }
 
+// BeforeDrop, when set, runs on every database NewDB and NewDBOn made, just
+// before it is dropped, while its server is still up (not on a private
+// server a fault test left killed); an error fails the test that owned the
+// database. Set it in TestMain before m.Run, never later: itest sets it to
+// mend verify when MEND_VERIFY_ON_DROP is set, so every suite's end state
+// is checked. ctx carries the drop's timeout.
+var BeforeDrop func(ctx context.Context, db *DB) error
+
 // dropDB removes db's database. Failures on a shared server fail the test (they would leak
 // databases on an EnvDSN server); on a private one they are only logged, since fault tests
 // may leave it killed or paused and Close removes it all.
@@ -257,6 +265,13 @@ func dropDB(t testing.TB, db *DB) {
 	timeout := 30 * time.Second
 	if srv.Private() && !srv.shared {
 		timeout = 5 * time.Second
+	}
+	if BeforeDrop != nil {
+		hctx, hcancel := context.WithTimeout(context.Background(), 2*timeout)
+		if err := BeforeDrop(hctx, db); err != nil {
+			t.Errorf("mysqltest: before dropping database %s: %v", db.Name, err)
+		}
+		hcancel()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

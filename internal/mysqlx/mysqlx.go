@@ -1,9 +1,12 @@
-// Package mysqlx holds what mend's two SQL packages (storage and the
-// reference host adapter) share about talking to MySQL: DSN normalisation,
-// translation of driver errors by error number, and the transaction runner
-// with bounded deadlock retries and ambiguous-commit detection. It imports
-// only the root package and the driver, so it adds no edge between storage
-// and the packages that consume it.
+// Package mysqlx holds what mend's SQL packages (storage, the reference
+// host adapter, the migrator) share about talking to MySQL: the one
+// constructor of every pool mend opens (Config and Open: what a session is
+// forced to be, and which DSN parameters are refused), the checks of a
+// session and of the server's globals that mend doctor reports (CheckSession,
+// CheckServer), translation of driver errors by error number, and the
+// transaction runner with bounded deadlock retries and ambiguous-commit
+// detection. It imports only the root package and the driver, so it adds no
+// edge between storage and the packages that consume it.
 package mysqlx
 
 import (
@@ -38,42 +41,6 @@ const (
 	ErrSignal          = 1644 // SIGNAL SQLSTATE '45000', e.g. from a trigger
 )
 
-// NormalizeDSN parses a go-sql-driver DSN and sets what mend depends on:
-// parseTime, UTC for both the driver and the session (so NOW(6) and
-// DATETIME(6) columns are UTC), client-side interpolation (one round trip
-// per statement) and a strict sql_mode. It refuses clientFoundRows=true,
-// which makes a no-op upsert report one row like an insert. field names the
-// DSN in errors; the DSN itself never appears in them (it may hold a
-// password). Any DSN setting of the session isolation variable is dropped:
-// the store sets READ COMMITTED itself (SetReadCommitted).
-func NormalizeDSN(field, dsn string) (*mysql.Config, error) {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, &mend.ValidationError{Field: field, Reason: "cannot be parsed; expected user:password@tcp(host:port)/database"}
-	}
-	if cfg.DBName == "" {
-		return nil, &mend.ValidationError{Field: field, Reason: "names no database; add /<database> after the address"}
-	}
-	if cfg.ClientFoundRows {
-		return nil, &mend.ValidationError{Field: field, Reason: "sets clientFoundRows=true, which makes create-if-absent unable to tell an insert from a duplicate; remove it"}
-	}
-	cfg.ParseTime = true
-	cfg.Loc = time.UTC
-	cfg.InterpolateParams = true
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
-	}
-	ForceParam(cfg, "time_zone", "'+00:00'")
-	ForceParam(cfg, "sql_mode", SessionSQLMode)
-	// The isolation level is mend's to choose, never the DSN's: a DSN
-	// spelling of either variable would decide how every transaction on
-	// that connection locks. SetIsolation adds the one mend chose.
-	for _, name := range IsolationVariables {
-		DropParam(cfg, name)
-	}
-	return cfg, nil
-}
-
 // IsolationVariables are the names the session's isolation level goes by:
 // MySQL 8 knows only transaction_isolation, MariaDB 10.6-10.11 only
 // tx_isolation (11.1 added transaction_isolation as a synonym).
@@ -101,52 +68,6 @@ func IsolationVariable(ctx context.Context, connector driver.Connector) (string,
 		}
 	}
 	return "", fmt.Errorf("the server knows neither %s", strings.Join(IsolationVariables, " nor "))
-}
-
-// SetReadCommitted makes every connection of cfg run its transactions READ
-// COMMITTED, through the session variable name (see IsolationVariable).
-// Transactions are then begun without an isolation option.
-func SetReadCommitted(cfg *mysql.Config, name string) {
-	for _, n := range IsolationVariables {
-		DropParam(cfg, n)
-	}
-	cfg.Params[name] = "'READ-COMMITTED'"
-}
-
-// DropParam removes every DSN spelling of the session variable name (see
-// ForceParam).
-func DropParam(cfg *mysql.Config, name string) {
-	for k := range cfg.Params {
-		if paramNames(k, name) {
-			delete(cfg.Params, k)
-		}
-	}
-}
-
-// ForceParam makes value the only setting of the session variable name
-// that the driver sends on connect. The driver sends each DSN parameter as
-// "SET <key>=<value>" in map order, and the server takes the key in any
-// case, with "@@", "@@session." or "session " before it; a DSN spelling the
-// variable another way (SQL_MODE, Sql_Mode, @@sql_mode) would otherwise win
-// on some connections and not others. Every key that names the variable,
-// compared case-insensitively with whitespace, "@@" and scope prefixes
-// ignored, is dropped first. A "global." spelling is dropped too: mend never
-// changes a server's global settings.
-func ForceParam(cfg *mysql.Config, name, value string) {
-	DropParam(cfg, name)
-	cfg.Params[name] = value
-}
-
-// paramNames reports whether the DSN parameter key sets variable name.
-func paramNames(key, name string) bool {
-	k := strings.ToLower(strings.Join(strings.Fields(key), ""))
-	k = strings.TrimPrefix(k, "@@")
-	for _, scope := range []string{"session.", "local.", "global.", "session", "local", "global"} {
-		if rest, ok := strings.CutPrefix(k, scope); ok && rest == name {
-			return true
-		}
-	}
-	return k == name
 }
 
 // ErrNumber returns the MySQL error number inside err, or 0.
@@ -187,7 +108,23 @@ func Translate(err error) error {
 	if isConnErr(err) {
 		return fmt.Errorf("%w: %w", mend.ErrUnavailable, err)
 	}
+	if isPoolClosed(err) {
+		// The caller closed the pool (a shutdown racing a call): nothing was
+		// sent, and another pool, or a restarted process, can do it.
+		return fmt.Errorf("%w: the connection pool is closed: %w", mend.ErrUnavailable, err)
+	}
 	return err
+}
+
+// isPoolClosed reports database/sql's error for a call on a closed *sql.DB.
+// database/sql does not export it; its text has been the same since Go 1.0.
+func isPoolClosed(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == "sql: database is closed" {
+			return true
+		}
+	}
+	return false
 }
 
 func isConnErr(err error) bool {

@@ -5,8 +5,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -50,48 +52,110 @@ func TestTranslate(t *testing.T) {
 	}
 }
 
-func TestNormalizeDSN(t *testing.T) {
+func TestConfigForces(t *testing.T) {
 	t.Parallel()
-	cfg, err := mysqlx.NormalizeDSN("dsn", "u:p@tcp(127.0.0.1:3306)/db?loc=Local")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cfg.ParseTime || cfg.Loc.String() != "UTC" || !cfg.InterpolateParams || cfg.Params["time_zone"] != "'+00:00'" || !strings.Contains(cfg.Params["sql_mode"], "STRICT_ALL_TABLES") {
-		t.Fatalf("normalised config = %+v", cfg)
-	}
-	// Every spelling of the variables mend forces is dropped, so the one
-	// SET the driver sends for each is mend's.
-	for _, key := range []string{"sql_mode", "SQL_MODE", "Sql_Mode", "@@sql_mode", "@@SESSION.sql_mode", "@@global.sql_mode",
-		"session.sql_mode", "time_zone", "TIME_ZONE", "@@time_zone", "@@session.Time_Zone", "local.time_zone",
-		"transaction_isolation", "TX_ISOLATION", "@@SESSION.tx_isolation", "@@transaction_isolation", "session.Transaction_Isolation"} {
-		cfg, err := mysqlx.NormalizeDSN("dsn", "u:p@tcp(127.0.0.1:3306)/db?"+key+"=%27x%27")
-		if err != nil {
-			t.Fatalf("%s: %v", key, err)
-		}
-		if len(cfg.Params) != 2 || cfg.Params["time_zone"] != "'+00:00'" || cfg.Params["sql_mode"] != mysqlx.SessionSQLMode {
-			t.Errorf("DSN setting %s: params %v; want only mend's sql_mode and time_zone", key, cfg.Params)
-		}
-	}
-	// SetReadCommitted leaves exactly one isolation setting, whatever name
-	// the DSN used.
-	for _, name := range mysqlx.IsolationVariables {
-		cfg, err := mysqlx.NormalizeDSN("dsn", "u:p@tcp(127.0.0.1:3306)/db?TX_Isolation=%27SERIALIZABLE%27")
+	for _, p := range []mysqlx.Pool{{Field: "dsn", MultiStatements: true, LockWait: 5 * time.Second, IdleTimeout: 1500 * time.Millisecond}, {Field: "app_dsn"}} {
+		cfg, err := mysqlx.Config("u:p@tcp(127.0.0.1:3306)/db?loc=Local&net_read_timeout=30&charset=utf8mb4", p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mysqlx.SetReadCommitted(cfg, name)
-		if len(cfg.Params) != 3 || cfg.Params[name] != "'READ-COMMITTED'" {
-			t.Errorf("SetReadCommitted(%s): params %v; want sql_mode, time_zone and %s only", name, cfg.Params, name)
+		want := map[string]string{"autocommit": "1", "sql_mode": mysqlx.SessionSQLMode, "time_zone": "'+00:00'",
+			"character_set_client": "utf8mb4", "character_set_results": "utf8mb4", "collation_connection": "utf8mb4_general_ci",
+			"net_read_timeout": "30"}
+		if p.LockWait > 0 {
+			want["innodb_lock_wait_timeout"], want["lock_wait_timeout"], want["wait_timeout"] = "5", "5", "2"
+		}
+		if !maps.Equal(cfg.Params, want) {
+			t.Errorf("%s: params %v; want %v", p.Field, cfg.Params, want)
+		}
+		if !cfg.ParseTime || cfg.Loc.String() != "UTC" || !cfg.InterpolateParams || cfg.MultiStatements != p.MultiStatements || cfg.Collation != "utf8mb4_general_ci" {
+			t.Errorf("%s: config %+v", p.Field, cfg)
 		}
 	}
-	for _, bad := range []string{"u:p@tcp(127.0.0.1:3306)/", "u:p@tcp(h)/db?clientFoundRows=true", "u:secret@tcp(h/db"} {
-		_, err := mysqlx.NormalizeDSN("dsn", bad)
-		var ve *mend.ValidationError
-		if !errors.As(err, &ve) || ve.Field != "dsn" {
-			t.Errorf("NormalizeDSN(%q) = %v; want a dsn ValidationError", bad, err)
+	cfg, err := mysqlx.Config("u:p@tcp(h)/db?collation=utf8mb4_bin", mysqlx.Pool{})
+	if err != nil || cfg.Params["collation_connection"] != "utf8mb4_bin" || cfg.Collation != "utf8mb4_bin" {
+		t.Errorf("a utf8mb4 collation in the DSN: %v, %v; want it kept as the session's", cfg, err)
+	}
+	for _, ttl := range []struct{ ttl, want time.Duration }{{2 * time.Second, time.Second}, {15 * time.Second, 5 * time.Second}, {10 * time.Second, 3 * time.Second}} {
+		if got := mysqlx.LockWaitFor(ttl.ttl); got != ttl.want || got >= ttl.ttl {
+			t.Errorf("LockWaitFor(%v) = %v; want %v, below the TTL", ttl.ttl, got, ttl.want)
 		}
-		if err != nil && strings.Contains(err.Error(), "secret") {
-			t.Errorf("error %q leaks the password", err)
+	}
+}
+
+// TestConfigRefuses: every DSN parameter that would set what mend forces,
+// in any spelling or quoting, every unknown session variable, and every
+// value that could carry a second assignment is refused with a ParamError
+// naming the parameter, before any connection (the address is unroutable).
+func TestConfigRefuses(t *testing.T) {
+	t.Parallel()
+	const base = "u:secret@tcp(127.0.0.1:1)/db?"
+	tests := []struct {
+		query string
+		param string
+		pool  mysqlx.Pool
+	}{
+		{"autocommit=0", "autocommit", mysqlx.Pool{}},
+		{"AUTOCOMMIT=0", "AUTOCOMMIT", mysqlx.Pool{}},
+		{"`autocommit`=0", "`autocommit`", mysqlx.Pool{}},
+		{"`sql_mode`=%27%27", "`sql_mode`", mysqlx.Pool{}},
+		{"`SQL_MODE`=%27%27", "`SQL_MODE`", mysqlx.Pool{}},
+		{"%60sql_mode%60=%27%27", "%60sql_mode%60", mysqlx.Pool{}},
+		{"@@SESSION.`sql_mode`=%27%27", "@@SESSION.`sql_mode`", mysqlx.Pool{}},
+		{"@@session . ` time_zone `=%27%2B05:00%27", "@@session . ` time_zone `", mysqlx.Pool{}},
+		{"@@sql_mode=%27%27", "@@sql_mode", mysqlx.Pool{}},
+		{"Time_Zone=%27%2B05:00%27", "Time_Zone", mysqlx.Pool{}},
+		{"session.time_zone=%27%2B05:00%27", "session.time_zone", mysqlx.Pool{}},
+		{"@@global.autocommit=0", "@@global.autocommit", mysqlx.Pool{}},
+		{"tx_isolation=%27SERIALIZABLE%27", "tx_isolation", mysqlx.Pool{}},
+		{"transaction_isolation=%27SERIALIZABLE%27", "transaction_isolation", mysqlx.Pool{}},
+		{"innodb_lock_wait_timeout=50", "innodb_lock_wait_timeout", mysqlx.Pool{}},
+		{"wait_timeout=28800", "wait_timeout", mysqlx.Pool{}},
+		{"character_set_client=gbk", "character_set_client", mysqlx.Pool{}},
+		{"names=gbk", "names", mysqlx.Pool{}},
+		// Smuggled second assignments: the value goes into the driver's SET
+		// unchanged.
+		{"net_read_timeout=30,autocommit%3D0", "net_read_timeout", mysqlx.Pool{}},
+		{"net_read_timeout=1,sql_mode%3D%27%27", "net_read_timeout", mysqlx.Pool{}},
+		{"net_write_timeout=30,time_zone%3D%27%2B05:00%27", "net_write_timeout", mysqlx.Pool{}},
+		{"long_query_time=%271%27", "long_query_time", mysqlx.Pool{}},
+		{"net_read_timeout=30%20", "net_read_timeout", mysqlx.Pool{}},
+		// Unknown variables, and known harmless ones spelled otherwise.
+		{"foreign_key_checks=0", "foreign_key_checks", mysqlx.Pool{}},
+		{"sql_select_limit=1", "sql_select_limit", mysqlx.Pool{}},
+		{"some_new_variable=1", "some_new_variable", mysqlx.Pool{}},
+		{"`net_read_timeout`=30", "`net_read_timeout`", mysqlx.Pool{}},
+		{"@@net_read_timeout=30", "@@net_read_timeout", mysqlx.Pool{}},
+		// The driver's own parameters.
+		{"charset=gbk", "charset", mysqlx.Pool{}},
+		{"charset=sjis", "charset", mysqlx.Pool{}},
+		{"charset=big5", "charset", mysqlx.Pool{}},
+		{"charset=cp932", "charset", mysqlx.Pool{}},
+		{"charset=utf8mb4,gbk", "charset", mysqlx.Pool{}},
+		{"collation=gbk_chinese_ci", "collation", mysqlx.Pool{}},
+		{"collation=latin1_swedish_ci", "collation", mysqlx.Pool{}},
+		{"clientFoundRows=true", "clientFoundRows", mysqlx.Pool{}},
+		{"allowAllFiles=true", "allowAllFiles", mysqlx.Pool{MultiStatements: true}},
+		{"multiStatements=true", "multiStatements", mysqlx.Pool{Field: "app_dsn"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			t.Parallel()
+			_, err := mysqlx.Config(base+tt.query, tt.pool)
+			var pe *mysqlx.ParamError
+			if !errors.As(err, &pe) || pe.Param != tt.param || !errors.Is(err, mend.ErrInvalid) {
+				t.Fatalf("Config(%q) = %v; want a ParamError naming %q", tt.query, err, tt.param)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error %q leaks the password", err)
+			}
+		})
+	}
+	for _, bad := range []string{"u:p@tcp(127.0.0.1:3306)/", "u:secret@tcp(h/db"} {
+		_, err := mysqlx.Config(bad, mysqlx.Pool{Field: "queue_dsn"})
+		var ve *mend.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "queue_dsn" || strings.Contains(err.Error(), "secret") {
+			t.Errorf("Config(%q) = %v; want a queue_dsn ValidationError without the password", bad, err)
 		}
 	}
 }

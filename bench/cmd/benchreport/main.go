@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
@@ -40,7 +41,15 @@ func main() {
 	from := flag.String("from", "", "render from the saved output of an earlier run instead of running (with -took)")
 	tookFlag := flag.Duration("took", 0, "with -from: how long that run took")
 	scale := flag.Bool("scale", false, "run the scale benchmarks (BenchmarkScale) and write their report")
+	smoke := flag.Bool("smoke", false, "run every benchmark once at a small size past the planner's RunLimit, write nothing (make bench-smoke, for CI)")
 	flag.Parse()
+	if *smoke {
+		if err := runSmoke(*goCmd, "bench"); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *scale {
 		if *out == "docs/benchmarks.md" {
 			*out = "docs/benchmarks-scale.md"
@@ -93,19 +102,90 @@ type step struct {
 	env       []string
 }
 
-func run(goCmd string, ops, passes, trials int, out string) error {
-	begin := time.Now()
-	steps := []step{
+// steps are make bench's invocations, at the report's sizes.
+func steps(ops, passes, trials int) []step {
+	return []step{
 		{bench: "^(BenchmarkIntake|BenchmarkAppend|BenchmarkLeaseAcquire|BenchmarkPlannerRepair)$", benchtime: strconv.Itoa(ops) + "x"},
 		{bench: "^BenchmarkRecordMany$", benchtime: "40x"},
 		{bench: "^BenchmarkSubscribeBacklog$", benchtime: "1x"}, // small by default; MEND_BENCH_SUBSCRIBE=full for issue 18's size
 		{bench: "^BenchmarkReconcilePass$", benchtime: strconv.Itoa(passes) + "x"},
 		{bench: "^(BenchmarkFailover|BenchmarkWakeResend)$", benchtime: "1x", env: []string{"MEND_BENCH_TRIALS=" + strconv.Itoa(trials)}},
 	}
+}
+
+// smokeOps is the smoke run's size of the throughput benchmarks: past the
+// planner's RunLimit (20) per queue at every connection count (16 queues at
+// 16 connections get 21 records each), so a benchmark that stops at the
+// limit fails here. A -benchtime 1x run would not catch that.
+const smokeOps = 21 * 16
+
+// smokeSteps are every benchmark once at a small size: make bench's steps
+// at smokeOps, one pass over one finished-records size, one trial, and the
+// scale benchmark's smoke world cut down further (50 records a queue).
+func smokeSteps() []step {
+	s := steps(smokeOps, 1, 1)
+	s[1].benchtime = "1x"
+	s[2].env = []string{"MEND_BENCH_SIZES=0"}
+	return append(s, step{bench: "^BenchmarkScale$", benchtime: "1x",
+		env: []string{"MEND_BENCH_SCALE=smoke,queues=50,finished=1000,storm=500,storm_queues=10,idle_passes=3"}})
+}
+
+// runSmoke runs smokeSteps and fails if a benchmark fails or if a
+// Benchmark function in dir is matched by no step (a new benchmark must be
+// added to the steps, so it is also smoke-tested).
+func runSmoke(goCmd, dir string) error {
+	begin := time.Now()
+	ss := smokeSteps()
+	if err := covered(dir, ss); err != nil {
+		return err
+	}
+	if _, _, err := runSteps(goCmd, ss, "10m"); err != nil {
+		return err
+	}
+	fmt.Printf("bench smoke: every benchmark ran once, took %s\n", time.Since(begin).Round(time.Second))
+	return nil
+}
+
+var benchFunc = regexp.MustCompile(`(?m)^func (Benchmark\w+)\(b \*testing\.B\)`)
+
+// covered returns an error naming the Benchmark functions in dir's test
+// files that no step runs.
+func covered(dir string, ss []step) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for _, m := range benchFunc.FindAllStringSubmatch(string(src), -1) {
+			hit := false
+			for _, s := range ss {
+				if regexp.MustCompile(s.bench).MatchString(m[1]) {
+					hit = true
+				}
+			}
+			if !hit {
+				missing = append(missing, m[1])
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("benchmarks no step runs (add them to benchreport's steps): %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// runSteps runs each step's go test and returns the commands and their
+// combined output.
+func runSteps(goCmd string, ss []step, timeout string) ([]string, string, error) {
 	var commands []string
 	var all bytes.Buffer
-	for _, s := range steps {
-		args := []string{"test", "-run", "^$", "-bench", s.bench, "-benchtime", s.benchtime, "-count", "1", "-timeout", "20m", "./bench"}
+	for _, s := range ss {
+		args := []string{"test", "-run", "^$", "-bench", s.bench, "-benchtime", s.benchtime, "-count", "1", "-timeout", timeout, "./bench"}
 		env := s.env
 		commands = append(commands, strings.TrimSpace(strings.Join(env, " ")+" "+goCmd+" "+strings.Join(args, " ")))
 		fmt.Println("$", commands[len(commands)-1])
@@ -114,10 +194,19 @@ func run(goCmd string, ops, passes, trials int, out string) error {
 		cmd.Stdout = io.MultiWriter(os.Stdout, &all)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %w", commands[len(commands)-1], err)
+			return commands, all.String(), fmt.Errorf("%s: %w", commands[len(commands)-1], err)
 		}
 	}
-	res := parse(all.String())
+	return commands, all.String(), nil
+}
+
+func run(goCmd string, ops, passes, trials int, out string) error {
+	begin := time.Now()
+	commands, all, err := runSteps(goCmd, steps(ops, passes, trials), "20m")
+	if err != nil {
+		return err
+	}
+	res := parse(all)
 	took := time.Since(begin)
 	table := render(res, commands, took, time.Now())
 	fmt.Println()
@@ -345,7 +434,7 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 
 	// Reconcile pass curve.
 	w("## Reconcile pass against finished records\n\n")
-	w("One `reconcile.RunOnce` repairing 1,000 due records (4 queues on the submit queue's real tables, each record's batch\n")
+	w("`reconcile.Drain` (passes until nothing more is due, each queue at most `RunLimit` records a pass) repairing 1,000 due records (4 queues on the submit queue's real tables, each record's batch\n")
 	w("failed with the three-step transition, fanned out with a RequestLog per request, settled, the queue woken) while N\n")
 	w("finished records (state done, with an event each) sit in the same queues. They are\n")
 	w("bulk-inserted with multi-row `INSERT ... SELECT` from a numbers table. Target: within %.0f%% of the pass with none.\n\n", (flatTarget-1)*100)

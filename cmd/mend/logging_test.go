@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend/reconcile"
+)
+
+// Issue 19: JSON logs gave ttl in nanoseconds beside lease_ttl "15s".
+func TestDurationsOneUnitPerFormat(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{"text", "json"} {
+		var buf bytes.Buffer
+		newLogger(&buf, format, 0, &scrubber{}).Info("m", "ttl", 15*time.Second)
+		if !strings.Contains(buf.String(), "15s") || strings.Contains(buf.String(), "15000000000") {
+			t.Errorf("%s: %s; want ttl as 15s", format, buf.String())
+		}
+		if format == "json" {
+			var m map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &m); err != nil || m["ttl"] != "15s" {
+				t.Errorf("json ttl = %v, %v", m["ttl"], err)
+			}
+		}
+	}
+}
+
+// Issue 19: after a server restart the driver logged 105 lines; now a
+// burst per window, the rest counted on the next line let through.
+func TestDriverLinesRateLimited(t *testing.T) {
+	t.Parallel()
+	l := &lineLimiter{burst: 5, window: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	printed := 0
+	for i := range 105 {
+		if ok, _ := l.allow(t0.Add(time.Duration(i) * time.Millisecond)); ok {
+			printed++
+		}
+	}
+	if printed != 5 {
+		t.Fatalf("%d of 105 lines in one window printed; want 5", printed)
+	}
+	ok, suppressed := l.allow(t0.Add(11 * time.Second))
+	if !ok || suppressed != 100 {
+		t.Fatalf("next window: allow = %v, suppressed %d; want true, 100", ok, suppressed)
+	}
+}
+
+// Issue 19: the pass summary said done=0 when three records finished
+// (woken, so the planner counted them as woken only).
+func TestPassSummaryCountsFinishedRecords(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	var ps reconcile.PassStats
+	ps.Queues, ps.Records.Woken, ps.Records.Done = 1, 3, 1
+	logPass(slog.New(slog.NewTextHandler(&buf, nil)), ps, time.Second)
+	if !strings.Contains(buf.String(), " done=4 ") || !strings.Contains(buf.String(), "done_without_wake=1") {
+		t.Fatalf("pass summary = %s; want done=4 (3 woken + 1 with nothing to wake)", buf.String())
+	}
+}

@@ -1,0 +1,378 @@
+package mysqlx
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend"
+)
+
+// Session settings mend forces on every connection it opens.
+const (
+	// SessionCharset is the connection character set. Only with a charset
+	// whose multibyte characters never contain the byte 0x5c (backslash) is
+	// the driver's client-side escaping safe: under gbk, sjis, big5 or
+	// cp932 a payload byte 0xbf before a quote turns the escaping
+	// backslash into the second byte of a character, and the quote closes
+	// the literal.
+	SessionCharset = "utf8mb4"
+	// SessionCollation is the connection collation when the DSN names none.
+	// Both MySQL 8+ and MariaDB 10.6+ have it.
+	SessionCollation = "utf8mb4_general_ci"
+	// SessionTimeZone is the session time zone: NOW(6) and the DATETIME(6)
+	// columns are UTC. An offset needs no time zone tables.
+	SessionTimeZone = "+00:00"
+)
+
+// Pool says what a pool is for, and so what its sessions get. Every pool
+// mend opens (the store, the host's application and queue databases, the
+// import's dead-letter reader, doctor's probes) goes through Config and Open
+// with one of these.
+type Pool struct {
+	// Field names the DSN in errors ("dsn", "app_dsn", "queue_dsn").
+	Field string
+	// MultiStatements turns the driver's multiStatements on. Only mend's
+	// own store needs it (it sends a write transaction's statements in one
+	// packet); every other pool has it off, explicitly.
+	MultiStatements bool
+	// ReadCommitted makes every transaction READ COMMITTED, set once per
+	// session (Open asks the server which variable name it has).
+	ReadCommitted bool
+	// LockWait, when positive, bounds every row lock wait
+	// (innodb_lock_wait_timeout) and metadata lock wait
+	// (lock_wait_timeout) of the pool's sessions, in whole seconds rounded
+	// down, at least 1. Pools whose writes the fence must bound set it
+	// from the lease TTL (LockWaitFor).
+	LockWait time.Duration
+	// IdleTimeout, when positive, is the server-side wait_timeout (whole
+	// seconds rounded up).
+	IdleTimeout time.Duration
+	// IOTimeout, when positive, is the driver's readTimeout and
+	// writeTimeout.
+	IOTimeout time.Duration
+}
+
+// LockWaitFor is the lock wait a pool used under a lease of ttl gets: a
+// third of the TTL in whole seconds, at least 1 s. A write blocked on a
+// row lock then gives up well within a term, so a write begun under a
+// lease cannot land more than this long after the lease was lost.
+func LockWaitFor(ttl time.Duration) time.Duration {
+	return max(time.Second, (ttl / 3).Truncate(time.Second))
+}
+
+// MinLeaseTTL is the shortest lease TTL under which LockWaitFor stays below
+// the TTL (the server counts lock waits in whole seconds, at least 1).
+const MinLeaseTTL = 2 * time.Second
+
+// ParamError reports a DSN parameter mend refuses: one that would set a
+// session variable mend sets itself, one mend does not know to be harmless,
+// or a value that could carry more than one assignment. It matches
+// mend.ErrInvalid. Param is the parameter as the driver parsed it; the DSN
+// itself never appears (it may hold a password).
+type ParamError struct {
+	Field  string // the DSN: "dsn", "app_dsn", "queue_dsn"
+	Param  string // the parameter's key, as written
+	Reason string
+}
+
+func (e *ParamError) Error() string {
+	return fmt.Sprintf("mend: invalid %s: parameter %q %s", e.Field, e.Param, e.Reason)
+}
+
+// Unwrap lets errors.Is(err, mend.ErrInvalid) match.
+func (e *ParamError) Unwrap() error { return mend.ErrInvalid }
+
+// forcedVariables are the session variables mend sets itself (or that
+// would change what a session mend set means); a DSN naming any of them, in
+// any spelling, is refused with this reason.
+var forcedVariables = map[string]bool{
+	"autocommit": true, "sql_mode": true, "time_zone": true,
+	"names": true, "charset": true, "character_set_client": true, "character_set_connection": true,
+	"character_set_results": true, "collation_connection": true,
+	"transaction_isolation": true, "tx_isolation": true, "transaction_read_only": true, "tx_read_only": true,
+	"innodb_lock_wait_timeout": true, "lock_wait_timeout": true, "wait_timeout": true, "interactive_timeout": true,
+	"sql_select_limit": true, "sql_safe_updates": true, "foreign_key_checks": true, "unique_checks": true,
+	"sql_log_bin": true, "binlog_format": true, "max_statement_time": true, "max_execution_time": true,
+}
+
+// harmlessVariables are the only session variables a DSN may set: they
+// change neither what a statement means nor how long it may hold a lock.
+var harmlessVariables = map[string]bool{
+	"net_read_timeout":  true,
+	"net_write_timeout": true,
+	"long_query_time":   true,
+}
+
+var (
+	plainName    = regexp.MustCompile(`^[A-Za-z_]+$`)
+	plainNumber  = regexp.MustCompile(`^[0-9]{1,9}(\.[0-9]{1,6})?$`)
+	collationRE  = regexp.MustCompile(`^utf8mb4_[a-z0-9_]+$`)
+	variableTrim = strings.NewReplacer("`", "", "'", "", `"`, "", " ", "", "\t", "", "\n", "", "\r", "")
+)
+
+// variableName reduces a DSN key to the variable it sets on the server,
+// which takes it in any case, quoted in backticks, with "@@", "session.",
+// "local." or "global." before it.
+func variableName(key string) string {
+	if u, err := url.QueryUnescape(key); err == nil {
+		key = u // the driver sends keys as written; name them as meant
+	}
+	k := strings.ToLower(variableTrim.Replace(key))
+	k = strings.TrimPrefix(k, "@@")
+	for _, scope := range []string{"session.", "local.", "global.", "session", "local", "global"} {
+		if rest, ok := strings.CutPrefix(k, scope); ok && forcedVariables[rest] {
+			return rest
+		}
+	}
+	return k
+}
+
+// Config parses dsn with the driver's own parser and returns the
+// configuration every session of a pool p gets. It refuses, with a
+// *ParamError naming the parameter and before any connection is made:
+//
+//   - a parameter that sets a session variable mend forces (autocommit,
+//     sql_mode, time_zone, the character set and collation variables, the
+//     isolation and lock wait variables, ...), in any spelling or quoting;
+//   - any other session variable except net_read_timeout,
+//     net_write_timeout and long_query_time, whose values must be plain
+//     numbers: the driver writes a value into its SET statement unchanged,
+//     so "1,sql_mode=”" would be a second assignment;
+//   - charset other than utf8mb4, collation other than a utf8mb4_ one;
+//   - clientFoundRows=true (a no-op upsert would read as an insert),
+//     allowAllFiles=true, and multiStatements=true on any pool but the
+//     store's.
+//
+// A DSN without a database, or one the driver cannot parse, is a
+// *mend.ValidationError. Then it forces: autocommit=1; character_set_client,
+// character_set_results and collation_connection utf8mb4 (with the DSN's
+// utf8mb4 collation, else SessionCollation); a strict sql_mode;
+// time_zone '+00:00'; parseTime, loc=UTC and client-side interpolation;
+// multiStatements exactly as p says; and p's lock wait, idle and I/O
+// timeouts. The isolation level is added by Open (its variable's name
+// depends on the server).
+func Config(dsn string, p Pool) (*mysql.Config, error) {
+	field := p.Field
+	if field == "" {
+		field = "dsn"
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, &mend.ValidationError{Field: field, Reason: "cannot be parsed; expected user:password@tcp(host:port)/database"}
+	}
+	if cfg.DBName == "" {
+		return nil, &mend.ValidationError{Field: field, Reason: "names no database; add /<database> after the address"}
+	}
+	refuse := func(param, reason string) (*mysql.Config, error) {
+		return nil, &ParamError{Field: field, Param: param, Reason: reason}
+	}
+	if cfg.ClientFoundRows {
+		return refuse("clientFoundRows", "is true, which makes create-if-absent unable to tell an insert from a duplicate; remove it")
+	}
+	if cfg.AllowAllFiles {
+		return refuse("allowAllFiles", "is true, which lets a statement read any file of this host; remove it")
+	}
+	if cfg.MultiStatements && !p.MultiStatements {
+		return refuse("multiStatements", "is true; mend keeps multiple statements per query off on this pool, so no value can ever run as a second statement; remove it")
+	}
+	if cs, ok := driverParam(cfg, "charset"); ok && !strings.EqualFold(cs, SessionCharset) {
+		return refuse("charset", fmt.Sprintf("is %q; mend's sessions always use %s (with another charset the driver's escaping can be turned into SQL); remove it", cs, SessionCharset))
+	}
+	collation := SessionCollation
+	if _, ok := driverParam(cfg, "collation"); ok {
+		c := strings.ToLower(cfg.Collation)
+		if !collationRE.MatchString(c) {
+			return refuse("collation", fmt.Sprintf("is %q; mend's sessions always use a utf8mb4 collation; remove it", cfg.Collation))
+		}
+		collation = c
+	}
+	for key, value := range cfg.Params {
+		name := variableName(key)
+		switch {
+		case forcedVariables[name]:
+			return refuse(key, fmt.Sprintf("sets %s, which mend sets itself on every session; remove it", name))
+		case !plainName.MatchString(key) || !harmlessVariables[strings.ToLower(key)]:
+			return refuse(key, "sets a session variable mend does not know to be harmless (only net_read_timeout, net_write_timeout and long_query_time may be set); remove it")
+		case !plainNumber.MatchString(value):
+			return refuse(key, "must be a plain number: the driver sends the value unchanged, so anything else could carry a second assignment")
+		}
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	cfg.MultiStatements = p.MultiStatements
+	cfg.Collation = collation // the handshake's character set, too
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["autocommit"] = "1"
+	cfg.Params["sql_mode"] = SessionSQLMode
+	cfg.Params["time_zone"] = "'" + SessionTimeZone + "'"
+	// Not character_set_connection: setting it after collation_connection
+	// (the driver sends parameters in map order) would reset the collation
+	// to the charset's default. collation_connection sets both.
+	cfg.Params["character_set_client"] = SessionCharset
+	cfg.Params["character_set_results"] = SessionCharset
+	cfg.Params["collation_connection"] = collation
+	if p.LockWait > 0 {
+		secs := strconv.Itoa(max(1, int(p.LockWait/time.Second)))
+		cfg.Params["innodb_lock_wait_timeout"] = secs
+		cfg.Params["lock_wait_timeout"] = secs
+	}
+	if p.IdleTimeout > 0 {
+		cfg.Params["wait_timeout"] = strconv.Itoa(int((p.IdleTimeout + time.Second - 1) / time.Second))
+	}
+	if p.IOTimeout > 0 {
+		cfg.ReadTimeout, cfg.WriteTimeout = p.IOTimeout, p.IOTimeout
+	}
+	return cfg, nil
+}
+
+// driverParam returns the value of one of the driver's own DSN parameters
+// (charset, collation) as the driver parsed it, and whether the DSN set it.
+// The driver keeps charset unexported; its formatter writes it back out.
+func driverParam(cfg *mysql.Config, name string) (string, bool) {
+	c := cfg.Clone()
+	c.User, c.Passwd, c.Net, c.Addr, c.DBName, c.Params = "", "", "", "", "", nil
+	dsn := c.FormatDSN()
+	i := strings.IndexByte(dsn, '?')
+	if i < 0 {
+		return "", false
+	}
+	q, err := url.ParseQuery(dsn[i+1:])
+	if err != nil {
+		return "", false
+	}
+	v, ok := q[name]
+	if !ok || len(v) == 0 {
+		return "", false
+	}
+	return v[0], true
+}
+
+// Open opens a pool of p's sessions on dsn (see Config), pings it, sets the
+// isolation level if p asks for it, and checks one session: every value
+// mend forced must hold there (a proxy or server that ignores the SET is
+// refused with a *SessionError). The pool's idle connections are capped
+// at maxIdle.
+func Open(ctx context.Context, dsn string, p Pool, maxIdle int) (*sql.DB, error) {
+	cfg, err := Config(dsn, p)
+	if err != nil {
+		return nil, err
+	}
+	field := cmpField(p.Field)
+	if p.ReadCommitted {
+		probe, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, &mend.ValidationError{Field: field, Reason: err.Error()}
+		}
+		name, err := IsolationVariable(ctx, probe)
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, Translate(err))
+		}
+		cfg.Params[name] = "'READ-COMMITTED'"
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, &mend.ValidationError{Field: field, Reason: err.Error()}
+	}
+	db := sql.OpenDB(connector)
+	if maxIdle > 0 {
+		db.SetMaxIdleConns(maxIdle)
+	}
+	if err := CheckSession(ctx, db, cfg); err != nil {
+		return nil, errors.Join(fmt.Errorf("connect to %s: %w", cfg.Addr, Translate(err)), db.Close())
+	}
+	return db, nil
+}
+
+func cmpField(f string) string {
+	if f == "" {
+		return "dsn"
+	}
+	return f
+}
+
+// SessionError reports a session on which a setting mend forced does not
+// hold: something between mend and the server (a proxy multiplexing
+// sessions, an init_connect that runs later) changed it.
+type SessionError struct {
+	Variable   string
+	Got, Want  string
+	ServerNote string
+}
+
+func (e *SessionError) Error() string {
+	return fmt.Sprintf("mysqlx: session variable %s is %q after mend set it to %q%s; mend's guarantees depend on it (look for a proxy or server setting that rewrites sessions)", e.Variable, e.Got, e.Want, e.ServerNote)
+}
+
+// CheckSession reads, on one session of db, every variable Config forced
+// through cfg's parameters and reports the first that does not hold as a
+// *SessionError. It also answers whether the pool can connect at all.
+func CheckSession(ctx context.Context, db *sql.DB, cfg *mysql.Config) error {
+	names := make([]string, 0, len(cfg.Params))
+	for k := range cfg.Params {
+		names = append(names, k)
+	}
+	// A stable order, so the first mismatch reported is always the same.
+	slices.Sort(names)
+	cols := make([]string, len(names))
+	for i, n := range names {
+		cols[i] = "@@SESSION." + n
+	}
+	got := make([]sql.NullString, len(names))
+	dest := make([]any, len(names))
+	for i := range got {
+		dest[i] = &got[i]
+	}
+	if err := db.QueryRowContext(ctx, "SELECT "+strings.Join(cols, ", ")).Scan(dest...); err != nil {
+		return err
+	}
+	for i, n := range names {
+		if !sameSetting(n, got[i].String, cfg.Params[n]) {
+			return &SessionError{Variable: n, Got: got[i].String, Want: strings.Trim(cfg.Params[n], "'")}
+		}
+	}
+	return nil
+}
+
+// sameSetting compares a variable as the server reports it with the value
+// mend sent.
+func sameSetting(name, got, sent string) bool {
+	want := strings.Trim(sent, "'")
+	switch name {
+	case "autocommit":
+		return got == "1" || strings.EqualFold(got, "ON")
+	case "sql_mode":
+		return strictMode(got)
+	case "transaction_isolation", "tx_isolation":
+		return strings.EqualFold(got, want)
+	case "net_read_timeout", "net_write_timeout", "long_query_time":
+		return true // the DSN's own harmless settings
+	}
+	if a, err := strconv.ParseFloat(got, 64); err == nil {
+		b, err := strconv.ParseFloat(want, 64)
+		return err == nil && a == b
+	}
+	return strings.EqualFold(got, want)
+}
+
+// strictMode reports whether an sql_mode makes over-long values errors.
+func strictMode(mode string) bool {
+	for m := range strings.SplitSeq(strings.ToUpper(mode), ",") {
+		if m == "STRICT_TRANS_TABLES" || m == "STRICT_ALL_TABLES" {
+			return true
+		}
+	}
+	return false
+}
