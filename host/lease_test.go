@@ -12,17 +12,36 @@ import (
 	"github.com/mendq/mend/host"
 )
 
-// lockWaits counts the transactions waiting for a row lock in db's
-// database (other tests share the server).
-func lockWaits(t *testing.T, db *sql.DB) int {
+// lockWaits counts the statements still running on the server that name
+// batchID (unique to the subtest: other tests share the server), other
+// than this query. The processlist, not innodb_trx, whose cached snapshot
+// MariaDB was seen to serve stale for seconds.
+func lockWaits(t *testing.T, db *sql.DB, batchID string) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.innodb_trx t
-		JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-		WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()`).Scan(&n); err != nil {
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.processlist
+		WHERE command = 'Query' AND id <> CONNECTION_ID() AND LOCATE(?, info) > 0`, batchID).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// sessions describes the server sessions on db's database, for a failure.
+func sessions(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	rows, err := db.Query("SELECT id, command, COALESCE(state, ''), COALESCE(info, '') FROM information_schema.processlist WHERE db = DATABASE()")
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	out := ""
+	for rows.Next() {
+		var id int64
+		var cmd, state, info string
+		_ = rows.Scan(&id, &cmd, &state, &info)
+		out += fmt.Sprintf("[%d %s %q %.80q] ", id, cmd, state, info)
+	}
+	return out
 }
 
 // pollUntil calls f until it returns nil or the deadline passes.
@@ -52,20 +71,21 @@ func TestHostWriteBoundedByLease(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name      string
+		batchID   string
 		opts      host.Options
 		ttl       time.Duration
 		wantLands bool
 	}{
-		{"default options", host.Options{}, host.LeaseTTLDefault, false},
-		{"the server's lock wait lands late (negative control)", host.Options{LeaseTTL: 3 * time.Second, LockWait: -1}, 3 * time.Second, true},
+		{"default options", "q/batch/default", host.Options{}, host.LeaseTTLDefault, false},
+		{"the server's lock wait lands late (negative control)", "q/batch/control", host.Options{LeaseTTL: 3 * time.Second, LockWait: -1}, 3 * time.Second, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			ctx := context.Background()
-			b.seed(t, "q", "q/batch/1", "speculating", "q/1")
+			b.seed(t, "q", tt.batchID, "speculating", "q/1")
 			h := open(t, b.db.DSN, b.db.DSN, tt.opts)
-			batch, err := h.BatchGet(ctx, "q", "q/batch/1")
+			batch, err := h.BatchGet(ctx, "q", tt.batchID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +95,7 @@ func TestHostWriteBoundedByLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer lockHolder.Rollback()
-			if _, err := lockHolder.ExecContext(ctx, "SELECT version FROM batch WHERE queue = 'q' AND id = 'q/batch/1' FOR UPDATE"); err != nil {
+			if _, err := lockHolder.ExecContext(ctx, "SELECT version FROM batch WHERE queue = 'q' AND id = ? FOR UPDATE", tt.batchID); err != nil {
 				t.Fatal(err)
 			}
 			leaseCtx, loseLease := context.WithCancel(ctx)
@@ -84,9 +104,14 @@ func TestHostWriteBoundedByLease(t *testing.T) {
 				_, err := h.BatchTransitionFrom(leaseCtx, batch, mend.BatchFailed)
 				done <- err
 			}()
-			pollUntil(t, time.Now().Add(10*time.Second), "the transition waiting on the row lock", func() error {
-				if n := lockWaits(t, raw); n != 1 {
-					return fmt.Errorf("%d lock waits", n)
+			pollUntil(t, time.Now().Add(30*time.Second), "the transition waiting on the row lock", func() error {
+				select {
+				case err := <-done:
+					t.Fatalf("the transition returned %v before its wait was seen; sessions: %s", err, sessions(t, raw))
+				default:
+				}
+				if n := lockWaits(t, raw, tt.batchID); n != 1 {
+					return fmt.Errorf("%d lock waits; sessions: %s", n, sessions(t, raw))
 				}
 				return nil
 			})
@@ -99,7 +124,7 @@ func TestHostWriteBoundedByLease(t *testing.T) {
 			// the TTL since the loss has passed.
 			ended := false
 			for time.Since(lostAt) < tt.ttl {
-				if lockWaits(t, raw) == 0 {
+				if lockWaits(t, raw, tt.batchID) == 0 {
 					ended = true
 					break
 				}
@@ -111,7 +136,7 @@ func TestHostWriteBoundedByLease(t *testing.T) {
 			var version int
 			var state string
 			read := func() {
-				if err := raw.QueryRow("SELECT version, state FROM batch WHERE queue = 'q' AND id = 'q/batch/1'").Scan(&version, &state); err != nil {
+				if err := raw.QueryRow("SELECT version, state FROM batch WHERE queue = 'q' AND id = ?", tt.batchID).Scan(&version, &state); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -128,6 +153,9 @@ func TestHostWriteBoundedByLease(t *testing.T) {
 				}
 			}
 			landed := version != 1
+			if !ended && !tt.wantLands {
+				t.Logf("sessions at the TTL: %s", sessions(t, raw))
+			}
 			if landed != tt.wantLands || ended == tt.wantLands {
 				t.Fatalf("after the TTL (%v) since the lease was lost: statement ended %v, batch %s at version %d; want landed %v", tt.ttl, ended, state, version, tt.wantLands)
 			}
