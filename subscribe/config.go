@@ -45,16 +45,18 @@ const (
 	PageSizeLimit = 10000
 )
 
-// AheadTopicsDefault are the host topics whose partitions mend registers
-// for ahead (T_dlq for every partition of T that one of the host's groups
-// has joined): every topic of the fact sheet except log, whose partitions
-// are request IDs (one per request ever) and whose dead letters the host
-// only logs. A log_dlq partition is still registered when its first dead
-// letter is seen.
+// AheadTopicsDefault are the host topics whose joined partitions mend
+// registers ahead (T_dlq for every partition of T that one of the host's
+// groups has joined): the topics partitioned by queue, so mend holds one
+// row per queue and topic. The others (build by batch ID, buildsignal by
+// build ID, cancel and log by request ID) would cost one row per batch,
+// build or request ever, which mend cannot delete (its only DELETE is
+// leaving); their *_dlq partitions are joined within one poll interval of
+// their first dead letter instead, against the host's GC idle period of
+// about 10 s. Add them to Config.AheadTopics to close that window too.
 var AheadTopicsDefault = []string{
-	dlq.TopicSpeculate, dlq.TopicDependencyAnalysis, dlq.TopicBuild, dlq.TopicBuildSignal, dlq.TopicMerge,
-	dlq.TopicMergeSignal, dlq.TopicConclude, dlq.TopicStart, dlq.TopicValidate, dlq.TopicBatch, dlq.TopicCancel,
-	dlq.TopicMergeConflictCheck,
+	dlq.TopicSpeculate, dlq.TopicDependencyAnalysis, dlq.TopicMerge, dlq.TopicMergeSignal, dlq.TopicConclude,
+	dlq.TopicStart, dlq.TopicValidate, dlq.TopicBatch, dlq.TopicMergeConflictCheck,
 }
 
 // Recorder records dead letters. *dlq.Intake implements it.

@@ -111,11 +111,15 @@
 // subscriber joins a partition before reading it, so before it can move any
 // of its messages to the DLQ; registering T_dlq for every partition of T a
 // host group has joined therefore puts mend's row in place before the
-// first dead letter exists. Partitions of topics outside AheadTopics (by
-// default only log, one partition per request) are joined on first sight,
-// within one poll interval of their first dead letter, against the host's
-// GC idle period of about 10 s. The window test shows a dead letter lost
-// when nothing registers ahead.
+// first dead letter exists. By default only the topics partitioned by
+// queue are registered ahead: mend never deletes a row of its own except
+// to leave (the grants allow DELETE for that alone), so registering ahead
+// the topics partitioned by batch, build or request ID (build,
+// buildsignal, cancel, log) would leave a row per batch, build or request
+// ever. Their *_dlq partitions are joined on first sight, within one poll
+// interval of their first dead letter, against the host's GC idle period
+// of about 10 s; AheadTopics can close that window too, at that cost. The
+// window test shows a dead letter lost when nothing registers ahead.
 //
 // # Replicas
 //
@@ -124,10 +128,12 @@
 // record wins, the others see it), and each moves a watermark only past
 // rows it has itself seen recorded, counted and settled, with the guarded
 // UPDATE that never moves a watermark back. Overlap therefore costs
-// duplicate reads, never a skipped row or a watermark moving backwards; a
+// duplicate work, never a skipped row or a watermark moving backwards; a
 // replica that finds a watermark moved by another restarts that
 // partition's reads from it. Passes start at a random partition, so
-// replicas mostly split a backlog. The replica test runs two side by side.
+// replicas begin a backlog in different places, but they do not divide it:
+// a second replica is for availability, not throughput (docs/scaling.md
+// has the measurement). The replica test runs two side by side.
 //
 // # Failure handling
 //

@@ -91,14 +91,22 @@ func TestSubscribeJoin(t *testing.T) {
 		}
 		s := b.sub(t, subscribe.Config{Queues: func(context.Context) ([]string, error) { return []string{"known"}, nil }})
 		st := pass(t, s)
-		for _, p := range [][2]string{{"speculate_dlq", "q"}, {"build_dlq", "q/batch/1"}, {"conclude_dlq", "r"},
+		for _, p := range [][2]string{{"speculate_dlq", "q"}, {"conclude_dlq", "r"},
 			{"speculate_dlq", "known"}, {"merge-signal_dlq", "known"}} {
 			if got, ok, err := b.world.Acked(ctx, "mend", p[0], p[1]); err != nil || !ok || got != 0 {
 				t.Errorf("mend's row for %s/%s: %d, %v, %v; want joined at 0", p[0], p[1], got, ok, err)
 			}
 		}
-		if _, ok, _ := b.world.Acked(ctx, "mend", "log_dlq", "q/7"); ok {
-			t.Error("log_dlq/q/7 was registered ahead; log is not an ahead topic")
+		for _, p := range [][2]string{{"log_dlq", "q/7"}, {"build_dlq", "q/batch/1"}} {
+			if _, ok, _ := b.world.Acked(ctx, "mend", p[0], p[1]); ok {
+				t.Errorf("%s/%s was registered ahead; its topic is not partitioned by queue, so not an ahead topic by default", p[0], p[1])
+			}
+		}
+		// Named in AheadTopics, a topic partitioned by batch is registered ahead too.
+		s2 := b.sub(t, subscribe.Config{Group: "mend-2", AheadTopics: append(slices.Clone(subscribe.AheadTopicsDefault), "build")})
+		pass(t, s2)
+		if got, ok, err := b.world.Acked(ctx, "mend-2", "build_dlq", "q/batch/1"); err != nil || !ok || got != 0 {
+			t.Errorf("mend-2's row for build_dlq/q/batch/1: %d, %v, %v; want joined at 0", got, ok, err)
 		}
 		if _, ok, _ := b.world.Acked(ctx, "mend", "build_dlq", "known"); ok {
 			t.Error("build_dlq/known registered: build is not partitioned by queue")

@@ -68,7 +68,8 @@ type Subscriber struct {
 	cfg Config
 	log *slog.Logger
 
-	mu        sync.Mutex // guards parts between a pass's workers; passes never overlap
+	// parts is touched by one pass at a time (passes never overlap); within
+	// a pass each partition is handed to one worker.
 	parts     map[partKey]*part
 	joined    map[partKey]uint64 // partitions the group has a row for, with their watermarks, as last read or written
 	samples   []sample

@@ -403,6 +403,11 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
 				return err
 			}
+			// The latency summary is across queues and for people: a
+			// filtered or headerless table (scripts) is the table alone.
+			if f.given("queue") || f.noHeaders {
+				return nil
+			}
 			return printRepairLatency(ctx, a.stdout, store)
 		})
 	})

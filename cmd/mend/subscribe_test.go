@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/subscribe"
 )
 
 // mend run alone, with no linked-in code, beside the host's own DLQ group
@@ -62,6 +66,10 @@ func TestRunSubscribes(t *testing.T) {
 	if !strings.Contains(out, `group "mend"`) || !strings.Contains(out, "speculate_dlq") {
 		t.Errorf("status shows no lag:\n%s", out)
 	}
+	out, _ = mendRun("status", "--dsn", mendDB.DSN, "--queue-dsn", queueDB.DSN, "--json")
+	if !strings.Contains(out, `"subscription"`) || !strings.Contains(out, `"rows": 1`) {
+		t.Errorf("status --json shows no lag of one row:\n%s", out)
+	}
 
 	mendRun(run...)
 	var state string
@@ -106,5 +114,29 @@ func TestRunSubscribes(t *testing.T) {
 	mendRun(append(run, "--subscribe=false")...)
 	if _, ok, _ := w.Acked(ctx, "mend", "speculate_dlq", "q"); ok {
 		t.Fatal("run --subscribe=false joined the group")
+	}
+}
+
+func TestSubscribeMetrics(t *testing.T) {
+	t.Parallel()
+	m := newMetrics()
+	h := m.subscribeHooks()
+	h.OnPass(subscribe.PassStats{Recorded: 3, Already: 1, Dropped: 2, Duration: time.Millisecond,
+		Lag: []subscribe.TopicLag{{Topic: "speculate_dlq", Partitions: 2, Rows: 5, Oldest: time.Now().Add(-time.Minute)}}})
+	h.OnUnrecordable("speculate_dlq", "q", 7, errors.New("boom"))
+	rec := httptest.NewRecorder()
+	newHTTPHandler(m, func(context.Context) error { return nil }, &scrubber{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`mend_subscribe_rows_total{result="recorded"} 3`,
+		`mend_subscribe_rows_total{result="dropped"} 2`,
+		`mend_subscribe_unrecordable_total{topic="speculate_dlq"} 1`,
+		`mend_subscribe_lag_rows{topic="speculate_dlq"} 5`,
+		`mend_subscribe_lag_seconds{topic="speculate_dlq"} 6`, // about 60 s
+		`mend_subscribe_pass_seconds_count 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
