@@ -107,12 +107,14 @@ func validateTerm(term mend.Term) error {
 // The lease row is created free (expired at birth, epoch 0) the first time a
 // queue is contended. It is never deleted: the epoch lives in it. NOW(6) is
 // the statement's start, so after a lock wait it is early: a term judged
-// expired is surely expired, one judged live may have just run out.
+// expired is surely expired, one judged live may have just run out. The
+// upsert's no-op assignment names holder, not queue: Vitess refuses a
+// statement that assigns the sharding column (VT12001), even to itself.
 const sqlLeaseLock = `-- name: LeaseLock
 START TRANSACTION;
 INSERT INTO mend_leases (queue, holder, epoch, acquired_at, renewed_at, expires_at, transitions)
 VALUES (?, '', 0, NOW(6), NOW(6), NOW(6), 0)
-ON DUPLICATE KEY UPDATE queue = queue;
+ON DUPLICATE KEY UPDATE holder = holder;
 SELECT holder, epoch, expires_at, TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
 FROM mend_leases WHERE queue = ? FOR UPDATE`
 
