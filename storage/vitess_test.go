@@ -176,4 +176,3 @@ func bindExample(q string) string {
 	}
 	return out.String()
 }
-

@@ -37,7 +37,7 @@ const (
 	// one of them, handed out by Acquire and reset on the way (a keyspace cannot be created
 	// sharded through vtgate, so they are made at start).
 	DefaultKeyspaces = 4
-	readyTimeout     = 4 * time.Minute // vttestserver: mysqld init + vtcombo + tablets, on a loaded machine
+	readyTimeout     = 4 * time.Minute  // vttestserver: mysqld init + vtcombo + tablets, on a loaded machine
 	stopTimeout      = 30 * time.Second // until a killed process is gone
 )
 
