@@ -22,6 +22,7 @@ import (
 // README's wiring) bound it by default; with the server's default (8 h) the
 // takeover stays blocked, which the negative control shows.
 func TestHungWriterAndTakeover(t *testing.T) {
+	mysqltest.SkipVitess(t, "a hung writer's row lock is freed by the server dropping its idle session (wait_timeout); through vtgate the MySQL session belongs to the tablet, which keeps the transaction open until its own transaction timeout")
 	t.Parallel()
 	for _, tt := range []struct {
 		name         string
@@ -134,6 +135,7 @@ func TestSessionIdleTimeoutValidation(t *testing.T) {
 // way than mend does would win on some connections. Each spelling is tried
 // on 40 fresh connections; every one must carry mend's settings.
 func TestDSNCannotWeakenSessionSettings(t *testing.T) {
+	mysqltest.SkipVitess(t, "vtgate keeps sql_mode, time_zone and wait_timeout as its own session settings; the values the test reads back are vtgate's, not the session mend's statements run in")
 	t.Parallel()
 	db := setup(t).db
 	for _, param := range []string{

@@ -1,6 +1,7 @@
 package mysqltest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -27,6 +28,8 @@ type DB struct {
 	DSN string
 	// Server is the server holding the database.
 	Server *Server
+
+	sqlDSN string // DSN for SQL's raw connections when it differs (Vitess), else ""
 }
 
 // DSNVia returns DSN with the host:port replaced by addr, to route the connection through a proxy.
@@ -41,7 +44,7 @@ func (d *DB) DSNVia(addr string) string {
 // SQL opens a *sql.DB on DSN, closed in t.Cleanup.
 func (d *DB) SQL(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("mysql", d.DSN)
+	db, err := sql.Open("mysql", cmp.Or(d.sqlDSN, d.DSN))
 	if err != nil {
 		t.Fatalf("mysqltest: open %s: %v", d.Name, err)
 	}
@@ -319,6 +322,10 @@ func newVitessDB(t testing.TB, srv *Server, migrate []Migrator) *DB {
 	}
 	t.Cleanup(func() { v.Release(ks) })
 	db := &DB{Name: ks, DSN: srv.Server.RootDSN(ks), Server: srv}
+	// A test's own setup statements (age every record, delete by ID) span both shards; the
+	// cluster refuses that in its SINGLE transaction mode, which is meant for mend's statements
+	// (DSN), so SQL's connections ask vtgate for MULTI.
+	db.sqlDSN = db.DSN + "&transaction_mode=%27MULTI%27"
 	for i, m := range migrate {
 		if err := m(ctx, db.DSN); err != nil {
 			t.Fatalf("mysqltest: migrator %d of %d on keyspace %s: %v", i+1, len(migrate), ks, err)
