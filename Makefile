@@ -58,7 +58,7 @@ test-all: ## Run make test once per engine: MySQL, then MariaDB
 	$(MAKE) test ENGINE=mariadb
 
 # The packages make test-vitess runs through vtgate (see docs/scaling.md).
-VITESS_PKGS ?= ./storage/ ./fence/
+VITESS_PKGS ?= ./internal/vitessdb/ ./storage/ ./fence/
 
 test-vitess: ## Run the storage and fence suites through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~10+ min)
 	bash scripts/vitess.sh >/dev/null
