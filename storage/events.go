@@ -149,12 +149,18 @@ func (d *DB) RecordAppend(ctx context.Context, p AppendParams) (int64, error) {
 	return p.Version + 1, nil
 }
 
+// appendEventArgs are appendEvent's arguments for p: the event's values,
+// then the record row (by ID and queue) its projection is copied from.
+func appendEventArgs(p AppendParams) []any {
+	return []any{p.RecordID[:], p.Version + 1, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data), p.RecordID[:], p.Source.Queue}
+}
+
 // appendTx sends an append's statements and explains a miss.
 func appendTx(ctx context.Context, tx *batchTx, p AppendParams) error {
 	args := []any{string(p.State), string(p.State), p.Attempts, p.LastError, p.Epoch,
 		p.State.Due(), p.RetryIn.Microseconds(),
 		p.RecordID[:], p.Source.Queue, p.Version}
-	eventArgs := []any{p.RecordID[:], p.Version + 1, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data), p.RecordID[:], p.Source.Queue}
+	eventArgs := appendEventArgs(p)
 	var changed struct {
 		N int64 `db:"changed"`
 	}
