@@ -29,7 +29,7 @@ ifeq ($(strip $(GOFLAGS)),)
 export GOFLAGS := -mod=readonly
 endif
 
-.PHONY: help build test test-all lint fuzz demo
+.PHONY: help build test test-all test-vitess lint fuzz demo
 
 help: ## List the documented targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,6 +56,16 @@ test: ## Run unit, integration and end-to-end tests with -race against a real se
 test-all: ## Run make test once per engine: MySQL, then MariaDB
 	$(MAKE) test ENGINE=mysql
 	$(MAKE) test ENGINE=mariadb
+
+# The packages make test-vitess runs through vtgate (see docs/scaling.md).
+VITESS_PKGS ?= ./internal/vitessdb/ ./storage/ ./fence/
+
+test-vitess: ## Run the storage and fence suites through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~10+ min)
+	bash scripts/vitess.sh >/dev/null
+	@report="$$(mktemp)"; status=0; \
+	MEND_TEST_ENGINE=vitess MEND_TEST_REPORT="$$report" $(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) $(TESTFLAGS) $(VITESS_PKGS) || status=$$?; \
+	echo "== servers the test packages used (package: engine version via backend) =="; sort "$$report"; rm -f "$$report"; \
+	bash scripts/vitess-leftovers.sh || status=1; exit $$status
 
 lint: ## Check formatting (gofmt), go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [[ -n "$$out" ]]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi

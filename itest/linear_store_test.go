@@ -571,6 +571,7 @@ func TestLinearizableRecordStore(t *testing.T) {
 // workload against a read-then-write store must be rejected. A store that
 // gets through this check would show that the checker proves nothing.
 func TestLinearizabilityCatchesNaiveStore(t *testing.T) {
+	mysqltest.SkipVitess(t, "the naive store's own table is not in the sharded keyspace's vschema, so vtgate refuses its statements and the run records no operations; the checker's negative control runs on mysql and mariadb")
 	t.Parallel()
 	quietDriver()
 	db := mysqltest.NewDB(t)

@@ -74,7 +74,7 @@ func (d *DB) RecordAppendMany(ctx context.Context, ps []AppendParams) ([]error, 
 			args = append(args, fence.Queue, fence.Holder, fence.Epoch)
 		}
 		q.WriteString(";\n" + appendEvent + ";\n")
-		args = append(args, p.RecordID[:], p.Version+1, p.Source.Queue, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data), p.RecordID[:])
+		args = append(args, appendEventArgs(p)...)
 	}
 	query := strings.TrimSuffix(q.String(), ";\n")
 	var results []error

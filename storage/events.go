@@ -74,7 +74,9 @@ func validateAppend(p *AppendParams) error {
 // session variable: the event is inserted only if the projection moved,
 // and the final SELECT reports whether it did. The variable is set before
 // every use on the connection, so a value left from an earlier packet is
-// never read.
+// never read. The event's values are selected from the record row (by
+// record and queue), not FROM DUAL, so a sharded cluster routes the whole
+// append to the queue's shard (see sqlRecordCreate).
 const appendAdvance = `UPDATE mend_records SET
 	version = version + 1,
 	state_since = IF(state = ?, state_since, NOW(6)),
@@ -88,7 +90,7 @@ WHERE record_id = ? AND queue = ? AND version = ?`
 
 const appendEvent = `SET @mend_changed = ROW_COUNT();
 INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, ` + eventProjection + `)
-SELECT ?, ?, ?, ?, ?, ?, ?, ?, ` + eventProjectionFrom + ` FROM mend_records r WHERE r.record_id = ? AND @mend_changed = 1;
+SELECT ?, ?, r.queue, ?, ?, ?, ?, ?, ` + eventProjectionFrom + ` FROM mend_records r WHERE r.record_id = ? AND r.queue = ? AND @mend_changed = 1;
 SELECT @mend_changed AS changed`
 
 // eventProjection are the columns of an event that record the projection
@@ -147,12 +149,18 @@ func (d *DB) RecordAppend(ctx context.Context, p AppendParams) (int64, error) {
 	return p.Version + 1, nil
 }
 
+// appendEventArgs are appendEvent's arguments for p: the event's values,
+// then the record row (by ID and queue) its projection is copied from.
+func appendEventArgs(p AppendParams) []any {
+	return []any{p.RecordID[:], p.Version + 1, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data), p.RecordID[:], p.Source.Queue}
+}
+
 // appendTx sends an append's statements and explains a miss.
 func appendTx(ctx context.Context, tx *batchTx, p AppendParams) error {
 	args := []any{string(p.State), string(p.State), p.Attempts, p.LastError, p.Epoch,
 		p.State.Due(), p.RetryIn.Microseconds(),
 		p.RecordID[:], p.Source.Queue, p.Version}
-	eventArgs := []any{p.RecordID[:], p.Version + 1, p.Source.Queue, string(p.Kind), p.Epoch, p.Actor, p.OpID, string(p.Data), p.RecordID[:]}
+	eventArgs := appendEventArgs(p)
 	var changed struct {
 		N int64 `db:"changed"`
 	}

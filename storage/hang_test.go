@@ -21,6 +21,7 @@ import (
 // README's wiring) bound it by default; with the server's default (8 h) the
 // takeover stays blocked, which the negative control shows.
 func TestHungWriterAndTakeover(t *testing.T) {
+	mysqltest.SkipVitess(t, "a hung writer's row lock is freed by the server dropping its idle session (wait_timeout); through vtgate the MySQL session belongs to the tablet, which keeps the transaction open until its own transaction timeout")
 	t.Parallel()
 	for _, tt := range []struct {
 		name         string

@@ -220,10 +220,16 @@ const sqlLeaseRowLock = `-- name: LeaseRowLock
 SELECT holder, epoch, expires_at, TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) AS remaining_us
 FROM mend_leases WHERE queue = ? FOR UPDATE`
 
+// The lease row first, then its term in history at the same instant (the
+// row's new expires_at), as single-table statements (see sqlLeaseTake).
 const sqlLeaseEndByOperator = `-- name: LeaseEndByOperator
-UPDATE mend_leases l JOIN mend_lease_history h ON h.queue = l.queue AND h.epoch = l.epoch
-SET l.expires_at = NOW(6), l.transitions = l.transitions + 1, h.ended_at = NOW(6), h.ended_how = 'operator'
-WHERE l.queue = ? AND l.epoch = ? AND l.expires_at > NOW(6)`
+UPDATE mend_leases SET expires_at = NOW(6), transitions = transitions + 1
+WHERE queue = ? AND epoch = ? AND expires_at > NOW(6)`
+
+const sqlLeaseEndByOperatorHistory = `-- name: LeaseEndByOperatorHistory
+UPDATE mend_lease_history
+SET ended_at = (SELECT expires_at FROM mend_leases WHERE queue = ?), ended_how = 'operator'
+WHERE queue = ? AND epoch = ?`
 
 // LeaseEndByOperator ends queue's current term if its epoch is epoch, for
 // an operator who knows the holder is dead and does not want to wait out
@@ -261,7 +267,8 @@ func (d *DB) LeaseEndByOperator(ctx context.Context, queue string, epoch int64) 
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return errors.Join(fmt.Errorf("%w: term %d is not the current, unexpired term", mend.ErrLeaseLost, epoch), err)
 		}
-		return nil
+		_, err = tx.ExecContext(ctx, sqlLeaseEndByOperatorHistory, queue, queue, epoch)
+		return err
 	})
 	if err != nil {
 		return mend.Term{}, fmt.Errorf("storage: end lease term %d of queue %q: %w", epoch, queue, err)

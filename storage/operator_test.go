@@ -162,6 +162,7 @@ func TestLeaseEndByOperator(t *testing.T) {
 
 // The version is read without creating the bookkeeping table.
 func TestSchemaVersionWritesNothing(t *testing.T) {
+	mysqltest.SkipVitess(t, "every keyspace of the cluster holds mend's schema from the start (a sharded keyspace cannot be created through vtgate), so there is no empty database")
 	t.Parallel()
 	ctx := context.Background()
 	db := mysqltest.NewDB(t) // no migrations

@@ -169,13 +169,16 @@ ON DUPLICATE KEY UPDATE record_id = record_id`
 
 // One packet (see batchTx): the insert, its created event only if the row
 // is new (ROW_COUNT() is 1 for an insert and 0 for the no-op update), and
-// the read back with whether this call created the row.
+// the read back with whether this call created the row. The event's values
+// are selected from the record row by its queue rather than FROM DUAL: a
+// sharded cluster (Vitess) routes that SELECT to the queue's shard, where a
+// SELECT FROM DUAL could go to any shard and make the transaction span two.
 const sqlRecordCreate = `-- name: RecordCreate
 START TRANSACTION;
 ` + recordInsert + recordInsertRow + recordInsertODKU + `;
 SET @mend_changed = ROW_COUNT();
 INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, ` + eventProjection + `)
-SELECT r.record_id, 1, r.queue, 'created', 0, ?, ?, ?, ` + eventProjectionFrom + ` FROM mend_records r WHERE r.record_id = ? AND @mend_changed = 1;
+SELECT r.record_id, 1, r.queue, 'created', 0, ?, ?, ?, ` + eventProjectionFrom + ` FROM mend_records r WHERE r.queue = ? AND r.source_key = ? AND @mend_changed = 1;
 SELECT @mend_changed AS created, ` + recordColumns + ` FROM mend_records WHERE queue = ? AND source_key = ?`
 
 // createdRow is the read back of a create: the record and whether the
@@ -210,7 +213,7 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 	err = d.withBatchTx(ctx, "RecordCreate", p.OpID, func(ctx context.Context, tx *batchTx) error {
 		id := mend.NewRecordID()
 		var row createdRow
-		args := append(c.rowArgs(id), p.Actor, p.OpID, c.data, id[:], p.Source.Queue, key[:])
+		args := append(c.rowArgs(id), p.Actor, p.OpID, c.data, p.Source.Queue, key[:], p.Source.Queue, key[:])
 		err := tx.query(ctx, sqlRecordCreate, args, scanOne(&row))
 		switch {
 		case mysqlErrNumber(err) == errDupEntry:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/storage"
 )
 
@@ -146,6 +147,7 @@ func TestRecordRetry(t *testing.T) {
 // TestViews checks that each operator view selects on this server and
 // returns what docs/sql.md says it does.
 func TestViews(t *testing.T) {
+	mysqltest.SkipVitess(t, "mend's views are not in the vschema: vtgate routes no view of a sharded keyspace (Vitess views are experimental, --enable-views)")
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)

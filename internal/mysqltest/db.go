@@ -1,6 +1,7 @@
 package mysqltest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -27,6 +28,8 @@ type DB struct {
 	DSN string
 	// Server is the server holding the database.
 	Server *Server
+
+	sqlDSN string // DSN for SQL's raw connections when it differs (Vitess), else ""
 }
 
 // DSNVia returns DSN with the host:port replaced by addr, to route the connection through a proxy.
@@ -41,7 +44,7 @@ func (d *DB) DSNVia(addr string) string {
 // SQL opens a *sql.DB on DSN, closed in t.Cleanup.
 func (d *DB) SQL(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("mysql", d.DSN)
+	db, err := sql.Open("mysql", cmp.Or(d.sqlDSN, d.DSN))
 	if err != nil {
 		t.Fatalf("mysqltest: open %s: %v", d.Name, err)
 	}
@@ -183,6 +186,9 @@ func StartPrivate(t testing.TB) *Server {
 	if c.Backend == testserver.BackendNone {
 		unavailable(t, c)
 	}
+	if c.Backend == testserver.BackendVitess {
+		t.Skipf("mysqltest: %s=vitess: a private server for fault injection (kill, pause, restart) is not supported on the Vitess backend; run this test on mysql or mariadb", EnvEngine)
+	}
 	if c.Note != "" {
 		t.Log("mysqltest: " + c.Note)
 	}
@@ -211,6 +217,9 @@ func NewDB(t testing.TB, migrate ...Migrator) *DB {
 // (its Close removes everything anyway); a server that crashed fails the test with its log.
 func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 	t.Helper()
+	if v := srv.Vitess(); v != nil {
+		return newVitessDB(t, srv, migrate)
+	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:]) // never fails
 	name := "mend_t_" + hex.EncodeToString(rnd[:])
@@ -311,4 +320,45 @@ func (d *DB) Tables(t testing.TB) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// newVitessDB hands out one of the Vitess cluster's keyspaces (sharded in two, mend's schema
+// and vschema loaded at start, tables emptied) for the test, given back in t.Cleanup, and runs
+// the migrators through vtgate (migrations.Up finds the schema at its latest version). A test
+// that needs an empty database or creates its own tables cannot run there: it calls SkipVitess.
+func newVitessDB(t testing.TB, srv *Server, migrate []Migrator) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	v := srv.Vitess()
+	ks, err := v.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("mysqltest: %v", err)
+	}
+	t.Cleanup(func() { v.Release(ks) })
+	db := &DB{Name: ks, DSN: srv.Server.RootDSN(ks), Server: srv}
+	// A test's own setup statements (age every record, delete by ID) span both shards; the
+	// cluster refuses that in its SINGLE transaction mode, which is meant for mend's statements
+	// (DSN), so SQL's connections ask vtgate for MULTI.
+	db.sqlDSN = db.DSN + "&transaction_mode=%27MULTI%27"
+	for i, m := range migrate {
+		if err := m(ctx, db.DSN); err != nil {
+			t.Fatalf("mysqltest: migrator %d of %d on keyspace %s: %v", i+1, len(migrate), ks, err)
+		}
+	}
+	return db
+}
+
+// Vitess reports whether the package's tests run on the Vitess backend (EnvEngine=vitess).
+func Vitess() bool {
+	e, _, err := testserver.Engine(os.Getenv)
+	return err == nil && e == testserver.EngineVitess
+}
+
+// SkipVitess skips t on the Vitess backend, saying why (the vtgate limitation it meets).
+func SkipVitess(t testing.TB, why string) {
+	t.Helper()
+	if Vitess() {
+		t.Skipf("mysqltest: not on vitess: %s", why)
+	}
 }

@@ -15,6 +15,12 @@
 //     localdb);
 //  4. nothing: the test is skipped, or failed when CI=true, with a message naming the options.
 //
+// MEND_TEST_ENGINE=vitess replaces all four with a private Vitess cluster (package vitessdb):
+// NewDB hands out one of its keyspaces, sharded in two with mend's schema and vschema loaded
+// at start, its tables emptied; the migrators run through vtgate (migrations.Up finds nothing
+// to do). StartPrivate skips there (no fault injection on Vitess), and a test that needs an
+// empty database or tables of its own calls SkipVitess with the vtgate limitation it meets.
+//
 // MEND_TEST_BACKEND=dsn|docker|local allows only one of them. StartPrivate never uses option 1:
 // fault tests must own the server, as a container (option 2) or a process (option 3). Call Main
 // from TestMain so the shared server is stopped and removed when the tests end; Main also

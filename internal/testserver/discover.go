@@ -10,6 +10,7 @@ import (
 
 	"github.com/mendq/mend/internal/dockerdb"
 	"github.com/mendq/mend/internal/localdb"
+	"github.com/mendq/mend/internal/vitessdb"
 )
 
 // Environment variables read by discovery.
@@ -20,7 +21,8 @@ const (
 	EnvImage = "MEND_TEST_IMAGE"
 	// EnvBackend forces one backend: dsn, docker or local.
 	EnvBackend = "MEND_TEST_BACKEND"
-	// EnvEngine picks the server product for the docker and local backends: mysql or mariadb.
+	// EnvEngine picks the server product for the docker and local backends: mysql or mariadb;
+	// vitess picks the Vitess backend (a private 2-shard cluster, see package vitessdb).
 	EnvEngine = "MEND_TEST_ENGINE"
 	// EnvCI, when true, turns "no server available" from a skip into a failure.
 	EnvCI = "CI"
@@ -30,6 +32,9 @@ const (
 const (
 	EngineMySQL   = "mysql"
 	EngineMariaDB = "mariadb"
+	// EngineVitess is a sharded Vitess cluster (vttestserver over MySQL 9.7) reached through
+	// vtgate: its own backend, BackendVitess, whatever EnvBackend says.
+	EngineVitess = "vitess"
 )
 
 // DefaultEngine is the engine used when EnvEngine is unset: MySQL, the engine the real submit
@@ -53,6 +58,7 @@ const (
 	BackendDSN    Backend = "dsn"    // an existing server named by EnvDSN
 	BackendDocker Backend = "docker" // a container started through dockertest
 	BackendLocal  Backend = "local"  // a private process from a local mariadbd/mysqld
+	BackendVitess Backend = "vitess" // a private vttestserver (EnvEngine=vitess)
 )
 
 // Choice is the outcome of discovery.
@@ -81,6 +87,7 @@ type Probes struct {
 	Pull       func(image string) error            // fetch image from its registry
 	FindBinary func(engine string) (string, error) // path of a server binary of that engine
 	LocalImage func(engine string) string          // the tag scripts/build-test-image.sh builds for engine, "" if none applies
+	FindVitess func() (string, error)              // the directory of the built Vitess binaries (EngineVitess)
 }
 
 var systemOnce struct {
@@ -107,6 +114,7 @@ func SystemProbes() Probes {
 			Pull:       func(image string) error { return dockerdb.Pull(context.Background(), image) },
 			FindBinary: localdb.FindBinaryFor,
 			LocalImage: LocalImage,
+			FindVitess: vitessdb.Find,
 		}
 	})
 	return systemOnce.p
@@ -162,10 +170,10 @@ func Engine(getenv func(string) string) (engine string, explicit bool, err error
 	switch e := strings.ToLower(strings.TrimSpace(getenv(EnvEngine))); e {
 	case "":
 		return DefaultEngine, false, nil
-	case EngineMySQL, EngineMariaDB:
+	case EngineMySQL, EngineMariaDB, EngineVitess:
 		return e, true, nil
 	default:
-		return "", false, fmt.Errorf("%s=%q: want mysql or mariadb", EnvEngine, e)
+		return "", false, fmt.Errorf("%s=%q: want mysql, mariadb or vitess", EnvEngine, e)
 	}
 }
 
@@ -183,6 +191,9 @@ func otherEngine(engine string) string {
 // binary of the engine; nothing. EnvBackend=dsn|docker|local allows only that
 // backend. EnvEngine picks the engine (see DefaultEngine).
 func Discover(p Probes) Choice {
+	if c, ok := discoverVitess(p); ok {
+		return c
+	}
 	switch b := Backend(strings.ToLower(p.Getenv(EnvBackend))); b {
 	case BackendNone:
 	case BackendDSN:
@@ -208,6 +219,9 @@ func Discover(p Probes) Choice {
 // unset and the default engine unavailable on the backend, it takes the other
 // engine and says so in Note.
 func DiscoverPrivate(p Probes) Choice {
+	if c, ok := discoverVitess(p); ok {
+		return c
+	}
 	engine, explicit, err := Engine(p.Getenv)
 	if err != nil {
 		return Choice{Fatal: true, Reason: err.Error()}
@@ -254,6 +268,23 @@ func DiscoverPrivate(p Probes) Choice {
 		c.Reason = strings.Join(notes, "; ") + ", and " + c.Reason
 	}
 	return c
+}
+
+// discoverVitess returns the Vitess backend when EnvEngine=vitess (ok true): the cache
+// directory of the built binaries, or, when they are not built, a skip (a failure under CI)
+// saying how to build them.
+func discoverVitess(p Probes) (Choice, bool) {
+	if engine, _, err := Engine(p.Getenv); err != nil || engine != EngineVitess {
+		return Choice{}, false
+	}
+	if p.FindVitess == nil {
+		return Choice{Fatal: isCI(p.Getenv), Reason: EnvEngine + "=vitess but this machine has no Vitess probe"}, true
+	}
+	dir, err := p.FindVitess()
+	if err != nil {
+		return Choice{Fatal: isCI(p.Getenv), Reason: fmt.Sprintf("%s=vitess: %v (make test-vitess runs it)", EnvEngine, err)}, true
+	}
+	return Choice{Backend: BackendVitess, Binary: dir, Engine: EngineVitess}, true
 }
 
 // pickImage returns the image of engine to run, or "" and why there is none.

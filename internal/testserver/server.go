@@ -13,6 +13,8 @@ import (
 
 	"github.com/mendq/mend/internal/dockerdb"
 	"github.com/mendq/mend/internal/localdb"
+	"github.com/mendq/mend/internal/vitessdb"
+	"github.com/mendq/mend/migrations"
 )
 
 // ErrNotOwned is returned by the fault methods on a server the caller does
@@ -33,6 +35,7 @@ type Server struct {
 
 	local  *localdb.Server
 	docker *dockerdb.Server
+	vitess *vitessdb.Server
 
 	closeOnce sync.Once
 	closeErr  error
@@ -84,10 +87,32 @@ func start(ctx context.Context, c Choice) (*Server, error) {
 			return nil, errors.Join(err, l.Close())
 		}
 		return &Server{backend: BackendLocal, flavor: l.Flavor, cfg: cfg, local: l, startedIn: time.Since(begin)}, nil
+	case BackendVitess:
+		schema, err := vitessdb.MendSchema()
+		if err != nil {
+			return nil, fmt.Errorf("testserver: %w", err)
+		}
+		v, err := vitessdb.Start(ctx, vitessdb.Config{VitessDir: c.Binary, Schema: schema, VSchema: migrations.VSchema, DirPrefix: "mend-testserver-vitess-"})
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := mysql.ParseDSN(v.DSN(""))
+		if err != nil {
+			return nil, errors.Join(err, v.Close())
+		}
+		return &Server{backend: BackendVitess, flavor: EngineMySQL, cfg: cfg, vitess: v, startedIn: time.Since(begin)}, nil
 	default:
 		return nil, fmt.Errorf("testserver: %s", c.Reason)
 	}
 }
+
+// ErrVitess is returned by the fault methods on a Vitess server: its mysqld and vtcombo are
+// not killed, paused or restarted from here, so the fault suites skip there.
+var ErrVitess = fmt.Errorf("testserver: fault injection is %w", vitessdb.ErrUnsupported)
+
+// Vitess returns the Vitess cluster behind a BackendVitess server (its keyspace pool and the
+// mysqld under it), nil for other backends.
+func (s *Server) Vitess() *vitessdb.Server { return s.vitess }
 
 // identify reads the server's product and version from VERSION(): tests and
 // the end-of-run report name what really answered, not what was asked for.
@@ -176,6 +201,9 @@ func (s *Server) Dir() string {
 	if s.local != nil {
 		return s.local.Dir
 	}
+	if s.vitess != nil {
+		return s.vitess.Dir
+	}
 	return ""
 }
 
@@ -200,6 +228,8 @@ func (s *Server) String() string {
 // acknowledged commit. Returns an error on a server not owned or not running.
 func (s *Server) Kill() error {
 	switch {
+	case s.vitess != nil:
+		return ErrVitess
 	case s.local != nil:
 		return s.local.Kill()
 	case s.docker != nil:
@@ -212,6 +242,8 @@ func (s *Server) Kill() error {
 // but nothing is answered. Returns an error on a server not owned or not running.
 func (s *Server) Pause() error {
 	switch {
+	case s.vitess != nil:
+		return ErrVitess
 	case s.local != nil:
 		return s.local.Pause()
 	case s.docker != nil:
@@ -223,6 +255,8 @@ func (s *Server) Pause() error {
 // Resume continues a paused server. Returns an error on a server not owned or not running.
 func (s *Server) Resume() error {
 	switch {
+	case s.vitess != nil:
+		return ErrVitess
 	case s.local != nil:
 		return s.local.Resume()
 	case s.docker != nil:
@@ -235,6 +269,8 @@ func (s *Server) Resume() error {
 // until it answers; a running server is first stopped gracefully.
 func (s *Server) Restart(ctx context.Context) error {
 	switch {
+	case s.vitess != nil:
+		return ErrVitess
 	case s.local != nil:
 		return s.local.Restart(ctx)
 	case s.docker != nil:
@@ -247,6 +283,8 @@ func (s *Server) Restart(ctx context.Context) error {
 // EnvDSN server is always taken to be running.
 func (s *Server) Running() bool {
 	switch {
+	case s.vitess != nil:
+		return s.vitess.Running()
 	case s.local != nil:
 		return s.local.Running()
 	case s.docker != nil:
@@ -259,6 +297,8 @@ func (s *Server) Running() bool {
 // log's tail, or returns nil.
 func (s *Server) Crash() error {
 	switch {
+	case s.vitess != nil:
+		return s.vitess.Crash()
 	case s.local != nil:
 		return s.local.Crash()
 	case s.docker != nil:
@@ -277,6 +317,8 @@ func (s *Server) Close() error {
 			s.closeErr = s.local.Close()
 		case s.docker != nil:
 			s.closeErr = s.docker.Close()
+		case s.vitess != nil:
+			s.closeErr = s.vitess.Close()
 		}
 	})
 	return s.closeErr
