@@ -2,9 +2,7 @@ package storage_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -58,30 +56,11 @@ func TestEngineAndForeignViewDefiners(t *testing.T) {
 	}
 }
 
-// sqlAs creates an account with grants on db (%s is the database) and
-// returns a pool logged in as it; both go away with the test.
+// sqlAs returns a pool logged in as a new account holding grants on db
+// (see mysqltest.DB.User), closed when the test ends.
 func sqlAs(t *testing.T, db *mysqltest.DB, grants ...string) *sql.DB {
 	t.Helper()
-	root := db.SQL(t)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "mend_u_" + hex.EncodeToString(b[:])
-	account := "'" + name + "'@'%'"
-	if _, err := root.Exec("CREATE USER " + account + " IDENTIFIED BY 'pw'"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = root.Exec("DROP USER " + account) })
-	for _, g := range grants {
-		if _, err := root.Exec("GRANT " + strings.ReplaceAll(g, "%s", "`"+db.Name+"`") + " TO " + account); err != nil {
-			t.Fatalf("GRANT %s: %v", g, err)
-		}
-	}
-	cfg, err := mysql.ParseDSN(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.User, cfg.Passwd = name, "pw"
-	u, err := sql.Open("mysql", cfg.FormatDSN())
+	u, err := sql.Open("mysql", db.User(t, grants...))
 	if err != nil {
 		t.Fatal(err)
 	}

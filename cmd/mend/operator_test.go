@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -60,35 +58,11 @@ func opsMust(t *testing.T, args ...string) opsResult {
 	return r
 }
 
-// opsUser creates an account on db's server holding grants (each "PRIVS ON
-// target", %s standing for the database name), dropped when the test ends,
-// and returns db's DSN logged in as it.
+// opsUser creates an account on db's server holding grants (see
+// mysqltest.DB.User) and returns db's DSN logged in as it.
 func opsUser(t *testing.T, db *mysqltest.DB, grants ...string) string {
 	t.Helper()
-	root, err := sql.Open("mysql", db.Server.RootDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = root.Close() })
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "mend_ops_" + hex.EncodeToString(b[:])
-	account := "'" + name + "'@'%'"
-	if _, err := root.Exec("CREATE USER " + account + " IDENTIFIED BY 'ops-pw'"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = root.Exec("DROP USER " + account) })
-	for _, g := range grants {
-		if _, err := root.Exec("GRANT " + strings.ReplaceAll(g, "%s", "`"+db.Name+"`") + " TO " + account); err != nil {
-			t.Fatalf("GRANT %s: %v", g, err)
-		}
-	}
-	cfg, err := mysql.ParseDSN(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.User, cfg.Passwd = name, "ops-pw"
-	return cfg.FormatDSN()
+	return db.User(t, grants...)
 }
 
 // The grants of docs/operations.md, on one database holding mend's tables

@@ -10,9 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend/internal/testserver"
 )
@@ -361,4 +364,37 @@ func SkipVitess(t testing.TB, why string) {
 	if Vitess() {
 		t.Skipf("mysqltest: not on vitess: %s", why)
 	}
+}
+
+// User creates an account on d's server holding grants (each "PRIVS ON
+// target", %s standing for d's quoted database name), dropped when the test
+// ends, and returns d's DSN logged in as it: least-privilege tests run mend
+// as the documented users with exactly these grants.
+func (d *DB) User(t testing.TB, grants ...string) string {
+	t.Helper()
+	root, err := sql.Open("mysql", d.Server.RootDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = root.Close() })
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails
+	name := "mend_u_" + hex.EncodeToString(b[:])
+	account := "'" + name + "'@'%'"
+	const password = "mend-test-pw"
+	if _, err := root.Exec("CREATE USER " + account + " IDENTIFIED BY '" + password + "'"); err != nil {
+		t.Fatalf("mysqltest: create user on %s: %v", d.Server.Addr(), err)
+	}
+	t.Cleanup(func() { _, _ = root.Exec("DROP USER " + account) })
+	for _, g := range grants {
+		if _, err := root.Exec("GRANT " + strings.ReplaceAll(g, "%s", "`"+d.Name+"`") + " TO " + account); err != nil {
+			t.Fatalf("mysqltest: GRANT %s: %v", g, err)
+		}
+	}
+	cfg, err := mysql.ParseDSN(d.DSN)
+	if err != nil {
+		t.Fatalf("mysqltest: parse dsn: %v", err)
+	}
+	cfg.User, cfg.Passwd = name, password
+	return testserver.FormatDSN(cfg, cfg.DBName)
 }
