@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -100,7 +99,7 @@ func (d *DB) PruneDone(ctx context.Context, retention time.Duration, limit int) 
 		ids := byQueue[q]
 		var n int64
 		err := d.withTx(ctx, "PruneDone", "", func(ctx context.Context, tx *sqlx.Tx) error {
-			marks := strings.TrimSuffix(strings.Repeat("?,", len(ids)), ",")
+			marks := placeholders(len(ids))
 			var locked [][]byte
 			if err := tx.SelectContext(ctx, &locked, fmt.Sprintf(sqlPruneLock, marks), append([]any{q}, ids...)...); err != nil {
 				return fmt.Errorf("lock records: %w", err)
@@ -108,7 +107,7 @@ func (d *DB) PruneDone(ctx context.Context, retention time.Duration, limit int) 
 			if len(locked) == 0 {
 				return nil // all changed state since they were listed
 			}
-			marks = strings.TrimSuffix(strings.Repeat("?,", len(locked)), ",")
+			marks = placeholders(len(locked))
 			args := []any{q}
 			for _, id := range locked {
 				args = append(args, id)

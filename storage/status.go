@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mendq/mend"
@@ -288,4 +289,66 @@ func (d *DB) RepairLatency(ctx context.Context, window time.Duration, worst int)
 		out.Worst = append(out.Worst, QueueLatency{Queue: string(r.Queue), Count: r.N, Max: time.Duration(r.Max) * time.Microsecond})
 	}
 	return out, nil
+}
+
+// failureKinds are the events that record a failed attempt: a host step
+// that failed (attempt_failed) and a wake-up publish that failed
+// (wake_failed).
+const sqlRecordFailures = `-- name: RecordFailures
+SELECT record_id, COUNT(*) FROM mend_events
+WHERE queue IN (%s) AND record_id IN (%s) AND kind IN ('attempt_failed', 'wake_failed')
+GROUP BY record_id`
+
+// recordFailuresChunk bounds one RecordFailures statement's IN lists.
+const recordFailuresChunk = 500
+
+// RecordFailures counts each record's failed attempts over its whole life,
+// from its events. A record's Attempts is the tries of its current step
+// (it is the backoff and parking counter and starts again when the outcome
+// settles), so it undercounts a record that failed in more than one step;
+// this is the number an operator asks for. Records without failures are
+// absent from the map. One statement per 500 records, read through the
+// events' primary key.
+func (d *DB) RecordFailures(ctx context.Context, recs []mend.Record) (map[mend.RecordID]int, error) {
+	out := make(map[mend.RecordID]int)
+	for len(recs) > 0 {
+		chunk := recs[:min(len(recs), recordFailuresChunk)]
+		recs = recs[len(chunk):]
+		queues := map[string]bool{}
+		var qargs, idargs []any
+		for _, r := range chunk {
+			if !queues[r.Source.Queue] {
+				queues[r.Source.Queue] = true
+				qargs = append(qargs, r.Source.Queue)
+			}
+			idargs = append(idargs, r.ID[:])
+		}
+		q := fmt.Sprintf(sqlRecordFailures, placeholders(len(qargs)), placeholders(len(idargs)))
+		rows, err := d.db.QueryContext(ctx, q, append(qargs, idargs...)...)
+		if err != nil {
+			return nil, fmt.Errorf("storage: count failures: %w", translate(err))
+		}
+		for rows.Next() {
+			var raw []byte
+			var n int
+			if err := rows.Scan(&raw, &n); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("storage: count failures: %w", err)
+			}
+			var id mend.RecordID
+			copy(id[:], raw)
+			out[id] = n
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("storage: count failures: %w", translate(err))
+		}
+	}
+	return out, nil
+}
+
+// placeholders is n comma-separated "?" marks, for an IN list.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
 }

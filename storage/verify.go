@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -311,7 +310,7 @@ func (d *DB) verifyEvents(ctx context.Context, recs []verifyRecord) (map[string]
 	for i := range recs {
 		args[i] = recs[i].RecordID
 	}
-	q := fmt.Sprintf(sqlVerifyEvents, strings.TrimSuffix(strings.Repeat("?,", len(recs)), ","))
+	q := fmt.Sprintf(sqlVerifyEvents, placeholders(len(recs)))
 	var evs []verifyEvent
 	if err := d.db.SelectContext(ctx, &evs, q, args...); err != nil {
 		return nil, fmt.Errorf("storage: verify: read events: %w", translate(err))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mendq/mend"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
@@ -144,4 +145,98 @@ func TestListCommandsOutputsAndFilters(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Issue 19, Why "Smaller": ATTEMPTS showed 1 after three failures, because
+// the planner's per-step counter starts again when the outcome settles.
+// Listings now show FAILURES, every failed attempt of the record's life
+// (from its events), and -o wide the step's TRIES beside it.
+func TestFailuresCountEveryStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := mysqltest.NewDB(t, migrations.Up)
+	out := opsMust(t, recordArgs(db.DSN, "m", speculatePayload)...)
+	id := recordIDRE.FindString(out.stdout)
+	store, err := storage.Open(ctx, db.DSN, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	term, err := store.LeaseAcquire(ctx, "q", "planner", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := store.RecordsList(ctx, "q", 1)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("RecordsList = %v, %v", recs, err)
+	}
+	rec := recs[0]
+	// What the planner writes for: the batch read failing twice, the
+	// outcome settling, then the wake-up's publish failing once.
+	for _, step := range []struct {
+		kind     mend.EventKind
+		state    mend.State
+		attempts int
+	}{
+		{mend.EventAttemptFailed, mend.StatePending, 1},
+		{mend.EventAttemptFailed, mend.StatePending, 2},
+		{mend.EventSettled, mend.StateSettled, 0},
+		{mend.EventWakeFailed, mend.StateSettled, 1},
+	} {
+		v, err := store.RecordAppend(ctx, mend.AppendParams{Source: rec.Source, RecordID: rec.ID, Version: rec.Version, Fence: &term,
+			Kind: step.kind, Actor: "planner", OpID: mend.NewOpID(), Epoch: term.Epoch, State: step.state, Attempts: step.attempts,
+			LastError: "boom"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Version = v
+	}
+
+	t.Run("list", func(t *testing.T) {
+		t.Parallel()
+		r := opsMust(t, "inspect", "--dsn", db.DSN, "--queue", "q")
+		head, row := fieldsOf(t, r.stdout)
+		if got := row[indexOf(head, "FAILURES")]; got != "3" {
+			t.Errorf("FAILURES = %q; want 3 (two batch reads and one publish failed)\n%s", got, r.stdout)
+		}
+		r = opsMust(t, "inspect", "--dsn", db.DSN, "--queue", "q", "-o", "wide")
+		head, row = fieldsOf(t, r.stdout)
+		if f, tr := row[indexOf(head, "FAILURES")], row[indexOf(head, "TRIES")]; f != "3" || tr != "1" {
+			t.Errorf("-o wide FAILURES, TRIES = %q, %q; want 3, 1\n%s", f, tr, r.stdout)
+		}
+		var rows []map[string]any
+		r = opsMust(t, "inspect", "--dsn", db.DSN, "--queue", "q", "-o", "json")
+		if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 1 || rows[0]["failures"] != 3.0 || rows[0]["attempts"] != 1.0 {
+			t.Errorf("-o json = %s, %v; want failures 3, attempts 1", r.stdout, err)
+		}
+	})
+	t.Run("one record", func(t *testing.T) {
+		t.Parallel()
+		r := opsMust(t, "inspect", "--dsn", db.DSN, "--record", id)
+		if !strings.Contains(r.stdout, "failures:   3 in all; 1 tries in this step") {
+			t.Errorf("inspect --record =\n%s; want the failures line", r.stdout)
+		}
+	})
+}
+
+// fieldsOf splits a two-line table (header, one row) into columns; the
+// columns used by the caller hold no spaces, and the header's multi-word
+// names are joined first.
+func fieldsOf(t *testing.T, table string) (head, row []string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want a header and one row:\n%s", table)
+	}
+	h := strings.NewReplacer("MESSAGE ID", "MESSAGE_ID", "CREATED (UTC)", "CREATED", "NEXT TRY (UTC)", "NEXT_TRY", "LAST ERROR", "LAST_ERROR").Replace(lines[0])
+	return strings.Fields(h), strings.Fields(lines[1])
+}
+
+func indexOf(list []string, s string) int {
+	for i, v := range list {
+		if v == s {
+			return i
+		}
+	}
+	return len(list) // out of range: the caller's lookup fails loudly
 }

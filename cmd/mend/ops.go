@@ -488,16 +488,19 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 // ---- inspect ----
 
 type recordJSON struct {
-	ID            string         `json:"record_id"`
-	Queue         string         `json:"queue"`
-	Topic         string         `json:"topic"`
-	Partition     string         `json:"partition"`
-	MessageID     string         `json:"message_id"`
-	BatchID       string         `json:"batch_id"`
-	Desired       string         `json:"desired_outcome"`
-	State         string         `json:"state"`
-	Version       int64          `json:"version"`
-	Attempts      int            `json:"attempts"`
+	ID        string `json:"record_id"`
+	Queue     string `json:"queue"`
+	Topic     string `json:"topic"`
+	Partition string `json:"partition"`
+	MessageID string `json:"message_id"`
+	BatchID   string `json:"batch_id"`
+	Desired   string `json:"desired_outcome"`
+	State     string `json:"state"`
+	Version   int64  `json:"version"`
+	Attempts  int    `json:"attempts"` // tries of the current step (backoff and parking counter)
+	// Failures is every failed attempt of the record's life (listings and
+	// history only; omitted where it was not counted).
+	Failures      *int           `json:"failures,omitempty"`
 	NextAttemptAt *time.Time     `json:"next_attempt_at"`
 	LastError     string         `json:"last_error"`
 	Epoch         int64          `json:"epoch"`
@@ -623,20 +626,20 @@ func newInspectCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.printRecordList(f.json, f.listOpts(), "state "+*state, recs)
+				return a.printRecordList(ctx, store, f.json, f.listOpts(), "state "+*state, recs)
 			default:
 				recs, err := store.RecordsList(ctx, *queue, *limit)
 				if err != nil {
 					return err
 				}
-				return a.printRecordList(f.json, f.listOpts(), "queue "+strconv.Quote(*queue), recs)
+				return a.printRecordList(ctx, store, f.json, f.listOpts(), "queue "+strconv.Quote(*queue), recs)
 			}
 			evs, err := store.RecordHistory(ctx, rec.Source.Queue, rec.ID)
 			if err != nil {
 				return err
 			}
 			if f.json {
-				return writeJSON(a.stdout, map[string]any{"record": toRecordJSON(rec), "events": toEventsJSON(evs)})
+				return writeJSON(a.stdout, map[string]any{"record": withFailures(toRecordJSON(rec), countFailures(evs)), "events": toEventsJSON(evs)})
 			}
 			return printHistory(a.stdout, rec, evs)
 		})
@@ -645,7 +648,7 @@ func newInspectCmd(a *app) *cobra.Command {
 
 // printHistory prints a record and its events for people.
 func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
-	printRecord(w, rec)
+	printRecord(w, rec, countFailures(evs))
 	fmt.Fprintln(w, "history:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  SEQ\tAT (UTC)\tKIND\tEPOCH\tACTOR\tDATA")
@@ -657,11 +660,19 @@ func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
 
 // printRecordList prints records; -o wide adds the partition, version and
 // next attempt, and the whole last error.
-func (a *app) printRecordList(asJSON bool, o listOpts, what string, recs []mend.Record) error {
+//
+// FAILURES is every failed attempt of the record's life, counted from its
+// events; TRIES (wide) is the current step's counter that backoff and
+// --max-attempts use, which starts again when the outcome settles.
+func (a *app) printRecordList(ctx context.Context, store *storage.DB, asJSON bool, o listOpts, what string, recs []mend.Record) error {
+	failures, err := store.RecordFailures(ctx, recs)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		out := make([]recordJSON, len(recs))
 		for i, r := range recs {
-			out[i] = toRecordJSON(r)
+			out[i] = withFailures(toRecordJSON(r), failures[r.ID])
 		}
 		return writeJSON(a.stdout, out)
 	}
@@ -673,9 +684,9 @@ func (a *app) printRecordList(asJSON bool, o listOpts, what string, recs []mend.
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	if o.wide {
-		o.header(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILURES\tTRIES\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
 	} else {
-		o.header(tw, "RECORD\tQUEUE\tSTATE\tATTEMPTS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILURES\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
 	}
 	for _, r := range recs {
 		if o.wide {
@@ -683,22 +694,25 @@ func (a *app) printRecordList(asJSON bool, o listOpts, what string, recs []mend.
 			if r.NextAttemptAt != nil {
 				next = r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, failures[r.ID], r.Attempts, r.Source.Topic,
 				r.Source.Partition, r.Source.MessageID, r.Target.BatchID, r.Version, r.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), next, oneLine(r.LastError))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, r.Attempts, r.Source.Topic, r.Source.MessageID,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, failures[r.ID], r.Source.Topic, r.Source.MessageID,
 			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
 	}
 	return tw.Flush()
 }
 
-func printRecord(w io.Writer, r mend.Record) {
+// printRecord prints a record for people; failures is its failed attempts
+// over its whole life (see printRecordList).
+func printRecord(w io.Writer, r mend.Record, failures int) {
 	fmt.Fprintf(w, "record %s\n", r.ID)
 	fmt.Fprintf(w, "  queue:      %s\n", r.Source.Queue)
 	fmt.Fprintf(w, "  source:     topic %q, partition %q, message ID %q\n", r.Source.Topic, r.Source.Partition, r.Source.MessageID)
 	fmt.Fprintf(w, "  target:     batch %q, desired outcome %q\n", r.Target.BatchID, r.Target.Desired)
-	fmt.Fprintf(w, "  state:      %s for %s (version %d, attempts %d, last epoch %d)\n", r.State, fmtAge(r.StateAge), r.Version, r.Attempts, r.Epoch)
+	fmt.Fprintf(w, "  state:      %s for %s (version %d, last epoch %d)\n", r.State, fmtAge(r.StateAge), r.Version, r.Epoch)
+	fmt.Fprintf(w, "  failures:   %d in all; %d tries in this step (parks at --max-attempts)\n", failures, r.Attempts)
 	if r.NextAttemptAt != nil {
 		fmt.Fprintf(w, "  next try:   %s UTC\n", r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000"))
 	}
@@ -706,6 +720,23 @@ func printRecord(w io.Writer, r mend.Record) {
 		fmt.Fprintf(w, "  last error: %s\n", clipLine(r.LastError, 300))
 	}
 	fmt.Fprintf(w, "  dead letter: failed %d times, last error %q\n", r.Snapshot.FailureCount, clipLine(r.Snapshot.LastError, 200))
+}
+
+func withFailures(j recordJSON, n int) recordJSON {
+	j.Failures = &n
+	return j
+}
+
+// countFailures counts the failed attempts in a record's history, as
+// storage.RecordFailures does in SQL.
+func countFailures(evs []mend.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == mend.EventAttemptFailed || e.Kind == mend.EventWakeFailed {
+			n++
+		}
+	}
+	return n
 }
 
 func compactJSON(b []byte) string {
