@@ -121,11 +121,15 @@ FROM mend_leases WHERE queue = ? FOR UPDATE`
 // The second packet of an acquire, with the row locked by the first: close
 // the term being replaced at the moment it ran out by the database clock
 // (so history terms never overlap), take the row with the next epoch,
-// report whether the take matched, and open the new term in history.
+// report whether the take matched, and open the new term in history. The
+// history row is reached through subqueries on the lease row by queue, not
+// an UPDATE ... JOIN: Vitess (v0.24) splits an UPDATE with a JOIN into a
+// locking read and a second UPDATE it sends to every shard, where these
+// single-table statements with same-queue subqueries go whole to one shard.
 const sqlLeaseTake = `-- name: LeaseTake
-UPDATE mend_lease_history h JOIN mend_leases l ON h.queue = l.queue AND h.epoch = l.epoch
-SET h.ended_at = l.expires_at, h.ended_how = 'expired'
-WHERE l.queue = ? AND h.ended_at IS NULL;
+UPDATE mend_lease_history
+SET ended_at = (SELECT expires_at FROM mend_leases WHERE queue = ?), ended_how = 'expired'
+WHERE queue = ? AND epoch = (SELECT epoch FROM mend_leases WHERE queue = ?) AND ended_at IS NULL;
 UPDATE mend_leases SET
 	holder = ?,
 	epoch = epoch + 1,
@@ -180,7 +184,7 @@ func (d *DB) LeaseAcquire(ctx context.Context, queue, holder string, ttl time.Du
 		// A duplicate (queue, epoch) in history would mean an epoch
 		// reused: the lease row was deleted by hand. The error refuses
 		// rather than fork history.
-		if err := tx.query(ctx, sqlLeaseTake, []any{queue, holder, ttl.Microseconds(), queue, cur.Epoch, queue}, scanOne(&taken)); err != nil {
+		if err := tx.query(ctx, sqlLeaseTake, []any{queue, queue, queue, holder, ttl.Microseconds(), queue, cur.Epoch, queue}, scanOne(&taken)); err != nil {
 			return fmt.Errorf("take lease: %w", err)
 		}
 		if taken.N != 1 {
@@ -248,24 +252,46 @@ func (d *DB) execCurrentTerm(ctx context.Context, query string, args ...any) err
 	return nil
 }
 
-// One statement ends the term in the lease row and in history, both at the
-// same NOW(6).
+// One packet ends the term in the lease row and then in history, both at
+// the same NOW(6) (history copies the lease row's new expires_at), in one
+// transaction, and reports whether it did. Single-table UPDATEs, with the
+// lease row reached by a same-queue subquery: see sqlLeaseTake for why not
+// one UPDATE ... JOIN of both tables.
 const sqlLeaseRelease = `-- name: LeaseRelease
-UPDATE mend_leases l JOIN mend_lease_history h ON h.queue = l.queue AND h.epoch = l.epoch
-SET l.expires_at = NOW(6), l.transitions = l.transitions + 1, h.ended_at = NOW(6), h.ended_how = 'released'
-WHERE l.queue = ? AND l.holder = ? AND l.epoch = ? AND l.expires_at > NOW(6)`
+START TRANSACTION;
+UPDATE mend_leases SET expires_at = NOW(6), transitions = transitions + 1
+WHERE queue = ? AND holder = ? AND epoch = ? AND expires_at > NOW(6);
+SET @mend_changed = ROW_COUNT();
+UPDATE mend_lease_history
+SET ended_at = (SELECT expires_at FROM mend_leases WHERE queue = ?), ended_how = 'released'
+WHERE queue = ? AND epoch = ? AND @mend_changed = 1;
+SELECT @mend_changed AS changed`
 
 // LeaseRelease ends term now, so the next acquire need not wait for it to
 // expire. The epoch is kept: the next term gets a higher one.
 //
 // Returns ErrLeaseLost if term is not the current, unexpired term; nothing
 // is changed then (a newer term is never touched). A caller that is
-// stepping back may ignore that error. Returns ErrInvalid for a bad term.
+// stepping back may ignore that error. Returns ErrInvalid for a bad term,
+// and an error matching ErrAmbiguous if the COMMIT's outcome is unknown.
 func (d *DB) LeaseRelease(ctx context.Context, term mend.Term) error {
 	if err := validateTerm(term); err != nil {
 		return err
 	}
-	if err := d.execCurrentTerm(ctx, sqlLeaseRelease, term.Queue, term.Holder, term.Epoch); err != nil {
+	err := d.withBatchTx(ctx, "LeaseRelease", "", func(ctx context.Context, tx *batchTx) error {
+		var changed struct {
+			N int64 `db:"changed"`
+		}
+		args := []any{term.Queue, term.Holder, term.Epoch, term.Queue, term.Queue, term.Epoch}
+		if err := tx.query(ctx, sqlLeaseRelease, args, scanOne(&changed)); err != nil {
+			return err
+		}
+		if changed.N == 0 {
+			return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("storage: release lease (%s): %w", term, err)
 	}
 	return nil
