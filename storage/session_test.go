@@ -32,13 +32,16 @@ func sessionsHold(t *testing.T, pool *sql.DB, n int, lockWait int) {
 		}
 		conns = append(conns, c)
 		var autocommit, rowWait, mdlWait int
-		var mode, tz, client, conn, results, coll string
+		var mode, tz, client, conn, results, coll, version string
 		err = c.QueryRowContext(ctx, `SELECT @@SESSION.autocommit, @@SESSION.sql_mode, @@SESSION.time_zone,
 			@@SESSION.character_set_client, @@SESSION.character_set_connection, @@SESSION.character_set_results,
-			@@SESSION.collation_connection, @@SESSION.innodb_lock_wait_timeout, @@SESSION.lock_wait_timeout`).
-			Scan(&autocommit, &mode, &tz, &client, &conn, &results, &coll, &rowWait, &mdlWait)
+			@@SESSION.collation_connection, @@SESSION.innodb_lock_wait_timeout, @@SESSION.lock_wait_timeout, @@version`).
+			Scan(&autocommit, &mode, &tz, &client, &conn, &results, &coll, &rowWait, &mdlWait, &version)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if mysqlx.IsVTGate(version) {
+			mdlWait = lockWait // vtgate keeps lock_wait_timeout as its own (mysqlx.VTGateOwn)
 		}
 		if autocommit != 1 || !strings.Contains(mode, "STRICT_ALL_TABLES") || tz != "+00:00" ||
 			client != "utf8mb4" || conn != "utf8mb4" || results != "utf8mb4" || !strings.HasPrefix(coll, "utf8mb4_") ||
@@ -192,6 +195,7 @@ func TestCraftedPayloadUnderMultibyteCharsets(t *testing.T) {
 		return n > 0
 	}
 	t.Run("negative control: a raw gbk pool runs the payload", func(t *testing.T) {
+		mysqltest.SkipVitess(t, "vtgate parses every query itself and sends the tablets its own rendering, so the gbk byte trick never reaches a server as a second statement: the control cannot reproduce the injection there (mend's own pools are checked above and below as everywhere)")
 		if _, err := admin.ExecContext(ctx, "CREATE TABLE probe (b VARBINARY(200))"); err != nil {
 			t.Fatal(err)
 		}

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
+	"maps"
+	"slices"
 	"strings"
 
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 )
 
@@ -18,6 +21,21 @@ func checkEngine(ctx context.Context, db *sql.DB) []check {
 		return []check{{Name: "engine", Status: checkFail, Detail: err.Error()}}
 	}
 	checks := []check{{Name: "engine", Status: checkOK, Detail: e.Product + " " + e.Version}}
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT @@version").Scan(&version); err == nil && mysqlx.IsVTGate(version) {
+		// Through vtgate the session check passes over the variables vtgate
+		// keeps as its own; say what bounds the same thing there.
+		names := slices.Sorted(maps.Keys(mysqlx.VTGateOwn))
+		var notes []string
+		for _, n := range names {
+			notes = append(notes, n+": "+mysqlx.VTGateOwn[n])
+		}
+		checks = append(checks, check{Name: "vtgate", Status: checkWarn,
+			Detail: "connected through vtgate (" + version + "), which keeps " + strings.Join(names, " and ") +
+				" as its own instead of setting them on the tablets' sessions: " + strings.Join(notes, "; "),
+			Fix: "set vttablet's --queryserver-config-transaction-timeout below mend's --lease-ttl (docs/scaling.md)"})
+		return checks
+	}
 	if e.MariaDB() {
 		return checks
 	}

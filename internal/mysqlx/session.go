@@ -316,9 +316,36 @@ func (e *SessionError) Error() string {
 	return fmt.Sprintf("mysqlx: session variable %s is %q after mend set it to %q%s; mend's guarantees depend on it (look for a proxy or server setting that rewrites sessions)", e.Variable, e.Got, e.Want, e.ServerNote)
 }
 
+// VTGateOwn are the session variables mend sets that vtgate, Vitess's
+// query router, keeps as its own instead of applying them to the MySQL
+// sessions of its tablets (measured on v0.24: the SET is accepted and
+// @@SESSION answers the tablet's default), each with what bounds the same
+// thing there. Every other variable mend forces (autocommit, sql_mode,
+// time_zone, the character sets, the isolation level,
+// innodb_lock_wait_timeout) does reach the tablets' sessions, and is
+// checked through vtgate like on one server.
+var VTGateOwn = map[string]string{
+	// A hung client's open transaction is ended by the tablet's
+	// transaction killer, not by the server's idle timeout.
+	"wait_timeout": "the tablet's --queryserver-config-transaction-timeout ends a hung writer's transaction; keep it under the lease TTL",
+	// Metadata lock waits concern DDL; mend's statements are bounded by
+	// their context and the driver's I/O timeout as well.
+	"lock_wait_timeout": "metadata lock waits are bounded by the statement's context and the driver's I/O timeout",
+}
+
+// IsVTGate reports whether a server's @@version is vtgate's ("8.4.6-Vitess").
+func IsVTGate(version string) bool { return strings.HasSuffix(version, "-Vitess") }
+
 // CheckSession reads, on one session of db, every variable Config forced
 // through cfg's parameters and reports the first that does not hold as a
 // *SessionError. It also answers whether the pool can connect at all.
+//
+// Through vtgate (IsVTGate) the variables of VTGateOwn are not compared,
+// and collation_connection need only be a utf8mb4 collation: vtgate
+// answers with its own (utf8mb4_0900_ai_ci) whatever the client set, and
+// mend's identities live in binary columns, so no comparison mend relies on
+// depends on the connection's collation, only on its character set, which
+// is checked as everywhere.
 func CheckSession(ctx context.Context, db *sql.DB, cfg *mysql.Config) error {
 	names := make([]string, 0, len(cfg.Params))
 	for k := range cfg.Params {
@@ -326,22 +353,32 @@ func CheckSession(ctx context.Context, db *sql.DB, cfg *mysql.Config) error {
 	}
 	// A stable order, so the first mismatch reported is always the same.
 	slices.Sort(names)
-	cols := make([]string, len(names))
+	cols := make([]string, len(names), len(names)+1)
 	for i, n := range names {
 		cols[i] = "@@SESSION." + n
 	}
-	got := make([]sql.NullString, len(names))
-	dest := make([]any, len(names))
+	cols = append(cols, "@@version") // vtgate answers this itself; VERSION() would be a tablet's
+	got := make([]sql.NullString, len(cols))
+	dest := make([]any, len(cols))
 	for i := range got {
 		dest[i] = &got[i]
 	}
 	if err := db.QueryRowContext(ctx, "SELECT "+strings.Join(cols, ", ")).Scan(dest...); err != nil {
 		return err
 	}
+	vtgate := IsVTGate(got[len(names)].String)
 	for i, n := range names {
-		if !sameSetting(n, got[i].String, cfg.Params[n]) {
-			return &SessionError{Variable: n, Got: got[i].String, Want: strings.Trim(cfg.Params[n], "'")}
+		switch {
+		case vtgate && VTGateOwn[n] != "":
+			continue
+		case vtgate && n == "collation_connection":
+			if strings.HasPrefix(strings.ToLower(got[i].String), SessionCharset+"_") {
+				continue
+			}
+		case sameSetting(n, got[i].String, cfg.Params[n]):
+			continue
 		}
+		return &SessionError{Variable: n, Got: got[i].String, Want: strings.Trim(cfg.Params[n], "'")}
 	}
 	return nil
 }
