@@ -111,6 +111,9 @@ type DB struct {
 	db         *sqlx.DB
 	retries    int
 	maxPayload int
+	// vtgate: the store talks to Vitess's vtgate, where a transaction must
+	// stay on one shard (one queue); see RecordCreateMany.
+	vtgate bool
 
 	// beforeCommit, when set (tests only), runs just before COMMIT is sent.
 	beforeCommit func(op string)
@@ -188,6 +191,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	vars, err := serverVars(ctx, d.db.DB)
 	if err == nil {
 		err = errors.Join(checkMultiPrimary(vars), checkBinlog(vars))
+	}
+	if err == nil {
+		var version string
+		err = d.db.QueryRowContext(ctx, "SELECT @@version").Scan(&version)
+		d.vtgate = mysqlx.IsVTGate(version)
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("storage: %w", err), sqlDB.Close())

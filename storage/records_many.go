@@ -45,6 +45,11 @@ const createManyRead = `SELECT ` + recordColumns + ` FROM mend_records WHERE `
 // the rows it inserted, the read back), and one COMMIT for the lot. It
 // returns one result per item of ps, in order.
 //
+// Through vtgate (Vitess), where a transaction must stay on one shard, each
+// queue's items are one transaction instead: an error can then leave some
+// queues' records created and others not, which a retry of the whole batch
+// repairs (creation is idempotent per source identity).
+//
 // Every item gets RecordCreate's guarantees: the first writer's record is
 // kept and returned, a record gets exactly one created event, and the
 // stored identity is compared with the asked one byte for byte. Items that
@@ -106,110 +111,138 @@ func (d *DB) RecordCreateMany(ctx context.Context, ps []CreateParams) ([]mend.Cr
 	slices.SortFunc(items, func(a, b *item) int {
 		return cmp.Or(strings.Compare(a.c.p.Source.Queue, b.c.p.Source.Queue), bytes.Compare(a.c.key[:], b.c.key[:]))
 	})
-	var chunks [][]*item
-	for start := 0; start < len(items); {
-		end, size := start, 0
-		for end < len(items) && end-start < createManyRows && (end == start || size+items[end].c.size() <= createManyBytes) {
-			size += items[end].c.size()
-			end++
-		}
-		chunks = append(chunks, items[start:end])
-		start = end
-	}
-
 	out := make([]mend.CreateResult, len(items))
 	pos := make(map[*item]int, len(items))
 	for i, it := range items {
 		pos[it] = i
 	}
-	errOpIDTaken := errors.New("an op id of the batch is already used")
-	err := d.withBatchTx(ctx, "RecordCreateMany", items[0].c.p.OpID, func(ctx context.Context, tx *batchTx) error {
-		for n, chunk := range chunks {
-			ids := make([]mend.RecordID, len(chunk))
-			var q strings.Builder
-			var args []any
-			if n == 0 {
-				q.WriteString("-- name: RecordCreateMany\nSTART TRANSACTION;\n")
-			} else {
-				q.WriteString("-- name: RecordCreateMany\n")
+	// Through vtgate every transaction must stay on one shard, so each
+	// queue's items are a transaction of their own (the items are sorted by
+	// queue); elsewhere the whole batch is one.
+	groups := [][]*item{items}
+	if d.vtgate {
+		groups = nil
+		for start := 0; start < len(items); {
+			end := start + 1
+			for end < len(items) && items[end].c.p.Source.Queue == items[start].c.p.Source.Queue {
+				end++
 			}
-			q.WriteString(recordInsert)
-			for i, it := range chunk {
-				ids[i] = mend.NewRecordID()
-				if i > 0 {
-					q.WriteString(",\n")
-				}
-				q.WriteString(recordInsertRow)
-				args = append(args, it.c.rowArgs(ids[i])...)
-			}
-			q.WriteString(recordInsertODKU + ";\n" + createManyEvents)
-			for i, it := range chunk {
-				if i == 0 {
-					q.WriteString(createManyEventsFirst)
-				} else {
-					q.WriteString(createManyEventsNext)
-				}
-				args = append(args, ids[i][:], it.c.p.Actor, it.c.p.OpID, it.c.data)
-			}
-			q.WriteString(createManyEventsJoin + ";\n" + createManyRead)
-			for i, it := range chunk {
-				if i > 0 {
-					q.WriteString(" OR ")
-				}
-				q.WriteString("(queue = ? AND source_key = ?)")
-				args = append(args, it.c.p.Source.Queue, it.c.key[:])
-			}
-			read := map[string]recordRow{}
-			err := tx.query(ctx, q.String(), args, func(rows *sqlx.Rows) error {
-				for rows.Next() {
-					var row recordRow
-					if err := rows.StructScan(&row); err != nil {
-						return err
-					}
-					read[string(row.Queue)+"\x00"+string(row.SourceKey)] = row
-				}
-				return nil
-			})
-			if mysqlErrNumber(err) == errDupEntry {
-				// The record IDs are new, so the duplicate is an op ID some
-				// earlier operation wrote.
-				return errOpIDTaken
-			}
-			if err != nil {
-				return fmt.Errorf("create records: %w", err)
-			}
-			for i, it := range chunk {
-				r := &out[pos[it]]
-				*r = mend.CreateResult{}
-				row, ok := read[it.c.p.Source.Queue+"\x00"+string(it.c.key[:])]
-				if !ok {
-					return fmt.Errorf("read back: %w: no record for %s after the insert", mend.ErrNotFound, it.c.p.Source)
-				}
-				if err := row.checkIdentity(it.c.p.Source); err != nil {
-					r.Err = fmt.Errorf("storage: create record: %w", err)
-					continue
-				}
-				rec, err := row.record()
-				if err != nil {
-					return fmt.Errorf("read back: %w", err)
-				}
-				r.Record, r.Created = rec, rec.ID == ids[i]
-			}
+			groups = append(groups, items[start:end])
+			start = end
 		}
-		return nil
-	})
-	if errors.Is(err, errOpIDTaken) {
-		for i, it := range items {
-			rec, created, err := d.RecordCreate(ctx, it.c.p)
-			if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) {
-				return nil, err
-			}
-			out[i] = mend.CreateResult{Record: rec, Created: created, Err: err}
-		}
-		err = nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("storage: create %d records: %w", len(items), err)
+	errOpIDTaken := errors.New("an op id of the batch is already used")
+	for _, group := range groups {
+		var chunks [][]*item
+		for start := 0; start < len(group); {
+			end, size := start, 0
+			for end < len(group) && end-start < createManyRows && (end == start || size+group[end].c.size() <= createManyBytes) {
+				size += group[end].c.size()
+				end++
+			}
+			chunks = append(chunks, group[start:end])
+			start = end
+		}
+		err := d.withBatchTx(ctx, "RecordCreateMany", group[0].c.p.OpID, func(ctx context.Context, tx *batchTx) error {
+			for n, chunk := range chunks {
+				ids := make([]mend.RecordID, len(chunk))
+				var q strings.Builder
+				var args []any
+				if n == 0 {
+					q.WriteString("-- name: RecordCreateMany\nSTART TRANSACTION;\n")
+				} else {
+					q.WriteString("-- name: RecordCreateMany\n")
+				}
+				q.WriteString(recordInsert)
+				for i, it := range chunk {
+					ids[i] = mend.NewRecordID()
+					if i > 0 {
+						q.WriteString(",\n")
+					}
+					q.WriteString(recordInsertRow)
+					args = append(args, it.c.rowArgs(ids[i])...)
+				}
+				q.WriteString(recordInsertODKU + ";\n" + createManyEvents)
+				for i, it := range chunk {
+					if i == 0 {
+						q.WriteString(createManyEventsFirst)
+					} else {
+						q.WriteString(createManyEventsNext)
+					}
+					args = append(args, ids[i][:], it.c.p.Actor, it.c.p.OpID, it.c.data)
+				}
+				// Both statements that read mend_records name the chunk's
+				// queues, so vtgate routes them by the sharding key.
+				var queues []any // the chunk's distinct queues (it is sorted by queue)
+				for i, it := range chunk {
+					if i == 0 || it.c.p.Source.Queue != chunk[i-1].c.p.Source.Queue {
+						queues = append(queues, it.c.p.Source.Queue)
+					}
+				}
+				q.WriteString(createManyEventsJoin + " WHERE r.queue IN (" + placeholders(len(queues)) + ");\n" + createManyRead)
+				args = append(args, queues...)
+				q.WriteString("queue IN (" + placeholders(len(queues)) + ") AND (")
+				args = append(args, queues...)
+				for i, it := range chunk {
+					if i > 0 {
+						q.WriteString(" OR ")
+					}
+					q.WriteString("(queue = ? AND source_key = ?)")
+					args = append(args, it.c.p.Source.Queue, it.c.key[:])
+				}
+				q.WriteString(")")
+				read := map[string]recordRow{}
+				err := tx.query(ctx, q.String(), args, func(rows *sqlx.Rows) error {
+					for rows.Next() {
+						var row recordRow
+						if err := rows.StructScan(&row); err != nil {
+							return err
+						}
+						read[string(row.Queue)+"\x00"+string(row.SourceKey)] = row
+					}
+					return nil
+				})
+				if mysqlErrNumber(err) == errDupEntry {
+					// The record IDs are new, so the duplicate is an op ID some
+					// earlier operation wrote.
+					return errOpIDTaken
+				}
+				if err != nil {
+					return fmt.Errorf("create records: %w", err)
+				}
+				for i, it := range chunk {
+					r := &out[pos[it]]
+					*r = mend.CreateResult{}
+					row, ok := read[it.c.p.Source.Queue+"\x00"+string(it.c.key[:])]
+					if !ok {
+						return fmt.Errorf("read back: %w: no record for %s after the insert", mend.ErrNotFound, it.c.p.Source)
+					}
+					if err := row.checkIdentity(it.c.p.Source); err != nil {
+						r.Err = fmt.Errorf("storage: create record: %w", err)
+						continue
+					}
+					rec, err := row.record()
+					if err != nil {
+						return fmt.Errorf("read back: %w", err)
+					}
+					r.Record, r.Created = rec, rec.ID == ids[i]
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, errOpIDTaken) {
+			for _, it := range group {
+				rec, created, err := d.RecordCreate(ctx, it.c.p)
+				if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) {
+					return nil, err
+				}
+				out[pos[it]] = mend.CreateResult{Record: rec, Created: created, Err: err}
+			}
+			err = nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("storage: create %d records: %w", len(group), err)
+		}
 	}
 	for i, it := range items {
 		results[it.idx] = out[i]

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/mendq/mend"
-	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/storage"
 )
 
@@ -38,7 +37,6 @@ func createdEvents(t *testing.T, b *bundle) map[mend.RecordID]int {
 }
 
 func TestRecordCreateMany(t *testing.T) {
-	mysqltest.SkipVitess(t, "RecordCreateMany writes records of many queues in one transaction: a cross-shard transaction, refused by vtgate in SINGLE mode (in MULTI mode it commits shard by shard, not atomically)")
 	t.Parallel()
 
 	t.Run("new, existing, repeated and bad items each get their answer", func(t *testing.T) {
@@ -180,7 +178,6 @@ func TestRecordCreateMany(t *testing.T) {
 // once, with one created event, exactly one result across all batches
 // reporting it created, and every result naming the same record.
 func TestRecordCreateManyConcurrentOverlap(t *testing.T) {
-	mysqltest.SkipVitess(t, "RecordCreateMany writes records of many queues in one transaction: a cross-shard transaction, refused by vtgate in SINGLE mode (in MULTI mode it commits shard by shard, not atomically)")
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(t)

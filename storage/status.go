@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -220,14 +221,16 @@ const repairLatencyFrom = `(SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, fa
 	FROM mend_records
 	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL)`
 
-// Percentiles by the nearest-rank method, with window functions (MySQL 8,
-// MariaDB 10.2+): the row at rank ceil(p*n) of the latencies in order.
+// The count and the maximum, then each percentile by the nearest-rank
+// method: the row at rank ceil(p*n) of the latencies in order, read with
+// ORDER BY ... LIMIT 1 OFFSET rank-1. Not window functions: vtgate runs
+// those only on a single shard, while a sorted LIMIT it merges across
+// shards.
 const sqlRepairLatency = `-- name: RepairLatency
-SELECT COUNT(*) AS n,
-	COALESCE(MAX(CASE WHEN rn = CEIL(0.5 * cnt) THEN us END), 0) AS p50,
-	COALESCE(MAX(CASE WHEN rn = CEIL(0.99 * cnt) THEN us END), 0) AS p99,
-	COALESCE(MAX(us), 0) AS mx
-FROM (SELECT us, ROW_NUMBER() OVER (ORDER BY us) AS rn, COUNT(*) OVER () AS cnt FROM ` + repairLatencyFrom + ` l) r`
+SELECT COUNT(*) AS n, COALESCE(MAX(us), 0) AS mx FROM ` + repairLatencyFrom + ` l`
+
+const sqlRepairLatencyRank = `-- name: RepairLatencyRank
+SELECT us FROM ` + repairLatencyFrom + ` l ORDER BY us LIMIT 1 OFFSET ?`
 
 const sqlRepairLatencyWorst = `-- name: RepairLatencyWorst
 SELECT queue, COUNT(*) AS n, MAX(us) AS mx FROM ` + repairLatencyFrom + ` l
@@ -265,16 +268,29 @@ func (d *DB) RepairLatency(ctx context.Context, window time.Duration, worst int)
 	}
 	var row struct {
 		N   int64 `db:"n"`
-		P50 int64 `db:"p50"`
-		P99 int64 `db:"p99"`
 		Max int64 `db:"mx"`
 	}
 	if err := d.db.GetContext(ctx, &row, sqlRepairLatency, window.Microseconds()); err != nil {
 		return out, fmt.Errorf("storage: repair latency: %w", translate(err))
 	}
-	out.Count, out.P50, out.P99, out.Max = row.N, time.Duration(row.P50)*time.Microsecond,
-		time.Duration(row.P99)*time.Microsecond, time.Duration(row.Max)*time.Microsecond
-	if worst == 0 || row.N == 0 {
+	out.Count, out.Max = row.N, time.Duration(row.Max)*time.Microsecond
+	if row.N == 0 {
+		return out, nil
+	}
+	for _, pc := range []struct {
+		p   float64
+		out *time.Duration
+	}{{0.5, &out.P50}, {0.99, &out.P99}} {
+		rank := int64(math.Ceil(pc.p * float64(row.N)))
+		var us int64
+		// A record finishing between the two reads can move the ranks by
+		// one; the summary is of a moving window either way.
+		if err := d.db.GetContext(ctx, &us, sqlRepairLatencyRank, window.Microseconds(), rank-1); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return out, fmt.Errorf("storage: repair latency: %w", translate(err))
+		}
+		*pc.out = time.Duration(us) * time.Microsecond
+	}
+	if worst == 0 {
 		return out, nil
 	}
 	var rows []struct {
@@ -291,8 +307,8 @@ func (d *DB) RepairLatency(ctx context.Context, window time.Duration, worst int)
 	return out, nil
 }
 
-// failureKinds are the events that record a failed attempt: a host step
-// that failed (attempt_failed) and a wake-up publish that failed
+// sqlRecordFailures counts the events that record a failed attempt: a host
+// step that failed (attempt_failed) and a wake-up publish that failed
 // (wake_failed).
 const sqlRecordFailures = `-- name: RecordFailures
 SELECT record_id, COUNT(*) FROM mend_events
