@@ -58,12 +58,12 @@ test-all: ## Run make test once per engine: MySQL, then MariaDB
 	$(MAKE) test ENGINE=mariadb
 
 # The packages make test-vitess runs through vtgate (see docs/scaling.md), and the proof tests of
-# ./itest/ it runs there: the fence's porcupine suite and its negative control. (The record
-# store's porcupine suite is not linearizable through vtgate yet: docs/scaling.md.)
+# ./itest/ it runs there: the record store's and the fence's porcupine suites (and the fence's
+# negative control).
 VITESS_PKGS ?= ./internal/vitessdb/ ./storage/ ./fence/
-VITESS_ITEST ?= ^TestFenceLinearizable
+VITESS_ITEST ?= ^TestLinearizableRecordStore$$|^TestFenceLinearizable
 
-test-vitess: ## Run the storage and fence suites and the fence's proof through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~15 min)
+test-vitess: ## Run the storage and fence suites and the porcupine proofs through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~15 min)
 	bash scripts/vitess.sh >/dev/null
 	@report="$$(mktemp)"; status=0; \
 	MEND_TEST_ENGINE=vitess MEND_TEST_REPORT="$$report" $(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) $(TESTFLAGS) $(VITESS_PKGS) || status=$$?; \

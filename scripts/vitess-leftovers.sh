@@ -5,7 +5,7 @@
 set -uo pipefail
 status=0
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/mend/vitess-"
-procs=$(ps -eo pid=,args= | grep -E "(/bin/(vttestserver|vtcombo|mysqlctl) |${cache}[^ ]*/mysql/bin/mysqld|--defaults-file=${TMPDIR:-/tmp}/mend-testserver-vitess-)" | grep -v grep || true)
+procs=$(ps -eo pid=,args= | grep -E "(/bin/(vttestserver|vtcombo|vtcombo\.bin|mysqlctl) |${cache}[^ ]*/mysql/bin/mysqld|--defaults-file=${TMPDIR:-/tmp}/mend-testserver-vitess-)" | grep -v grep || true)
 if [[ -n "$procs" ]]; then
 	echo "vitess-leftovers: processes left running:"; echo "$procs"; status=1
 fi

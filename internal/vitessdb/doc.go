@@ -5,7 +5,7 @@
 // # Overview
 //
 // The pinned Vitess (Version) is built once by scripts/vitess.sh into the user's cache (Dir):
-// bin/ (vttestserver, vtcombo, mysqlctl, vtctldclient), mysql/bin/ (wrappers that run the
+// bin/ (vttestserver, vtcombo, mysqlctl, vtctldclient; vtcombo behind a wrapper), mysql/bin/ (wrappers that run the
 // MySQL 9.7 root file system of scripts/mysql-rootfs.sh through its own loader; VT_MYSQL_ROOT)
 // and config/ (Vitess's config with test-suite.cnf fixed for MySQL 9.7; VTROOT). Start runs
 // vttestserver with DefaultKeyspaces keyspaces mend0, mend1, ..., each sharded -80 / 80-, every
@@ -21,7 +21,11 @@
 //	        Acquire ──> keyspace held (tables emptied) ──Release──> free
 //
 // vtgate runs with --transaction-mode=SINGLE: a transaction that would touch a second shard
-// fails, so a suite that passes has run every transaction on one shard.
+// fails, so a suite that passes has run every transaction on one shard. The tablets run with
+// --enable-consolidator=false (bin/vtcombo is a wrapper that adds it; the binary is
+// bin/vtcombo.bin): the consolidator hands a read the result of an identical one already in
+// flight, which can be older than a write committed in between, and mend's record store is then
+// not linearizable (docs/scaling.md).
 //
 // # Failure handling
 //

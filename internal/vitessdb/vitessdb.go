@@ -66,7 +66,7 @@ func Dir() string {
 // Find returns Dir if the binaries, the MySQL wrappers and the config are all there, else ErrNoBinaries.
 func Find() (string, error) {
 	dir := Dir()
-	for _, f := range []string{"bin/vttestserver", "bin/vtcombo", "bin/mysqlctl", "mysql/bin/mysqld", "config/mycnf/test-suite.cnf"} {
+	for _, f := range []string{"bin/vttestserver", "bin/vtcombo", "bin/vtcombo.bin", "bin/mysqlctl", "mysql/bin/mysqld", "config/mycnf/test-suite.cnf"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			return "", ErrNoBinaries
 		}
