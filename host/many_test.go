@@ -272,3 +272,63 @@ func TestRunStatementsDoNotGrowWithRecords(t *testing.T) {
 	}
 	t.Logf("host statements per run: %v", small)
 }
+
+// movingHost is the adapter with a hook that runs before the batched
+// transition, after the planner has read the batches.
+type movingHost struct {
+	*host.DB
+	before func()
+}
+
+func (m movingHost) BatchTransitionMany(ctx context.Context, bs []mend.Batch, to []mend.BatchState) ([]mend.Batch, []error) {
+	m.before()
+	return m.DB.BatchTransitionMany(ctx, bs, to)
+}
+
+// TestPlannerConflictOnOneBatch: in a batched run, the host moves one
+// batch between the planner's read and its transition. That record alone
+// is read and decided again (the batch is now merging: it waits, never
+// failed); the others are failed, finished and woken as usual, with one
+// wake-up.
+func TestPlannerConflictOnOneBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := setupRepair(t)
+	r.seed(t, "q", "q/batch/live", "created")
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("q/batch/%d", i)
+		r.seed(t, "q", id, "speculating", fmt.Sprintf("q/%d", i))
+		r.record(t, id)
+	}
+	mh := movingHost{DB: r.h, before: func() {
+		if ok, err := r.w.Transition(ctx, "q", "q/batch/2", 1, "speculating", "merging"); !ok || err != nil {
+			t.Errorf("host transition: %v, %v", ok, err)
+		}
+	}}
+	p, err := planner.New(planner.Config{Store: r.store, Batches: mh, Waker: r.h, BackoffFunc: func(int) time.Duration { return time.Hour }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := r.fence.TryAcquire(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = le.Release(ctx) }()
+	st, err := p.Run(ctx, le)
+	if err != nil || st.Settled != 2 || st.Woken != 2 || st.Waiting != 1 {
+		t.Fatalf("run = %+v, %v; want 2 settled and woken, 1 waiting", st, err)
+	}
+	for id, want := range map[string]string{"q/batch/1": "failed", "q/batch/2": "merging", "q/batch/3": "failed"} {
+		if row, err := r.w.Batch(ctx, "q", id); err != nil || row.State != want {
+			t.Fatalf("batch %s = %+v, %v; want %s", id, row, err, want)
+		}
+	}
+	for id, want := range map[string]string{"q/1": "error", "q/2": "batched", "q/3": "error"} {
+		if got := r.request(t, id); got.State != want {
+			t.Fatalf("request %s = %+v; want %s", id, got, want)
+		}
+	}
+	if wakes, err := r.w.ConsumeSpeculate(ctx, "q", true); err != nil || len(wakes) != 1 {
+		t.Fatalf("wake-ups = %+v, %v; want one", wakes, err)
+	}
+}
