@@ -79,10 +79,10 @@
 // batch as BatchGet returned it, sparing the read BatchTransition and
 // BatchFinish begin with: the compare-and-set names the version and state
 // read, so a batch that moved since is a conflict exactly as after a fresh
-// read, and a terminal batch never changes. A repair on the planner's path
-// costs seven host statements: BatchGet, the three of Transition, the
-// member read, their compare-and-set and their logs' publish (plus
-// LiveBatches and Wake).
+// read, and a terminal batch never changes. A repair of one record alone
+// on the planner's path costs seven host statements: BatchGet, the three
+// of Transition, the member read, their compare-and-set and their logs'
+// publish (plus LiveBatches and Wake).
 //
 // BatchGetMany, BatchTransitionMany and BatchFinishMany
 // (planner.BatchesMany) do the same for all the records a planner run
