@@ -201,15 +201,21 @@ func (d *DB) BatchFinishMany(ctx context.Context, fs []mend.FinishParams) []erro
 		if len(ensure) > 0 {
 			q := sqlMembershipEnsure + strings.Repeat(sqlMembershipEnsureRow, len(ensure)/3-1)
 			if _, err := d.exec(ctx, d.app, "EnsureRecord", q, ensure...); err != nil {
+				// As alone: a batch whose row could not be ensured is not
+				// fanned out; the batches just moved are.
 				for _, i := range chunk {
-					errs[i] = fmt.Errorf("ensure membership row: %w", err)
+					if !fs[i].Moved {
+						errs[i] = fmt.Errorf("ensure membership row: %w", err)
+					}
 				}
-				continue
 			}
 		}
 		var work []member
 		for _, i := range chunk {
 			b := fs[i].Batch
+			if errs[i] != nil {
+				continue
+			}
 			target, _ := requestTarget(b.State)
 			f := &fanout{queue: b.Queue, target: target, meta: logMetadata(fs[i].Cause)}
 			if b.State == mend.BatchFailed {

@@ -431,17 +431,12 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 	return rec, false, fmt.Errorf("planner: batch %q kept moving: %w", rec.Target.BatchID, mend.ErrConflict)
 }
 
-// decisionData is the event data of decision d on rec.
-func decisionData(rec mend.Record, d Decision) eventData {
-	return eventData{Action: d.Action.String(), Outcome: d.Outcome, Divergent: d.Divergent, Reason: d.Reason, BatchID: rec.Target.BatchID}
-}
-
 // apply writes rec's event for decision d once the host work d asks for
 // (a transition, a fan-out) is done: waiting, parked, or settled, in which
 // case the record owes a wake-up.
 func (p *Planner) apply(ctx context.Context, lease Lease, rec mend.Record, d Decision, waited time.Duration, st *Stats) (mend.Record, bool, error) {
 	queue := rec.Source.Queue
-	data := decisionData(rec, d)
+	data := eventData{Action: d.Action.String(), Outcome: d.Outcome, Divergent: d.Divergent, Reason: d.Reason, BatchID: rec.Target.BatchID}
 	switch d.Action {
 	case ActWait:
 		retry := min(p.cfg.BackoffFunc(rec.Attempts), max(p.cfg.Grace-waited, 0)+time.Millisecond)
