@@ -601,7 +601,7 @@ func (d *DB) transitionChunk(ctx context.Context, bs []mend.Batch, to []mend.Bat
 		return
 	}
 	var moved []int
-	if n, err := res.RowsAffected(); err == nil && n == int64(len(idx)) {
+	if n, err := res.RowsAffected(); err == nil && (n == int64(len(idx)) || d.trustRowCount) {
 		moved = idx
 	} else {
 		// Some did not move: read them all again and judge each alone.

@@ -289,11 +289,32 @@ func (m movingHost) BatchTransitionMany(ctx context.Context, bs []mend.Batch, to
 // batch between the planner's read and its transition. That record alone
 // is read and decided again (the batch is now merging: it waits, never
 // failed); the others are failed, finished and woken as usual, with one
-// wake-up.
+// wake-up. The negative control trusts the compare-and-set's row count
+// instead of reading the batches again: the merging batch's record is then
+// settled as failed, which the test catches.
 func TestPlannerConflictOnOneBatch(t *testing.T) {
 	t.Parallel()
+	for _, broken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "as built", true: "negative control"}[broken], func(t *testing.T) {
+			t.Parallel()
+			problems := conflictOnOneBatch(t, broken)
+			if !broken && len(problems) > 0 {
+				t.Fatal(strings.Join(problems, "\n"))
+			}
+			if broken && len(problems) == 0 {
+				t.Fatal("trusting the row count went unnoticed: the test cannot fail")
+			}
+			if broken {
+				t.Logf("negative control caught: %s", problems[0])
+			}
+		})
+	}
+}
+
+func conflictOnOneBatch(t *testing.T, broken bool) []string {
 	ctx := context.Background()
 	r := setupRepair(t)
+	host.SetTrustRowCount(r.h, broken)
 	r.seed(t, "q", "q/batch/live", "created")
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("q/batch/%d", i)
@@ -314,21 +335,23 @@ func TestPlannerConflictOnOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = le.Release(ctx) }()
+	var problems []string
 	st, err := p.Run(ctx, le)
 	if err != nil || st.Settled != 2 || st.Woken != 2 || st.Waiting != 1 {
-		t.Fatalf("run = %+v, %v; want 2 settled and woken, 1 waiting", st, err)
+		problems = append(problems, fmt.Sprintf("run = %+v, %v; want 2 settled and woken, 1 waiting", st, err))
 	}
 	for id, want := range map[string]string{"q/batch/1": "failed", "q/batch/2": "merging", "q/batch/3": "failed"} {
 		if row, err := r.w.Batch(ctx, "q", id); err != nil || row.State != want {
-			t.Fatalf("batch %s = %+v, %v; want %s", id, row, err, want)
+			problems = append(problems, fmt.Sprintf("batch %s = %+v, %v; want %s", id, row, err, want))
 		}
 	}
 	for id, want := range map[string]string{"q/1": "error", "q/2": "batched", "q/3": "error"} {
 		if got := r.request(t, id); got.State != want {
-			t.Fatalf("request %s = %+v; want %s", id, got, want)
+			problems = append(problems, fmt.Sprintf("request %s = %+v; want %s", id, got, want))
 		}
 	}
 	if wakes, err := r.w.ConsumeSpeculate(ctx, "q", true); err != nil || len(wakes) != 1 {
-		t.Fatalf("wake-ups = %+v, %v; want one", wakes, err)
+		problems = append(problems, fmt.Sprintf("wake-ups = %+v, %v; want one", wakes, err))
 	}
+	return problems
 }
