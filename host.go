@@ -52,6 +52,17 @@ type Batch struct {
 	Requests []string // member request IDs, in the host's stored order
 }
 
+// FinishParams is one batch of a batched fan-out (the planner's optional
+// BatchesMany port): the batch as read, in a terminal state; the cause its
+// member requests are finished with, the dead letter's snapshot; and Moved,
+// set when the caller has just made it terminal itself, so its membership
+// row is already written.
+type FinishParams struct {
+	Batch Batch
+	Cause Snapshot
+	Moved bool
+}
+
 // WakeUp is a message to the queue's planner topic whose only job is to make
 // the planner run. On uber/submitqueue it is a speculate message with
 // payload {"id": BatchID, "queue": Queue} on partition Queue, and flat

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/mendq/mend"
 )
@@ -62,11 +63,16 @@ func (d *DB) readBatch(ctx context.Context, queue, batchID string) (mend.Batch, 
 	if err := sameBytes("queue", queue, b.Queue); err != nil {
 		return mend.Batch{}, err
 	}
+	return decodeBatch(b, contains)
+}
+
+// decodeBatch checks a batch row's version and decodes its members.
+func decodeBatch(b mend.Batch, contains []byte) (mend.Batch, error) {
 	if b.Version < 1 || b.Version > maxVersion {
-		return mend.Batch{}, fmt.Errorf("host: batch %q has version %d, outside the host's 1..%d", batchID, b.Version, maxVersion)
+		return mend.Batch{}, fmt.Errorf("host: batch %q has version %d, outside the host's 1..%d", b.ID, b.Version, maxVersion)
 	}
 	if err := json.Unmarshal(contains, &b.Requests); err != nil {
-		return mend.Batch{}, fmt.Errorf("host: batch %q: contains is not a JSON array of request IDs: %w", batchID, err)
+		return mend.Batch{}, fmt.Errorf("host: batch %q: contains is not a JSON array of request IDs: %w", b.ID, err)
 	}
 	return b, nil
 }
@@ -167,28 +173,12 @@ func (d *DB) BatchTransition(ctx context.Context, queue, batchID string, fromVer
 // conflict, as it would be after a fresh read. It implements
 // planner.BatchesAsRead; the errors are BatchTransition's.
 func (d *DB) BatchTransitionFrom(ctx context.Context, b mend.Batch, to mend.BatchState) (mend.Batch, error) {
-	if err := validateBatchKey(b.Queue, b.ID); err != nil {
+	if err := checkTransition(b, to); err != nil {
 		return mend.Batch{}, err
-	}
-	if !validBatchState(to) {
-		return mend.Batch{}, &mend.ValidationError{Field: "state", Reason: fmt.Sprintf("%q is not a batch state", to)}
-	}
-	if b.Version < 1 || b.Version >= maxVersion {
-		return mend.Batch{}, &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("is %d; must be between 1 and %d so that the next version fits the host's INT column", b.Version, maxVersion-1)}
-	}
-	// The batch's ID is captured here: b is replaced by the result below,
-	// which is empty on an error.
-	id := b.ID
-	wrap := func(err error) error { return fmt.Errorf("host: transition batch %q to %s: %w", id, to, err) }
-	if err := checkFrom(b, b.Version); err != nil {
-		return mend.Batch{}, wrap(err)
-	}
-	if err := checkMemberIDs(b.Requests, to); err != nil {
-		return mend.Batch{}, wrap(err)
 	}
 	moved, err := d.transition(ctx, b, to)
 	if err != nil {
-		return mend.Batch{}, wrap(err)
+		return mend.Batch{}, fmt.Errorf("host: transition batch %q to %s: %w", b.ID, to, err)
 	}
 	return moved, nil
 }
@@ -240,9 +230,9 @@ func checkFrom(b mend.Batch, fromVersion int64) error {
 // LiveBatchesMax bounds LiveBatches' limit.
 const LiveBatchesMax = 10000
 
-// hydrateChunk is how many member requests one fan-out statement reads and
-// moves.
-const hydrateChunk = 64
+// requestChunk is how many member requests one fan-out statement reads and
+// moves, of one batch or of several.
+const requestChunk = 256
 
 // sqlLiveBatches is the real ListByStates in one statement: the membership
 // rows of the live states, each joined with its batch by primary key. The
@@ -382,4 +372,284 @@ func (d *DB) BuildBatch(ctx context.Context, queue, buildID string) (string, err
 		return "", fmt.Errorf("host: build batch: %w", err)
 	}
 	return batchID, nil
+}
+
+// batchChunk is how many batches one statement of the batched path
+// (BatchGetMany, BatchTransitionMany, BatchFinishMany) names at most, so a
+// very large run still sends bounded statements.
+const batchChunk = 256
+
+// sqlBatchGetMany reads batches by primary key; the caller appends one
+// placeholder per ID and the closing parenthesis.
+const sqlBatchGetMany = `-- name: BatchGetMany
+SELECT queue, id, contains, state, version FROM batch WHERE queue = ? AND id IN (`
+
+// BatchGetMany is BatchGet of every ID in ids, all in queue, with one
+// statement (per batchChunk IDs). It returns one batch and one error per
+// ID, in order; errs[i] is what BatchGet would return for ids[i]. A row
+// the collation matched under another spelling sends that ID alone through
+// BatchGet's read, which names both spellings. It implements
+// planner.BatchesMany.
+func (d *DB) BatchGetMany(ctx context.Context, queue string, ids []string) ([]mend.Batch, []error) {
+	out, errs := make([]mend.Batch, len(ids)), make([]error, len(ids))
+	var valid []string
+	seen := map[string]bool{}
+	for i, id := range ids {
+		if err := validateBatchKey(queue, id); err != nil {
+			errs[i] = err
+		} else if !seen[id] {
+			seen[id] = true
+			valid = append(valid, id)
+		}
+	}
+	found, failed := map[string]mend.Batch{}, map[string]error{}
+	for chunk := range slices.Chunk(valid, batchChunk) {
+		d.readBatches(ctx, queue, chunk, found, failed)
+	}
+	for i, id := range ids {
+		switch {
+		case errs[i] != nil:
+		case failed[id] != nil:
+			errs[i] = fmt.Errorf("host: get batch: %w", failed[id])
+		default:
+			out[i] = found[id]
+		}
+	}
+	return out, errs
+}
+
+// readBatches reads the batches ids of queue with one statement into found
+// (the rows spelled exactly as asked) and failed (every other ID, with
+// readBatch's error for it).
+func (d *DB) readBatches(ctx context.Context, queue string, ids []string, found map[string]mend.Batch, failed map[string]error) {
+	fail := func(err error) {
+		for _, id := range ids {
+			failed[id] = err
+		}
+	}
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, queue)
+	asked := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		args = append(args, id)
+		asked[id] = true
+	}
+	rows, err := d.app.QueryContext(ctx, sqlBatchGetMany+strings.Repeat("?, ", len(ids)-1)+"?)", args...)
+	if err != nil {
+		fail(translate(err))
+		return
+	}
+	defer rows.Close()
+	odd := false // a row the collation matched for an ID spelled otherwise
+	for rows.Next() {
+		var (
+			b        mend.Batch
+			contains []byte
+		)
+		if err := rows.Scan(&b.Queue, &b.ID, &contains, &b.State, &b.Version); err != nil {
+			fail(translate(err))
+			return
+		}
+		if b.Queue != queue || !asked[b.ID] {
+			odd = true
+			continue
+		}
+		if got, err := decodeBatch(b, contains); err != nil {
+			failed[b.ID] = err
+		} else {
+			found[b.ID] = got
+		}
+	}
+	if err := rows.Err(); err != nil {
+		fail(translate(err))
+		return
+	}
+	for _, id := range ids {
+		_, ok := found[id]
+		switch {
+		case ok || failed[id] != nil:
+		case odd:
+			// Which ID the odd row answers to, and its spelling, is for
+			// the one-batch read to say.
+			if b, err := d.readBatch(ctx, queue, id); err != nil {
+				failed[id] = err
+			} else {
+				found[id] = b
+			}
+		default:
+			failed[id] = fmt.Errorf("%w: batch %q in queue %q", mend.ErrNotFound, id, queue)
+		}
+	}
+}
+
+// sqlBatchCASMany is step 1 of the real Transition for several batches in
+// one statement: the caller appends "WHEN ? THEN ?" per batch (its ID and
+// new state), sqlBatchCASManyWhere, and one "(id = ? AND version = ? AND
+// state = ?)" per batch joined by OR and the closing parenthesis. With
+// every version pinned, version + 1 is the real absolute version.
+const sqlBatchCASMany = `-- name: BatchTransitionMany
+UPDATE batch SET state = CASE id `
+
+const sqlBatchCASManyWhere = ` END, version = version + 1 WHERE queue = ? AND (`
+
+// sqlMembershipEnsureRow and sqlMembershipDeleteRow extend
+// sqlMembershipEnsure and sqlMembershipDeleteMany by one batch.
+const (
+	sqlMembershipEnsureRow  = `, (?, ?, ?)`
+	sqlMembershipDeleteMany = `-- name: MembershipDeleteMany
+DELETE FROM queue_batch_state WHERE queue = ? AND (`
+)
+
+// BatchTransitionMany is BatchTransitionFrom of bs[i] to to[i] for every
+// i, the batches all of one queue, in three statements per batchChunk
+// batches whatever their number: the compare-and-set of all of them (each
+// pinned to its own version and state), the membership rows of the new
+// states (one INSERT IGNORE), the deletion of the old states' rows (one
+// DELETE); the real Transition's three steps in its order, for each batch.
+//
+// It returns one batch and one error per item, in order: the batch as it
+// now is, or BatchTransitionFrom's error for it. When the compare-and-set
+// changed fewer rows than it named, the batches are read again with one
+// statement and each is judged alone: one at the version and state the
+// compare-and-set gives was moved (by this call or by a writer that did
+// the very same thing), one elsewhere is mend.ErrConflict, a vanished one
+// mend.ErrNotFound. A conflict on one batch never holds back the others.
+// A batch named twice is moved once; its later items are mend.ErrConflict,
+// so the caller reads it again and decides. It implements
+// planner.BatchesMany.
+func (d *DB) BatchTransitionMany(ctx context.Context, bs []mend.Batch, to []mend.BatchState) ([]mend.Batch, []error) {
+	out, errs := make([]mend.Batch, len(bs)), make([]error, len(bs))
+	if len(to) != len(bs) {
+		for i := range errs {
+			errs[i] = &mend.ValidationError{Field: "transitions", Reason: fmt.Sprintf("%d batches, %d states", len(bs), len(to))}
+		}
+		return out, errs
+	}
+	var valid []int
+	seen := map[string]bool{}
+	for i, b := range bs {
+		wrap := func(err error) error { return fmt.Errorf("host: transition batch %q to %s: %w", b.ID, to[i], err) }
+		switch {
+		case b.Queue != bs[0].Queue:
+			errs[i] = &mend.ValidationError{Field: "transitions", Reason: "all batches must be in one queue"}
+		case seen[b.ID]:
+			errs[i] = wrap(fmt.Errorf("%w: batch named twice in one call; the first item moves it", mend.ErrConflict))
+		default:
+			errs[i] = checkTransition(b, to[i])
+		}
+		if errs[i] != nil {
+			continue
+		}
+		seen[b.ID] = true
+		valid = append(valid, i)
+	}
+	for chunk := range slices.Chunk(valid, batchChunk) {
+		d.transitionChunk(ctx, bs, to, chunk, out, errs)
+	}
+	return out, errs
+}
+
+// checkTransition is BatchTransitionFrom's check of its input.
+func checkTransition(b mend.Batch, to mend.BatchState) error {
+	if err := validateBatchKey(b.Queue, b.ID); err != nil {
+		return err
+	}
+	if !validBatchState(to) {
+		return &mend.ValidationError{Field: "state", Reason: fmt.Sprintf("%q is not a batch state", to)}
+	}
+	if b.Version < 1 || b.Version >= maxVersion {
+		return &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("is %d; must be between 1 and %d so that the next version fits the host's INT column", b.Version, maxVersion-1)}
+	}
+	wrap := func(err error) error { return fmt.Errorf("host: transition batch %q to %s: %w", b.ID, to, err) }
+	if err := checkFrom(b, b.Version); err != nil {
+		return wrap(err)
+	}
+	if err := checkMemberIDs(b.Requests, to); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// transitionChunk moves the items idx of bs, validated and distinct.
+func (d *DB) transitionChunk(ctx context.Context, bs []mend.Batch, to []mend.BatchState, idx []int, out []mend.Batch, errs []error) {
+	queue := bs[idx[0]].Queue
+	wrap := func(i int, err error) error {
+		return fmt.Errorf("host: transition batch %q to %s: %w", bs[i].ID, to[i], err)
+	}
+	var q strings.Builder
+	q.WriteString(sqlBatchCASMany)
+	args := make([]any, 0, 5*len(idx)+1)
+	for _, i := range idx {
+		q.WriteString("WHEN ? THEN ? ")
+		args = append(args, bs[i].ID, to[i])
+	}
+	q.WriteString(sqlBatchCASManyWhere)
+	args = append(args, queue)
+	for n, i := range idx {
+		if n > 0 {
+			q.WriteString(" OR ")
+		}
+		q.WriteString("(id = ? AND version = ? AND state = ?)")
+		args = append(args, bs[i].ID, bs[i].Version, bs[i].State)
+	}
+	q.WriteString(")")
+	res, err := d.exec(ctx, d.app, "BatchTransitionMany", q.String(), args...)
+	if err != nil {
+		for _, i := range idx {
+			errs[i] = wrap(i, err)
+		}
+		return
+	}
+	var moved []int
+	if n, err := res.RowsAffected(); err == nil && (n == int64(len(idx)) || d.trustRowCount) {
+		moved = idx
+	} else {
+		// Some did not move: read them all again and judge each alone.
+		ids := make([]string, len(idx))
+		for n, i := range idx {
+			ids[n] = bs[i].ID
+		}
+		found, failed := map[string]mend.Batch{}, map[string]error{}
+		d.readBatches(ctx, queue, ids, found, failed)
+		for _, i := range idx {
+			now, ok := found[bs[i].ID]
+			switch {
+			case !ok:
+				errs[i] = wrap(i, failed[bs[i].ID])
+			case now.Version == bs[i].Version+1 && now.State == to[i]:
+				moved = append(moved, i)
+			default:
+				errs[i] = wrap(i, fmt.Errorf("%w: batch is %s at version %d, not %s at %d", mend.ErrConflict, now.State, now.Version, bs[i].State, bs[i].Version))
+			}
+		}
+	}
+	if len(moved) == 0 {
+		return
+	}
+	ensure := make([]any, 0, 3*len(moved))
+	var del []any
+	for _, i := range moved {
+		ensure = append(ensure, queue, to[i], bs[i].ID)
+		if bs[i].State != to[i] {
+			del = append(del, bs[i].State, bs[i].ID)
+		}
+	}
+	_, err = d.exec(ctx, d.app, "MembershipEnsure", sqlMembershipEnsure+strings.Repeat(sqlMembershipEnsureRow, len(moved)-1), ensure...)
+	if err != nil {
+		err = fmt.Errorf("batch moved, membership rows of the new states not written: %w", err)
+	} else if len(del) > 0 {
+		conds := strings.Repeat(" OR (state = ? AND batch_id = ?)", len(del)/2)[4:]
+		if _, err = d.exec(ctx, d.app, "MembershipDelete", sqlMembershipDeleteMany+conds+")", append([]any{queue}, del...)...); err != nil {
+			err = fmt.Errorf("batch moved, membership rows of the old states not deleted: %w", err)
+		}
+	}
+	for _, i := range moved {
+		if err != nil {
+			errs[i] = wrap(i, err)
+			continue
+		}
+		b := bs[i]
+		b.State, b.Version = to[i], b.Version+1
+		out[i] = b
+	}
 }

@@ -79,10 +79,32 @@
 // batch as BatchGet returned it, sparing the read BatchTransition and
 // BatchFinish begin with: the compare-and-set names the version and state
 // read, so a batch that moved since is a conflict exactly as after a fresh
-// read, and a terminal batch never changes. A repair on the planner's path
-// costs seven host statements: BatchGet, the three of Transition, the
-// member read, their compare-and-set and their logs' publish (plus
-// LiveBatches and Wake).
+// read, and a terminal batch never changes. A repair of one record alone
+// on the planner's path costs seven host statements: BatchGet, the three
+// of Transition, the member read, their compare-and-set and their logs'
+// publish (plus LiveBatches and Wake).
+//
+// BatchGetMany, BatchTransitionMany and BatchFinishMany
+// (planner.BatchesMany) do the same for all the records a planner run
+// settles together, in statements that do not grow with them (per 256
+// batches, and per 256 member requests): one read of every batch; one
+// compare-and-set UPDATE pinning each batch to its own version and state
+// (state = CASE id ..., version = version + 1), then one INSERT IGNORE of
+// the new states' membership rows and one DELETE of the old ones, the real
+// Transition's three steps in its order for each batch; one INSERT IGNORE
+// of the EnsureRecord rows of batches found terminal; one read of every
+// member request, one compare-and-set per target state, one insert of
+// every RequestLog. When the batch compare-and-set changes fewer rows than
+// it named, the batches are read again in one statement and each is judged
+// alone: at the version and state the compare-and-set gives, it moved;
+// elsewhere, it is a conflict the planner decides again for that record
+// alone; gone, it is not found. A request that is a member of two of the
+// batches is finished by the first and looked at again alone for the
+// second, as the real loop would find it. A run of K dead letters whose
+// batches are live thus costs the host seven statements whatever K (an
+// eighth, EnsureRecord, when some are found terminal), not seven per
+// record, plus LiveBatches and Wake (TestRunStatementsDoNotGrowWithRecords
+// counts them on the wire).
 //
 // LiveBatches is the real ListByStates made robust, in one statement: the
 // membership rows of the live states joined with their batches by primary

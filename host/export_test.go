@@ -4,3 +4,8 @@ package host
 // its members and their compare-and-set, so a test can move a request
 // there as the host's own controllers might.
 func SetAfterMembersRead(d *DB, f func()) { d.afterMembersRead = f }
+
+// SetTrustRowCount breaks BatchTransitionMany on purpose: it no longer
+// reads the batches again when its compare-and-set changed fewer rows than
+// it named, and reports every batch moved.
+func SetTrustRowCount(d *DB, on bool) { d.trustRowCount = on }

@@ -157,27 +157,94 @@ func (d *DB) BatchFinishFrom(ctx context.Context, b mend.Batch, cause mend.Snaps
 }
 
 func (d *DB) finish(ctx context.Context, b mend.Batch, cause mend.Snapshot, ensure bool) error {
-	wrap := func(err error) error { return fmt.Errorf("host: finish batch %q: %w", b.ID, err) }
-	target, ok := requestTarget(b.State)
-	if !ok {
-		return wrap(fmt.Errorf("%w: batch is %s, not terminal", mend.ErrInvalid, b.State))
-	}
-	if err := checkMemberIDs(b.Requests, b.State); err != nil {
-		return wrap(err)
-	}
-	if ensure {
-		if _, err := d.exec(ctx, d.app, "EnsureRecord", sqlMembershipEnsure, b.Queue, b.State, b.ID); err != nil {
-			return wrap(fmt.Errorf("ensure membership row: %w", err))
+	return d.BatchFinishMany(ctx, []mend.FinishParams{{Batch: b, Cause: cause, Moved: !ensure}})[0]
+}
+
+// BatchFinishMany is BatchFinishFrom of every item, the batches all of one
+// queue, with a number of statements that does not grow with the items
+// (per batchChunk of them, and for members per requestChunk): one INSERT
+// IGNORE of the membership rows of the batches not Moved (the real
+// EnsureRecord), then for all their member requests together one read, one
+// compare-and-set per target state and one insert of every RequestLog. It
+// returns one error per item, in order: BatchFinishFrom's for it. A failed
+// statement fails the items it served; a member whose compare-and-set did
+// not land, or that the collation matched under another spelling, is read
+// and decided again alone (finishRequest), and so is a request that is a
+// member of two of the batches, after the first has finished it, as the
+// real one-batch-at-a-time fan-out would find it. It implements
+// planner.BatchesMany.
+func (d *DB) BatchFinishMany(ctx context.Context, fs []mend.FinishParams) []error {
+	errs := make([]error, len(fs))
+	var valid []int
+	for i, p := range fs {
+		b := p.Batch
+		_, terminal := requestTarget(b.State)
+		switch {
+		case b.Queue != fs[0].Batch.Queue:
+			errs[i] = &mend.ValidationError{Field: "finishes", Reason: "all batches must be in one queue"}
+		case !terminal:
+			errs[i] = fmt.Errorf("%w: batch is %s, not terminal", mend.ErrInvalid, b.State)
+		default:
+			errs[i] = errors.Join(validateBatchKey(b.Queue, b.ID), checkMemberIDs(b.Requests, b.State))
+		}
+		if errs[i] == nil {
+			valid = append(valid, i)
 		}
 	}
-	f := fanout{queue: b.Queue, target: target, meta: logMetadata(cause)}
-	if b.State == mend.BatchFailed {
-		f.lastError = cause.LastError
+	for chunk := range slices.Chunk(valid, batchChunk) {
+		var ensure []any
+		for _, i := range chunk {
+			if b := fs[i].Batch; !fs[i].Moved {
+				ensure = append(ensure, b.Queue, b.State, b.ID)
+			}
+		}
+		if len(ensure) > 0 {
+			q := sqlMembershipEnsure + strings.Repeat(sqlMembershipEnsureRow, len(ensure)/3-1)
+			if _, err := d.exec(ctx, d.app, "EnsureRecord", q, ensure...); err != nil {
+				// As alone: a batch whose row could not be ensured is not
+				// fanned out; the batches just moved are.
+				for _, i := range chunk {
+					if !fs[i].Moved {
+						errs[i] = fmt.Errorf("ensure membership row: %w", err)
+					}
+				}
+			}
+		}
+		var work []member
+		for _, i := range chunk {
+			b := fs[i].Batch
+			if errs[i] != nil {
+				continue
+			}
+			target, _ := requestTarget(b.State)
+			f := &fanout{queue: b.Queue, target: target, meta: logMetadata(fs[i].Cause)}
+			if b.State == mend.BatchFailed {
+				f.lastError = fs[i].Cause.LastError
+			}
+			for _, rid := range b.Requests {
+				work = append(work, member{f: f, rid: rid, item: i})
+			}
+		}
+		if err := d.fanOut(ctx, work, errs); err != nil {
+			return fill(errs, err) // cut off: the rest was not tried
+		}
 	}
-	if err := d.fanOut(ctx, f, b.Requests); err != nil {
-		return wrap(err)
+	for i := range errs {
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("host: finish batch %q: %w", fs[i].Batch.ID, errs[i])
+		}
 	}
-	return nil
+	return errs
+}
+
+// fill sets every nil error of errs to err.
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = err
+		}
+	}
+	return errs
 }
 
 // checkMemberIDs checks, before the first write of a transition to s or a
@@ -238,36 +305,55 @@ SELECT queue, id, state, version FROM request WHERE queue = ? AND id = ?`
 const sqlRequestCAS = `-- name: RequestFinish
 UPDATE request SET state = ?, version = ? WHERE queue = ? AND id = ? AND version = ?`
 
-// fanOut finishes the member requests ids. The common case costs three
-// statements for the whole batch, whatever its size up to hydrateChunk
-// members: one read of all members, one compare-and-set of those to
-// move, one publish of their RequestLog entries. Anything unusual (a row
-// the collation matched under another spelling, a compare-and-set that
-// did not move every row it named) falls back to finishRequest, one
-// request at a time, which reads again and decides.
-func (d *DB) fanOut(ctx context.Context, f fanout, ids []string) error {
-	var errs []error
-	seen := make(map[string]bool, len(ids))
-	var valid []string
-	for _, rid := range ids {
-		if err := mend.ValidateIdentity("request_id", rid, true); err != nil {
-			errs = append(errs, fmt.Errorf("request %q listed in contains: %w", rid, err))
+// member is one member request of a batch a fan-out finishes: item is the
+// batch's index in the caller's errors.
+type member struct {
+	f    *fanout
+	rid  string
+	item int
+}
+
+// fanOut finishes the member requests work, adding each error to its
+// item's. The common case costs three statements per requestChunk
+// members, of one batch or of many: one read of all of them, one
+// compare-and-set of those to move (per target state), one publish of
+// their RequestLog entries. Anything unusual (a row the collation matched
+// under another spelling, a compare-and-set that did not move every row it
+// named, a request already finished in this call as a member of another
+// batch) falls back to finishRequest, one request at a time, which reads
+// again and decides. It returns an error only when ctx ended.
+func (d *DB) fanOut(ctx context.Context, work []member, errs []error) error {
+	add := func(m member, err error) { errs[m.item] = errors.Join(errs[m.item], err) }
+	seen := map[string]int{} // request ID: the item that finishes it first
+	var fast, again []member
+	for _, m := range work {
+		if err := mend.ValidateIdentity("request_id", m.rid, true); err != nil {
+			add(m, fmt.Errorf("request %q listed in contains: %w", m.rid, err))
 			continue
 		}
-		if !seen[rid] {
-			seen[rid] = true
-			valid = append(valid, rid)
+		first, ok := seen[m.rid]
+		switch {
+		case !ok:
+			seen[m.rid] = m.item
+			fast = append(fast, m)
+		case first != m.item:
+			again = append(again, m)
 		}
 	}
-	for chunk := range slices.Chunk(valid, hydrateChunk) {
-		if err := d.fanOutChunk(ctx, f, chunk); err != nil {
+	for chunk := range slices.Chunk(fast, requestChunk) {
+		if err := d.fanOutChunk(ctx, chunk, add); err != nil {
+			return err
+		}
+	}
+	for _, m := range again {
+		if err := d.finishRequest(ctx, *m.f, m.rid); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
-			errs = append(errs, err)
+			add(m, err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 type requestRow struct {
@@ -275,10 +361,20 @@ type requestRow struct {
 	version          int64
 }
 
-func (d *DB) fanOutChunk(ctx context.Context, f fanout, ids []string) error {
-	rows, err := d.readRequests(ctx, f.queue, ids)
+// fanOutChunk finishes work, distinct requests of one queue; it returns an
+// error only when ctx ended.
+func (d *DB) fanOutChunk(ctx context.Context, work []member, add func(member, error)) error {
+	queue := work[0].f.queue
+	ids := make([]string, len(work))
+	for i, m := range work {
+		ids[i] = m.rid
+	}
+	rows, err := d.readRequests(ctx, queue, ids)
 	if err != nil {
-		return err
+		for _, m := range work {
+			add(m, err)
+		}
+		return ctx.Err()
 	}
 	if d.afterMembersRead != nil {
 		d.afterMembersRead()
@@ -290,7 +386,7 @@ func (d *DB) fanOutChunk(ctx context.Context, f fanout, ids []string) error {
 	exact := make(map[string]requestRow, len(rows))
 	oddRows := false
 	for _, r := range rows {
-		if r.queue == f.queue && asked[r.id] {
+		if r.queue == queue && asked[r.id] {
 			exact[r.id] = r
 		} else {
 			// A row the collation matched for an ID spelled otherwise:
@@ -298,62 +394,70 @@ func (d *DB) fanOutChunk(ctx context.Context, f fanout, ids []string) error {
 			oddRows = true
 		}
 	}
-	var slow, move []string
+	var slow []member
 	var publish []logEntry
-	versions := map[string]int64{}
-	for _, rid := range ids {
-		r, ok := exact[rid]
+	move := map[string][]member{} // by target state
+	var targets []string
+	for _, m := range work {
+		r, ok := exact[m.rid]
 		switch {
 		case !ok && oddRows:
-			slow = append(slow, rid)
+			slow = append(slow, m)
 		case !ok:
 			// as the real fan-out: a missing request is skipped
-		case r.state == f.target:
-			publish = append(publish, logEntry{rid, r.version})
+		case r.state == m.f.target:
+			publish = append(publish, logEntry{m, r.version})
 		case requestTerminal(r.state):
 			// another outcome is already final; never overwrite it
 		case r.version < 1 || r.version >= maxVersion:
-			slow = append(slow, rid) // reports the version it cannot move
+			slow = append(slow, m) // reports the version it cannot move
 		default:
-			move = append(move, rid)
-			versions[rid] = r.version
+			if move[m.f.target] == nil {
+				targets = append(targets, m.f.target)
+			}
+			move[m.f.target] = append(move[m.f.target], m)
 		}
 	}
-	if len(move) > 0 {
-		args := []any{f.target, f.queue}
-		conds := make([]string, len(move))
-		for i, rid := range move {
+	for _, target := range targets {
+		ms := move[target]
+		args := []any{target, queue}
+		conds := make([]string, len(ms))
+		for i, m := range ms {
 			conds[i] = "(id = ? AND version = ?)"
-			args = append(args, rid, versions[rid])
+			args = append(args, m.rid, exact[m.rid].version)
 		}
 		res, err := d.exec(ctx, d.app, "RequestsFinish", sqlRequestsCAS+strings.Join(conds, " OR ")+")", args...)
 		if err != nil {
-			return fmt.Errorf("finish requests: %w", err)
+			for _, m := range ms {
+				add(m, fmt.Errorf("finish requests: %w", err))
+			}
+			continue
 		}
-		if n, err := res.RowsAffected(); err == nil && n == int64(len(move)) {
-			for _, rid := range move {
-				publish = append(publish, logEntry{rid, versions[rid] + 1})
+		if n, err := res.RowsAffected(); err == nil && n == int64(len(ms)) {
+			for _, m := range ms {
+				publish = append(publish, logEntry{m, exact[m.rid].version + 1})
 			}
 		} else {
 			// Some moved under us: each is read again and decided alone.
-			slow = append(slow, move...)
+			slow = append(slow, ms...)
 		}
 	}
-	var errs []error
 	if len(publish) > 0 {
-		if err := d.publishLogs(ctx, f, publish); err != nil {
-			errs = append(errs, err)
+		if err := d.publishLogs(ctx, publish); err != nil {
+			for _, e := range publish {
+				add(e.m, err)
+			}
 		}
 	}
-	for _, rid := range slow {
-		if err := d.finishRequest(ctx, f, rid); err != nil {
+	for _, m := range slow {
+		if err := d.finishRequest(ctx, *m.f, m.rid); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
-			errs = append(errs, err)
+			add(m, err)
 		}
 	}
-	return errors.Join(errs...)
+	return ctx.Err()
 }
 
 // readRequests reads the requests ids of queue, as the collation matches
@@ -423,25 +527,27 @@ func (d *DB) finishRequest(ctx context.Context, f fanout, rid string) error {
 	}
 }
 
-// logEntry is a request whose RequestLog is to be published at version.
+// logEntry is a member request whose RequestLog is to be published at
+// version.
 type logEntry struct {
-	rid     string
+	m       member
 	version int64
 }
 
 // publishLog publishes one request's RequestLog entry.
 func (d *DB) publishLog(ctx context.Context, f fanout, rid string, version int64) error {
-	return d.publishLogs(ctx, f, []logEntry{{rid, version}})
+	return d.publishLogs(ctx, []logEntry{{member{f: &f, rid: rid}, version}})
 }
 
 // publishLogs publishes the entries' RequestLog messages in one insert. A
 // last_error too long for the payload column is cut, marked with "…",
 // rather than let one long failure message block the fan-out.
-func (d *DB) publishLogs(ctx context.Context, f fanout, entries []logEntry) error {
+func (d *DB) publishLogs(ctx context.Context, entries []logEntry) error {
 	msgs := make([]message, 0, len(entries))
 	for _, e := range entries {
+		f, rid := e.m.f, e.m.rid
 		entry := requestLog{
-			RequestID: e.rid, Queue: f.queue, TimestampMS: d.nowMS(), Type: "status", Status: f.target,
+			RequestID: rid, Queue: f.queue, TimestampMS: d.nowMS(), Type: "status", Status: f.target,
 			RequestVersion: e.version, LastError: f.lastError, Metadata: f.meta,
 		}
 		var payload []byte
@@ -456,12 +562,12 @@ func (d *DB) publishLogs(ctx context.Context, f fanout, entries []logEntry) erro
 			}
 			entry.LastError = cut(entry.LastError, len(entry.LastError)-over-len("…")) + "…"
 		}
-		msgs = append(msgs, message{topic: LogTopic, partition: e.rid, id: e.rid + "/" + f.target, payload: payload})
+		msgs = append(msgs, message{topic: LogTopic, partition: rid, id: rid + "/" + f.target, payload: payload})
 	}
 	// publishMany refuses a payload that still does not fit.
 	if err := d.publishMany(ctx, "RequestLog", msgs); err != nil {
 		if len(entries) == 1 {
-			return fmt.Errorf("publish log of request %q: %w", entries[0].rid, err)
+			return fmt.Errorf("publish log of request %q: %w", entries[0].m.rid, err)
 		}
 		return fmt.Errorf("publish logs of %d requests: %w", len(entries), err)
 	}

@@ -121,6 +121,10 @@ type DB struct {
 	// afterMembersRead, when set (tests only), runs between the fan-out's
 	// read of a chunk of members and their compare-and-set.
 	afterMembersRead func()
+	// trustRowCount, when set (tests only: the negative control of
+	// BatchTransitionMany), takes a batched compare-and-set's changed-row
+	// count as every batch moved, without reading them again.
+	trustRowCount bool
 }
 
 // Open connects to the submit queue's application database (appDSN) and its

@@ -29,6 +29,17 @@
 //	                             ▼
 //	      every record: woken (one fenced transaction)
 //
+// The host calls are shared too when the Batches port has BatchesMany
+// (package host's does) and a run has more than one record to settle: one
+// read of all their batches, Decide per record, one transition call for
+// those to move, one fan-out call for those to finish, then each record's
+// own fenced event (settled, waiting, parked, attempt_failed) exactly as
+// settle writes it after the same host calls. An item's error is that
+// record's alone: a transition conflict sends that record through settle,
+// which reads its batch again and decides again; a spelling parks it; any
+// other error is its failed attempt. Without BatchesMany, or for a single
+// record, each record is settled alone as before.
+//
 // One owed record is woken as it always was: the message ID is
 // WakeMessageID(record, settled version) and no intent is written, because
 // the settled event already fixes the ID. For several, the anchor is the

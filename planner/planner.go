@@ -229,13 +229,14 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 		// woken together, with one publish, after the loop.
 		var owed []owedRecord
 		var stop error
-		for _, rec := range recs {
+		for i, step := range p.steps(ctx, lease, recs, &st) {
+			rec := recs[i]
 			if err := alive(ctx, lease); err != nil {
 				stop = err
 				break
 			}
 			failedBefore := st.Failed + st.WakeFailed
-			next, owes, err := p.prepare(ctx, lease, rec, &st)
+			next, owes, err := step()
 			if owes {
 				owed = append(owed, owedRecord{rec: next, cameSettled: rec.State == mend.StateSettled})
 			}
@@ -388,7 +389,6 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 		}
 		d := Decide(Input{Desired: rec.Target.Desired, Batch: batch, Waited: waited, Grace: p.cfg.Grace})
 		moved := false // this pass's transition made the batch terminal
-		data := eventData{Action: d.Action.String(), Outcome: d.Outcome, Divergent: d.Divergent, Reason: d.Reason, BatchID: rec.Target.BatchID}
 		switch d.Action {
 		case ActTransition:
 			if err := alive(ctx, lease); err != nil {
@@ -420,42 +420,163 @@ func (p *Planner) settle(ctx context.Context, lease Lease, rec mend.Record, st *
 			} else {
 				err = p.cfg.Batches.BatchFinish(ctx, queue, batch.ID, rec.Snapshot)
 			}
-			var spelling *mend.SpellingError
-			switch {
-			case errors.As(err, &spelling):
-				return rec, false, p.parkSpelling(ctx, lease, rec, "finish fan-out", spelling, st)
-			case err != nil:
-				return p.attemptFailed(ctx, lease, rec, "finish fan-out", err, st)
+			if err != nil {
+				return p.hostFailed(ctx, lease, rec, "finish fan-out", err, st)
 			}
 			fallthrough
-		case ActSettle:
-			rec, err = p.write(ctx, lease, rec, mend.EventSettled, mend.StateSettled, 0, "", 0, data)
-			if err != nil {
-				return rec, false, err
-			}
-			st.Settled++
-			if p.cfg.Hooks.OnSettled != nil {
-				p.cfg.Hooks.OnSettled(queue, d.Outcome, d.Divergent)
-			}
-			p.log.InfoContext(ctx, "outcome settled", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
-				"outcome", string(d.Outcome), "divergent", d.Divergent, "epoch", rec.Epoch)
-			return rec, true, nil
-		case ActWait:
-			retry := min(p.cfg.BackoffFunc(rec.Attempts), max(p.cfg.Grace-waited, 0)+time.Millisecond)
-			_, err := p.write(ctx, lease, rec, mend.EventWaiting, mend.StateWaiting, rec.Attempts+1, d.Reason, retry, data)
-			if err == nil {
-				st.Waiting++
-				// Say why: an operator looking at a queue that is not moving
-				// needs the reason without opening the record.
-				p.log.InfoContext(ctx, "waiting", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
-					"reason", d.Reason, "retry_in", retry, "waited", waited)
-			}
-			return rec, false, err
-		case ActPark:
-			return rec, false, p.park(ctx, lease, rec, d.Reason, data, st)
+		default:
+			return p.apply(ctx, lease, rec, d, waited, st)
 		}
 	}
 	return rec, false, fmt.Errorf("planner: batch %q kept moving: %w", rec.Target.BatchID, mend.ErrConflict)
+}
+
+// apply writes rec's event for decision d once the host work d asks for
+// (a transition, a fan-out) is done: waiting, parked, or settled, in which
+// case the record owes a wake-up.
+func (p *Planner) apply(ctx context.Context, lease Lease, rec mend.Record, d Decision, waited time.Duration, st *Stats) (mend.Record, bool, error) {
+	queue := rec.Source.Queue
+	data := eventData{Action: d.Action.String(), Outcome: d.Outcome, Divergent: d.Divergent, Reason: d.Reason, BatchID: rec.Target.BatchID}
+	switch d.Action {
+	case ActWait:
+		retry := min(p.cfg.BackoffFunc(rec.Attempts), max(p.cfg.Grace-waited, 0)+time.Millisecond)
+		_, err := p.write(ctx, lease, rec, mend.EventWaiting, mend.StateWaiting, rec.Attempts+1, d.Reason, retry, data)
+		if err == nil {
+			st.Waiting++
+			// Say why: an operator looking at a queue that is not moving
+			// needs the reason without opening the record.
+			p.log.InfoContext(ctx, "waiting", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
+				"reason", d.Reason, "retry_in", retry, "waited", waited)
+		}
+		return rec, false, err
+	case ActPark:
+		return rec, false, p.park(ctx, lease, rec, d.Reason, data, st)
+	}
+	rec, err := p.write(ctx, lease, rec, mend.EventSettled, mend.StateSettled, 0, "", 0, data)
+	if err != nil {
+		return rec, false, err
+	}
+	st.Settled++
+	if p.cfg.Hooks.OnSettled != nil {
+		p.cfg.Hooks.OnSettled(queue, d.Outcome, d.Divergent)
+	}
+	p.log.InfoContext(ctx, "outcome settled", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
+		"outcome", string(d.Outcome), "divergent", d.Divergent, "epoch", rec.Epoch)
+	return rec, true, nil
+}
+
+// hostFailed records a host call's failure on rec: parked at once for a
+// spelling (see parkSpelling), else a failed attempt.
+func (p *Planner) hostFailed(ctx context.Context, lease Lease, rec mend.Record, what string, err error, st *Stats) (mend.Record, bool, error) {
+	var spelling *mend.SpellingError
+	if errors.As(err, &spelling) {
+		return rec, false, p.parkSpelling(ctx, lease, rec, what, spelling, st)
+	}
+	return p.attemptFailed(ctx, lease, rec, what, err, st)
+}
+
+// step is what a run does with one of the records it read: it returns the
+// record as it now is and whether it owes a wake-up.
+type step func() (mend.Record, bool, error)
+
+// steps returns one step per record of recs. Each is prepare, except when
+// the Batches port has BatchesMany and more than one record is to be
+// settled: then the host calls of all of those are made here, together
+// (one batch read, one transition call, one fan-out call), and their steps
+// write each record's own events as settle would have after the same
+// calls. A record whose transition met a conflict is settled alone (settle
+// reads its batch again and decides again).
+func (p *Planner) steps(ctx context.Context, lease Lease, recs []mend.Record, st *Stats) []step {
+	steps := make([]step, len(recs))
+	var todo []int // records to settle
+	for i, rec := range recs {
+		steps[i] = func() (mend.Record, bool, error) { return p.prepare(ctx, lease, rec, st) }
+		if rec.State == mend.StatePending || rec.State == mend.StateWaiting {
+			todo = append(todo, i)
+		}
+	}
+	bm, ok := p.cfg.Batches.(BatchesMany)
+	if !ok || len(todo) < 2 || alive(ctx, lease) != nil {
+		return steps
+	}
+	ids := make([]string, len(todo))
+	for n, i := range todo {
+		ids[n] = recs[i].Target.BatchID
+	}
+	batches, errs := bm.BatchGetMany(ctx, recs[todo[0]].Source.Queue, ids)
+	type job struct {
+		i      int
+		d      Decision
+		waited time.Duration
+		b      mend.Batch
+		moved  bool
+	}
+	var moves, finishes []job
+	for n, i := range todo {
+		rec, err := recs[i], errs[n]
+		var batch *mend.Batch
+		switch {
+		case err == nil:
+			batch = &batches[n]
+		case !errors.Is(err, mend.ErrNotFound) || errors.As(err, new(*mend.SpellingError)):
+			steps[i] = func() (mend.Record, bool, error) { return p.hostFailed(ctx, lease, rec, "read batch", err, st) }
+			continue
+		}
+		var waited time.Duration
+		if rec.State == mend.StateWaiting {
+			waited = rec.StateAge
+		}
+		d := Decide(Input{Desired: rec.Target.Desired, Batch: batch, Waited: waited, Grace: p.cfg.Grace})
+		switch d.Action {
+		case ActTransition:
+			moves = append(moves, job{i: i, d: d, waited: waited, b: *batch})
+		case ActFinish:
+			finishes = append(finishes, job{i: i, d: d, waited: waited, b: *batch})
+		default:
+			steps[i] = func() (mend.Record, bool, error) { return p.apply(ctx, lease, rec, d, waited, st) }
+		}
+	}
+	if len(moves) > 0 {
+		if alive(ctx, lease) != nil {
+			return steps // the run stops before its next record
+		}
+		bs, to := make([]mend.Batch, len(moves)), make([]mend.BatchState, len(moves))
+		for n, j := range moves {
+			bs[n], to[n] = j.b, j.d.To
+		}
+		now, errs := bm.BatchTransitionMany(ctx, bs, to)
+		for n, j := range moves {
+			rec, err := recs[j.i], errs[n]
+			switch {
+			case err == nil:
+				j.b, j.moved = now[n], true
+				finishes = append(finishes, j)
+			case errors.Is(err, mend.ErrConflict):
+				// Decide again for this one alone, from a fresh read.
+				steps[j.i] = func() (mend.Record, bool, error) { return p.settle(ctx, lease, rec, st) }
+			default:
+				steps[j.i] = func() (mend.Record, bool, error) { return p.hostFailed(ctx, lease, rec, "transition batch", err, st) }
+			}
+		}
+	}
+	if len(finishes) == 0 {
+		return steps
+	}
+	fs := make([]mend.FinishParams, len(finishes))
+	for n, j := range finishes {
+		// The snapshot is the cause the host's users see on each member
+		// request (its last error and failure context).
+		fs[n] = mend.FinishParams{Batch: j.b, Cause: recs[j.i].Snapshot, Moved: j.moved}
+	}
+	for n, err := range bm.BatchFinishMany(ctx, fs) {
+		j, rec := finishes[n], recs[finishes[n].i]
+		if err != nil {
+			steps[j.i] = func() (mend.Record, bool, error) { return p.hostFailed(ctx, lease, rec, "finish fan-out", err, st) }
+		} else {
+			steps[j.i] = func() (mend.Record, bool, error) { return p.apply(ctx, lease, rec, j.d, j.waited, st) }
+		}
+	}
+	return steps
 }
 
 // attemptFailed records a failed attempt with backoff, or parks the record

@@ -73,3 +73,28 @@ type Waker interface {
 	// planner records the failure and re-sends later under a new message ID.
 	Wake(ctx context.Context, w mend.WakeUp) error
 }
+
+// BatchesMany is implemented by a Batches that can act on several batches
+// of one queue with a number of statements that does not grow with them.
+// A run that has more than one record to settle then reads all their
+// batches at once, transitions all that need it at once and finishes all
+// their fan-outs at once, and writes each record's own events after (see
+// doc.go, "Settle together, wake once"); without it, each record is
+// settled alone. Package host implements it.
+//
+// Each method returns one result per item, in order, and its errors for
+// an item are those of the one-batch method it stands for; one item's
+// error (a conflict, a spelling, a failed statement) never stops the
+// others.
+type BatchesMany interface {
+	// BatchGetMany is BatchGet of every ID, all in queue.
+	BatchGetMany(ctx context.Context, queue string, ids []string) ([]mend.Batch, []error)
+	// BatchTransitionMany is BatchesAsRead.BatchTransitionFrom of bs[i] to
+	// to[i] for every i, the batches all in one queue. An item whose
+	// compare-and-set did not land is mend.ErrConflict: the caller reads
+	// that batch again and decides again, for it alone.
+	BatchTransitionMany(ctx context.Context, bs []mend.Batch, to []mend.BatchState) ([]mend.Batch, []error)
+	// BatchFinishMany is BatchesAsRead.BatchFinishFrom of every item, the
+	// batches all in one queue.
+	BatchFinishMany(ctx context.Context, fs []mend.FinishParams) []error
+}
