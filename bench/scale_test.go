@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
 	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
 )
 
 // scaleConfig sizes BenchmarkScale. MEND_BENCH_SCALE overrides it: "smoke"
@@ -41,15 +43,18 @@ type scaleConfig struct {
 	Replicas    []int         // reconciler counts, one run each
 	IdlePasses  int           // idle passes measured per replica
 	IntakeConns int           // intake workers delivering the storm
+	IntakeBatch int           // deliveries per intake call: 1 is Intake.Record, more is RecordMany (a subscription page)
 	Interval    time.Duration // the reconcilers' pass interval (mend run's default)
-	Deadline    time.Duration // the storm target: every queue woken within this
+	Deadline    time.Duration // the storm target: every queue's first wake-up within this of its first dead letter
+	Settle      time.Duration // the storm target: every record settled and woken within this of the first delivery
 	Bound       time.Duration // the storm is given up after this (the benchmark always ends)
 	RunLimit    int           // planner.Config.RunLimit (0: mend's default; -1: drain a queue per run)
 }
 
 func fullScale() scaleConfig {
 	return scaleConfig{Queues: 10_000, Finished: 1_000_000, Storm: 100_000, StormQueues: 1_000, Replicas: []int{2, 4},
-		IdlePasses: 20, IntakeConns: 16, Interval: reconcile.IntervalDefault, Deadline: 2 * time.Minute, Bound: 20 * time.Minute}
+		IdlePasses: 20, IntakeConns: 16, IntakeBatch: subscribe.PageSizeDefault, Interval: reconcile.IntervalDefault,
+		Deadline: time.Minute, Settle: 2 * time.Minute, Bound: 20 * time.Minute}
 }
 
 func smokeScale() scaleConfig {
@@ -91,6 +96,10 @@ func scaleFromEnv(tb testing.TB) scaleConfig {
 			atoi(&c.RunLimit)
 		case k == "intake_conns":
 			atoi(&c.IntakeConns)
+		case k == "intake_batch":
+			atoi(&c.IntakeBatch)
+		case k == "settle":
+			dur(&c.Settle)
 		case k == "interval":
 			dur(&c.Interval)
 		case k == "deadline":
@@ -110,10 +119,10 @@ func scaleFromEnv(tb testing.TB) scaleConfig {
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			tb.Fatalf("MEND_BENCH_SCALE %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, interval, deadline, bound; or smoke)", kv, err)
+			tb.Fatalf("MEND_BENCH_SCALE %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, intake_batch, interval, deadline, settle, bound; or smoke)", kv, err)
 		}
 	}
-	if c.Queues < 1 || c.StormQueues < 1 || c.Storm < c.StormQueues || c.Finished < 0 || c.Finished > 1_000_000 || c.Storm > 1_000_000 || c.IdlePasses < 1 || c.IntakeConns < 1 {
+	if c.Queues < 1 || c.StormQueues < 1 || c.Storm < c.StormQueues || c.Finished < 0 || c.Finished > 1_000_000 || c.Storm > 1_000_000 || c.IdlePasses < 1 || c.IntakeConns < 1 || c.IntakeBatch < 1 {
 		tb.Fatalf("MEND_BENCH_SCALE: inconsistent sizes %+v (at most 10^6 finished and 10^6 dead letters: the numbers table's size)", c)
 	}
 	return c
@@ -538,13 +547,26 @@ func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix str
 	stormStart := time.Now()
 	intakeTook := measure(cfg.IntakeConns, func(w int) {
 		for {
-			i := int(next.Add(1) - 1)
-			if i >= cfg.Storm {
+			from := int(next.Add(int64(cfg.IntakeBatch)) - int64(cfg.IntakeBatch))
+			if from >= cfg.Storm {
 				return
 			}
-			q := i % cfg.StormQueues
-			firstD[q].CompareAndSwap(0, time.Now().UnixNano())
-			if _, err := intakes[w].Record(ctx, deliveries[i]); err != nil {
+			page := deliveries[from:min(from+cfg.IntakeBatch, cfg.Storm)]
+			now := time.Now().UnixNano()
+			for i := range page {
+				firstD[(from+i)%cfg.StormQueues].CompareAndSwap(0, now)
+			}
+			var err error
+			if len(page) == 1 {
+				_, err = intakes[w].Record(ctx, page[0])
+			} else {
+				var res []dlq.ManyResult
+				res, err = intakes[w].RecordMany(ctx, page)
+				for _, r := range res {
+					err = cmp.Or(err, r.Err)
+				}
+			}
+			if err != nil {
 				errMu.Lock()
 				intakeEr = err
 				errMu.Unlock()
@@ -615,6 +637,7 @@ wait:
 	}
 	b.ReportMetric(within, "storm-within-deadline")
 	b.ReportMetric(sec(cfg.Deadline), "storm-deadline-s")
+	b.ReportMetric(sec(cfg.Settle), "storm-settle-deadline-s")
 
 	// The replicas' pools open connections as they need them; database/sql
 	// keeps two idle ones by default, so more concurrent work than that
@@ -639,6 +662,13 @@ wait:
 	b.Logf("mend-bench: scale lease %s: %s per pass over %d passes (hooks: %d terms acquired, %d renewed, %d released)",
 		b.Name(), mixString(lease, per), stormPasses, st.acquired.Load(), st.renewed.Load(), st.released.Load())
 	b.Logf("mend-bench: scale storm-mix %s: %s per dead letter", b.Name(), mixString(storm, float64(cfg.Storm)))
+	var stmts int64
+	for _, v := range storm {
+		stmts += v
+	}
+	// Every statement the replicas sent is one round trip (a multi-statement
+	// packet is counted once), amortised over the storm's records.
+	b.ReportMetric(float64(stmts)/float64(cfg.Storm), "storm-roundtrips/record")
 
 	// (d) Memory at the end.
 	runtime.GC()
@@ -677,7 +707,12 @@ wait:
 // explain returns the plan of a statement mend sent: the key each table is
 // read through and the rows the optimizer expects.
 func explain(b *testing.B, db *sql.DB, text string) string {
-	rows, err := db.QueryContext(context.Background(), "EXPLAIN "+text)
+	// MySQL 9 prints EXPLAIN as a tree unless asked for the table;
+	// MariaDB knows no FORMAT=TRADITIONAL and prints the table anyway.
+	rows, err := db.QueryContext(context.Background(), "EXPLAIN FORMAT=TRADITIONAL "+text)
+	if err != nil {
+		rows, err = db.QueryContext(context.Background(), "EXPLAIN "+text)
+	}
 	if err != nil {
 		return "explain failed: " + err.Error()
 	}
