@@ -37,8 +37,13 @@
 // settle writes it after the same host calls. An item's error is that
 // record's alone: a transition conflict sends that record through settle,
 // which reads its batch again and decides again; a spelling parks it; any
-// other error is its failed attempt. Without BatchesMany, or for a single
-// record, each record is settled alone as before.
+// other error is its failed attempt. The settled events of the records
+// whose host calls succeeded are then written in one fenced transaction
+// when the Store has RecordAppendMany (storage's does): each is the event
+// settle would write alone, a compare-and-set on its record's own version,
+// so a record that moved under the run fails alone; a lost term fails them
+// all, as it would each. Without BatchesMany, or for a single record, each
+// record is settled alone as before.
 //
 // One owed record is woken as it always was: the message ID is
 // WakeMessageID(record, settled version) and no intent is written, because

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/storage"
 )
 
 // manyHost is the fake host with the batched methods, each standing for
@@ -89,7 +90,9 @@ func runSettlesTogether(t *testing.T, batched bool) {
 	for _, batch := range []string{"b1", "b2", "b3", "bad", "spelt", "gone"} {
 		b.record(t, "q", batch, batch)
 	}
+	spy := &appendSpy{DB: b.store}
 	p := newPlanner(t, b, h.fakeHost, func(c *planner.Config) {
+		c.Store = spy
 		if batched {
 			c.Batches = h
 		}
@@ -117,4 +120,29 @@ func runSettlesTogether(t *testing.T, batched bool) {
 	if len(h.woken) != 1 {
 		t.Fatalf("wake-ups = %+v; want one", h.woken)
 	}
+	// The events: b1, b2 and b3 settled in one fenced packet when batched
+	// (one each otherwise); gone's settled event, spelt's park, bad's
+	// failed attempt and the wake intent one each; the four woken events
+	// in one packet either way.
+	appends, manys := spy.appends.Load(), spy.manys.Load()
+	if batched && (appends != 4 || manys != 2) || !batched && (appends != 7 || manys != 1) {
+		t.Fatalf("event writes: %d RecordAppend, %d RecordAppendMany; want %v", appends, manys,
+			map[bool]string{true: "4 and 2", false: "7 and 1"}[batched])
+	}
+}
+
+// appendSpy is the real store, counting the planner's event writes.
+type appendSpy struct {
+	*storage.DB
+	appends, manys atomic.Int64
+}
+
+func (s *appendSpy) RecordAppend(ctx context.Context, p mend.AppendParams) (int64, error) {
+	s.appends.Add(1)
+	return s.DB.RecordAppend(ctx, p)
+}
+
+func (s *appendSpy) RecordAppendMany(ctx context.Context, ps []mend.AppendParams) ([]error, error) {
+	s.manys.Add(1)
+	return s.DB.RecordAppendMany(ctx, ps)
 }

@@ -456,13 +456,76 @@ func (p *Planner) apply(ctx context.Context, lease Lease, rec mend.Record, d Dec
 	if err != nil {
 		return rec, false, err
 	}
+	return p.settled(ctx, rec, d, st), true, nil
+}
+
+// settled counts, reports and logs a record whose settled event was
+// written.
+func (p *Planner) settled(ctx context.Context, rec mend.Record, d Decision, st *Stats) mend.Record {
 	st.Settled++
 	if p.cfg.Hooks.OnSettled != nil {
-		p.cfg.Hooks.OnSettled(queue, d.Outcome, d.Divergent)
+		p.cfg.Hooks.OnSettled(rec.Source.Queue, d.Outcome, d.Divergent)
 	}
-	p.log.InfoContext(ctx, "outcome settled", "queue", queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
+	p.log.InfoContext(ctx, "outcome settled", "queue", rec.Source.Queue, "record_id", rec.ID.String(), "batch_id", rec.Target.BatchID,
 		"outcome", string(d.Outcome), "divergent", d.Divergent, "epoch", rec.Epoch)
-	return rec, true, nil
+	return rec
+}
+
+// settleMany writes the settled events of records whose host calls were
+// made together (steps), all in one fenced transaction when the Store has
+// RecordAppendMany (one packet and COMMIT per appendManyMax records), and
+// sets each one's step to report its own result when the run reaches it.
+// Each event is the very one apply would have written alone, a
+// compare-and-set on the record's own version; a record that moved under
+// the run fails alone (the next read decides again), and a batch that
+// fails as a whole (a lost term, a store error) is each record's error.
+// Without RecordAppendMany, or for a single record, apply writes each.
+func (p *Planner) settleMany(ctx context.Context, lease Lease, recs []mend.Record, jobs []settleJob, steps []step, st *Stats) {
+	am, ok := p.cfg.Store.(appendManyStore)
+	if !ok || len(jobs) < 2 || alive(ctx, lease) != nil {
+		return
+	}
+	term := lease.Term()
+	for len(jobs) > 0 {
+		chunk := jobs[:min(len(jobs), appendManyMax)]
+		jobs = jobs[len(chunk):]
+		ps := make([]mend.AppendParams, len(chunk))
+		for n, j := range chunk {
+			rec, d := recs[j.i], j.d
+			raw, err := json.Marshal(eventData{Action: d.Action.String(), Outcome: d.Outcome, Divergent: d.Divergent, Reason: d.Reason, BatchID: rec.Target.BatchID})
+			if err != nil {
+				return // apply writes each, as without RecordAppendMany
+			}
+			ps[n] = mend.AppendParams{Source: rec.Source, RecordID: rec.ID, Version: rec.Version, Fence: &term,
+				Kind: mend.EventSettled, Actor: p.cfg.Actor, OpID: mend.NewOpID(), Epoch: term.Epoch, Data: raw,
+				State: mend.StateSettled}
+		}
+		res, err := am.RecordAppendMany(ctx, ps)
+		for n, j := range chunk {
+			rec, d := recs[j.i], j.d
+			switch {
+			case err != nil:
+				err := fmt.Errorf("planner: record %s: append %s: %w", rec.ID, mend.EventSettled, err)
+				steps[j.i] = func() (mend.Record, bool, error) { return rec, false, err }
+			case res[n] != nil:
+				err := fmt.Errorf("planner: record %s: append %s: %w", rec.ID, mend.EventSettled, res[n])
+				steps[j.i] = func() (mend.Record, bool, error) { return rec, false, err }
+			default:
+				if rec.State != mend.StateSettled {
+					rec.StateAge = 0
+				}
+				rec.Version, rec.State, rec.Attempts, rec.LastError, rec.Epoch = rec.Version+1, mend.StateSettled, 0, "", term.Epoch
+				steps[j.i] = func() (mend.Record, bool, error) { return p.settled(ctx, rec, d, st), true, nil }
+			}
+		}
+	}
+}
+
+// settleJob is a record of a run whose host calls are done and whose
+// decision settles it: recs[i] under decision d.
+type settleJob struct {
+	i int
+	d Decision
 }
 
 // hostFailed records a host call's failure on rec: parked at once for a
@@ -484,7 +547,7 @@ type step func() (mend.Record, bool, error)
 // settled: then the host calls of all of those are made here, together
 // (one batch read, one transition call, one fan-out call), and their steps
 // write each record's own events as settle would have after the same
-// calls. A record whose transition met a conflict is settled alone (settle
+// calls, the settled ones together (settleMany). A record whose transition met a conflict is settled alone (settle
 // reads its batch again and decides again).
 func (p *Planner) steps(ctx context.Context, lease Lease, recs []mend.Record, st *Stats) []step {
 	steps := make([]step, len(recs))
@@ -568,14 +631,17 @@ func (p *Planner) steps(ctx context.Context, lease Lease, recs []mend.Record, st
 		// request (its last error and failure context).
 		fs[n] = mend.FinishParams{Batch: j.b, Cause: recs[j.i].Snapshot, Moved: j.moved}
 	}
+	var settles []settleJob
 	for n, err := range bm.BatchFinishMany(ctx, fs) {
 		j, rec := finishes[n], recs[finishes[n].i]
 		if err != nil {
 			steps[j.i] = func() (mend.Record, bool, error) { return p.hostFailed(ctx, lease, rec, "finish fan-out", err, st) }
 		} else {
 			steps[j.i] = func() (mend.Record, bool, error) { return p.apply(ctx, lease, rec, j.d, j.waited, st) }
+			settles = append(settles, settleJob{i: j.i, d: j.d})
 		}
 	}
+	p.settleMany(ctx, lease, recs, settles, steps, st)
 	return steps
 }
 
