@@ -98,9 +98,10 @@ bench-smoke: ## Run every benchmark once at a small size past the planner's RunL
 	$(GO) run ./bench/cmd/benchreport -smoke
 
 # MEND_BENCH_SCALE=smoke (or key=value sizes, see bench/scale_test.go) runs a small world instead of the full one.
-bench-scale: ## Benchmark the reconcilers at scale (10,000 queues, 10^6 finished, a 100,000 dead-letter storm) and write docs/benchmarks-scale.md (> 10 min, bounded)
+SCALE_OUT = docs/benchmarks-scale$(if $(filter mariadb,$(MEND_TEST_ENGINE)),-mariadb,).md
+bench-scale: ## Benchmark the reconcilers at scale (10,000 queues, 10^6 finished, a 100,000 dead-letter storm) and write docs/benchmarks-scale.md (MySQL) or docs/benchmarks-scale-mariadb.md (ENGINE=mariadb) (> 10 min, bounded)
 	bash scripts/ensure-mysql.sh
-	$(GO) run ./bench/cmd/benchreport -scale -out docs/benchmarks-scale.md
+	$(GO) run ./bench/cmd/benchreport -scale -out $(SCALE_OUT)
 
 # The proof suites at full size: linearizability (store and fence, with their negative controls), crash and
 # partition. `make test` runs the same tests at reduced sizes.

@@ -3,7 +3,7 @@
 // comment: the benchmarks live in _test.go files and `make bench` runs them
 // through cmd/benchreport, which prints a table and writes
 // docs/benchmarks.md; `make bench-scale` runs the scale benchmarks and
-// writes docs/benchmarks-scale.md.
+// writes docs/benchmarks-scale.md (docs/benchmarks-scale-mariadb.md with ENGINE=mariadb).
 //
 // # Overview
 //
