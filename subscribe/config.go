@@ -125,6 +125,24 @@ type Config struct {
 	// Concurrency is how many partitions a pass reads at once. Zero means
 	// ConcurrencyDefault.
 	Concurrency int
+	// Leases, when set, makes the replicas of the group divide the
+	// partitions between them instead of each reading all of them: each
+	// holds one of Slots slot leases in mend's lease table and reads the
+	// partitions that hash to its rank among the live slots (see the
+	// package doc, "Replicas"). Drain never divides: it promises every
+	// dead letter.
+	Leases Leases
+	// Holder names this replica in its slot lease; empty means the fence's
+	// default (unique per process). It must differ from every other
+	// holder's name, the queue leases' included.
+	Holder string
+	// Slots is how many replicas can divide the work. Zero means
+	// SlotsDefault.
+	Slots int
+	// SlotTTL is a slot lease's term: a replica paused longer loses its
+	// slot and the others take its partitions over. Zero means the fence's
+	// default (15 s).
+	SlotTTL time.Duration
 	// Actor names the subscription in the parked stand-ins' event logs.
 	// Empty means ActorDefault.
 	Actor string
@@ -145,6 +163,7 @@ func (c Config) withDefaults() Config {
 	c.AheadInterval = cmp.Or(c.AheadInterval, AheadIntervalDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.Actor = cmp.Or(c.Actor, ActorDefault)
+	c.Slots = cmp.Or(c.Slots, SlotsDefault)
 	if c.AheadTopics == nil {
 		c.AheadTopics = AheadTopicsDefault
 	}
@@ -174,6 +193,8 @@ func (c Config) validate() error {
 		return bad("PagesPerPass must not be negative")
 	case c.PollInterval < 0 || c.Settle < 0 || c.AheadInterval < 0:
 		return bad("PollInterval, Settle and AheadInterval must not be negative")
+	case c.Slots < 0 || c.Slots > 100:
+		return bad("Slots must be 1 to 100, got %d", c.Slots)
 	case c.Concurrency < 0 || c.Concurrency > 64:
 		return bad("Concurrency must be 1 to 64, got %d", c.Concurrency)
 	}

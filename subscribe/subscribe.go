@@ -19,6 +19,10 @@ import (
 // PassStats is what one pass did.
 type PassStats struct {
 	Partitions   int // DLQ partitions holding rows, as discovery found them
+	// Share is how many of them this replica read: all of them unless the
+	// replicas divide the work (Config.Leases), and then Replicas is how
+	// many live replicas it divided them with.
+	Share, Replicas int
 	Joined       int // partitions the group joined in this pass (ahead or on first sight)
 	Read         int // dead letters read
 	Recorded     int // new records
@@ -74,6 +78,7 @@ type Subscriber struct {
 	joined    map[partKey]uint64 // partitions the group has a row for, with their watermarks, as last read or written
 	samples   []sample
 	lastAhead time.Time
+	share     *share // nil unless Config.Leases is set
 
 	life struct {
 		sync.Mutex
@@ -89,11 +94,16 @@ func New(cfg Config) (*Subscriber, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	sh, err := newShare(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Subscriber{
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "subscribe", "group", cfg.Group),
 		parts:  map[partKey]*part{},
 		joined: map[partKey]uint64{},
+		share:  sh,
 	}, nil
 }
 
@@ -139,6 +149,7 @@ func (s *Subscriber) Stop() {
 func (s *Subscriber) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	defer s.share.drop(ctx) // the others take its partitions on their next pass
 	failures := 0
 	for {
 		select {
@@ -168,10 +179,15 @@ func (s *Subscriber) Run(ctx context.Context) error {
 
 // Pass runs one pass: sample the table's highest offset, register ahead
 // (every AheadInterval), discover the DLQ partitions holding rows, join
-// those the group has no row for, read each from where this process left
-// it and record what it reads, then release (advance the watermark of)
-// every partition whose reads have settled, and read the lag.
-func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) {
+// those the group has no row for, read each of this replica's share from
+// where this process left it and record what it reads, then release
+// (advance the watermark of) every partition whose reads have settled, and
+// read the lag. With Config.Leases, the share is the partitions hashing to
+// this replica's rank among the live slot leases (taking a slot first if
+// it holds none); otherwise every partition.
+func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) { return s.pass(ctx, true) }
+
+func (s *Subscriber) pass(ctx context.Context, divide bool) (PassStats, error) {
 	start, wall := s.cfg.NowFunc(), time.Now()
 	var st PassStats
 	h, err := s.horizon(ctx)
@@ -196,6 +212,16 @@ func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) {
 		return st, err
 	}
 	st.Partitions = len(active)
+	if divide && s.share != nil {
+		// Read just before the partitions are: a replica that took its
+		// slot since is seen by this pass.
+		if err := s.share.refresh(ctx); err != nil {
+			s.log.WarnContext(ctx, "could not read the replicas' slot leases; reading every partition this pass", "err", err)
+		}
+		st.Replicas = max(s.share.n, 1)
+		active = slices.DeleteFunc(active, func(k partKey) bool { return !s.share.mine(k) })
+	}
+	st.Share = len(active)
 	phase := time.Now() // phases are timed by the wall clock, for the debug line only
 	discovered := phase.Sub(wall)
 	if err := s.readAll(ctx, active, &st); err != nil {
@@ -431,52 +457,83 @@ type batchPage struct {
 	pg   page
 }
 
-// worker reads the partitions it is handed, page by page from where this
-// process left each, until the server returns a short page (not until a
-// page holds few rows mend keeps: rows matched only through the collation
-// are dropped) or the page budget runs out. It records its pages in
-// batches of at least PageSize rows; a partition counts as read only as
-// far as its rows are recorded.
+// readGroup bounds the partitions one read covers: the read's page is
+// shared between them, so the rows of one read stay within PageSize.
+const readGroup = 16
+
+// reading is a partition a worker is reading in this pass.
+type reading struct {
+	p      *part
+	after  uint64 // read up to here
+	budget int    // rows this pass may still read from it
+}
+
+// worker reads the partitions it is handed, up to readGroup at a time in
+// one statement that shares PageSize rows between them, each from where
+// this process left it, until the server returns a short page for it (not
+// until a page holds few rows mend keeps: rows matched only through the
+// collation are dropped) or its budget (PagesPerPass pages) runs out. It
+// records its pages in batches of at least PageSize rows; a partition
+// counts as read only as far as its rows are recorded.
 func (s *Subscriber) worker(ctx context.Context, work <-chan *part, st *PassStats) error {
 	var b batch
-	var failed error
-	for p := range work {
-		if failed != nil {
-			continue // drain the channel
-		}
-		after := p.seen
-		more := true
-		for range s.cfg.PagesPerPass {
-			pg, err := s.fetch(ctx, p.topic, p.partition, after)
-			if err != nil {
-				failed = err
+	var pending []*reading
+	open := true
+	for {
+		for open && len(pending) < readGroup {
+			p, ok := <-work
+			if !ok {
+				open = false
 				break
 			}
+			pending = append(pending, &reading{p: p, after: p.seen, budget: s.cfg.PagesPerPass * s.cfg.PageSize})
+		}
+		if len(pending) == 0 {
+			break
+		}
+		limit := max(s.cfg.PageSize/len(pending), 1)
+		spans := make([]span, len(pending))
+		for i, r := range pending {
+			spans[i] = span{topic: r.p.topic, partition: r.p.partition, after: r.after, limit: min(limit, r.budget)}
+		}
+		pages, err := s.fetchMany(ctx, spans)
+		if err != nil {
+			drain(work)
+			return err
+		}
+		keep := pending[:0]
+		for i, r := range pending {
+			pg := pages[i]
 			st.Dropped += pg.dropped
 			if pg.n > 0 {
-				b.pages = append(b.pages, batchPage{p, after, pg})
+				b.pages = append(b.pages, batchPage{r.p, r.after, pg})
 				b.rows += len(pg.rows)
-				after = pg.last
+				r.after = pg.last
 			}
-			if b.rows >= s.cfg.PageSize {
-				if err := s.flush(ctx, &b, st); err != nil {
-					failed = err
-					break
-				}
-			}
-			if pg.n < s.cfg.PageSize {
-				more = false
-				break
+			r.budget -= pg.n
+			switch {
+			case pg.n < spans[i].limit: // a short page: nothing more for now
+			case r.budget <= 0:
+				st.More = true
+			default:
+				keep = append(keep, r)
 			}
 		}
-		if failed == nil && more {
-			st.More = true
+		pending = keep
+		if b.rows >= s.cfg.PageSize {
+			if err := s.flush(ctx, &b, st); err != nil {
+				drain(work)
+				return err
+			}
 		}
-	}
-	if failed != nil {
-		return failed
 	}
 	return s.flush(ctx, &b, st)
+}
+
+// drain empties a work channel its worker gives up on.
+func drain[T any](ch <-chan T) {
+	for range ch {
+	}
 }
 
 // flush records a batch's rows with one RecordMany and moves each
@@ -622,85 +679,70 @@ func (s *Subscriber) settled() (uint64, bool) {
 // checkpoint, after checking that the range holds exactly the rows this
 // process read from it: a difference means a row committed after a later
 // one was read (or rows were removed); then the partition is read again
-// from its watermark, and released on a later pass.
+// from its watermark, and released on a later pass. Partitions are counted
+// and advanced manyChunk at a time, one statement each: an advance is a
+// commit.
 func (s *Subscriber) release(ctx context.Context, st *PassStats) error {
 	f, ok := s.settled()
 	if !ok {
 		return nil
 	}
-	var todo []*part
+	type due struct {
+		p *part
+		i int // the newest checkpoint at or below f
+	}
+	var todo []due
 	for _, p := range s.parts {
-		if len(p.cps) > 0 && p.cps[0].offset <= f {
-			todo = append(todo, p)
-		}
-	}
-	// Partitions are released Concurrency at a time: each advance is an
-	// autocommit UPDATE, so a commit (a log flush) per partition.
-	work := make(chan *part)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for range min(s.cfg.Concurrency, max(len(todo), 1)) {
-		wg.Go(func() {
-			for p := range work {
-				late, advanced, err := s.releasePart(ctx, p, f)
-				mu.Lock()
-				if late {
-					st.Late++
-				}
-				if advanced {
-					st.Advanced++
-				}
-				if err != nil {
-					errs = append(errs, err)
-				}
-				mu.Unlock()
+		i := -1
+		for j, c := range p.cps {
+			if c.offset <= f {
+				i = j
 			}
-		})
-	}
-	for _, p := range todo {
-		if ctx.Err() != nil {
-			break
 		}
-		work <- p
-	}
-	close(work)
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// releasePart releases one partition up to its newest checkpoint at or
-// below the settled offset f.
-func (s *Subscriber) releasePart(ctx context.Context, p *part, f uint64) (late, advanced bool, err error) {
-	i := -1
-	for j, c := range p.cps {
-		if c.offset <= f {
-			i = j
+		if i >= 0 {
+			todo = append(todo, due{p, i})
 		}
 	}
-	if i < 0 {
-		return false, false, nil
+	for from := 0; from < len(todo); from += manyChunk {
+		chunk := todo[from:min(from+manyChunk, len(todo))]
+		spans := make([]span, len(chunk))
+		for j, d := range chunk {
+			spans[j] = span{topic: d.p.topic, partition: d.p.partition, after: d.p.acked, upTo: d.p.cps[d.i].offset}
+		}
+		counts, err := s.countMany(ctx, spans)
+		if err != nil {
+			return err
+		}
+		var ok []due
+		var move []span
+		for j, d := range chunk {
+			p, c := d.p, d.p.cps[d.i]
+			if counts[j] != c.rows {
+				s.log.InfoContext(ctx, "rows appeared (or went) below what was read; reading the partition again from its watermark",
+					"topic", p.topic, "partition", p.partition, "watermark", p.acked, "up_to", c.offset, "read", c.rows, "now", counts[j])
+				p.reset(p.acked)
+				st.Late++
+				continue
+			}
+			ok, move = append(ok, d), append(move, spans[j])
+		}
+		if len(move) == 0 {
+			continue
+		}
+		if err := s.advanceMany(ctx, move); err != nil {
+			return err
+		}
+		for _, d := range ok {
+			p, c := d.p, d.p.cps[d.i]
+			rest := p.cps[d.i+1:]
+			for j := range rest {
+				rest[j].rows -= c.rows
+			}
+			p.acked, p.cps = c.offset, slices.Clone(rest)
+			st.Advanced++
+		}
 	}
-	c := p.cps[i]
-	n, err := s.count(ctx, p.topic, p.partition, p.acked, c.offset)
-	if err != nil {
-		return false, false, err
-	}
-	if n != c.rows {
-		s.log.InfoContext(ctx, "rows appeared (or went) below what was read; reading the partition again from its watermark",
-			"topic", p.topic, "partition", p.partition, "watermark", p.acked, "up_to", c.offset, "read", c.rows, "now", n)
-		p.reset(p.acked)
-		return true, false, nil
-	}
-	if err := s.advance(ctx, p.topic, p.partition, c.offset); err != nil {
-		return false, false, err
-	}
-	rest := p.cps[i+1:]
-	for j := range rest {
-		rest[j].rows -= c.rows
-	}
-	p.acked, p.cps = c.offset, slices.Clone(rest)
-	return false, true, nil
+	return nil
 }
 
 // Pending reports whether some partition holds rows that were read and
@@ -731,7 +773,7 @@ func (s *Subscriber) Drain(ctx context.Context) (PassStats, error) {
 			return sum, ctx.Err()
 		case <-timer.C:
 		}
-		st, err := s.Pass(ctx)
+		st, err := s.pass(ctx, false)
 		if err != nil {
 			return sum, err
 		}
