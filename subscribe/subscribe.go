@@ -18,19 +18,19 @@ import (
 
 // PassStats is what one pass did.
 type PassStats struct {
-	Partitions   int // DLQ partitions holding rows, as discovery found them
+	Partitions int // DLQ partitions holding rows, as discovery found them
 	// Share is how many of them this replica read: all of them unless the
 	// replicas divide the work (Config.Leases), and then Replicas is how
 	// many live replicas it divided them with.
 	Share, Replicas int
-	Joined       int // partitions the group joined in this pass (ahead or on first sight)
-	Read         int // dead letters read
-	Recorded     int // new records
-	Already      int // rows recorded before (by a replica, an earlier pass or a linked-in consumer)
-	Unrecordable int // rows recorded as a parked stand-in instead (see Hooks.OnUnrecordable)
-	Dropped      int // rows the server matched only through its collation, passed
-	Advanced     int // partitions whose watermark moved
-	Late         int // partitions re-read because a row committed after a later one was read
+	Joined          int // partitions the group joined in this pass (ahead or on first sight)
+	Read            int // dead letters read
+	Recorded        int // new records
+	Already         int // rows recorded before (by a replica, an earlier pass or a linked-in consumer)
+	Unrecordable    int // rows recorded as a parked stand-in instead (see Hooks.OnUnrecordable)
+	Dropped         int // rows the server matched only through its collation, passed
+	Advanced        int // partitions whose watermark moved
+	Late            int // partitions re-read because a row committed after a later one was read
 	// More reports that some partition had rows left when its page budget
 	// ran out; Run starts the next pass at once.
 	More bool
