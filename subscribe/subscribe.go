@@ -129,17 +129,19 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the passes started by Start and waits for them. It is
-// idempotent and safe before Start.
+// Stop ends the passes started by Start and waits for them, then
+// releases this replica's slot lease (Config.Leases), so the others take
+// its partitions at once. It is idempotent and safe before Start; call it
+// also after running passes without Start.
 func (s *Subscriber) Stop() {
 	s.life.Lock()
 	cancel, done := s.life.cancel, s.life.done
 	s.life.Unlock()
-	if cancel == nil {
-		return
+	if cancel != nil {
+		cancel()
+		<-done
 	}
-	cancel()
-	<-done
+	s.share.drop(context.Background()) // for passes run without Start
 }
 
 // Run runs a pass every PollInterval (at once after a pass that left rows
@@ -212,19 +214,9 @@ func (s *Subscriber) pass(ctx context.Context, divide bool) (PassStats, error) {
 		return st, err
 	}
 	st.Partitions = len(active)
-	if divide && s.share != nil {
-		// Read just before the partitions are: a replica that took its
-		// slot since is seen by this pass.
-		if err := s.share.refresh(ctx); err != nil {
-			s.log.WarnContext(ctx, "could not read the replicas' slot leases; reading every partition this pass", "err", err)
-		}
-		st.Replicas = max(s.share.n, 1)
-		active = slices.DeleteFunc(active, func(k partKey) bool { return !s.share.mine(k) })
-	}
-	st.Share = len(active)
 	phase := time.Now() // phases are timed by the wall clock, for the debug line only
 	discovered := phase.Sub(wall)
-	if err := s.readAll(ctx, active, &st); err != nil {
+	if err := s.readAll(ctx, active, divide, &st); err != nil {
 		return st, err
 	}
 	read := time.Since(phase)
@@ -388,9 +380,15 @@ func (s *Subscriber) discover(ctx context.Context) ([]partKey, int, error) {
 	return active, joined, nil
 }
 
-// readAll reads the active partitions, Concurrency workers at a time, and
-// then leaves a checkpoint on each partition read.
-func (s *Subscriber) readAll(ctx context.Context, active []partKey, st *PassStats) error {
+// shareRecheck is how often a pass that divides the partitions reads the
+// slot leases again while it hands them out: a replica that starts or stops
+// during a long pass over a backlog changes the share within it.
+const shareRecheck = time.Second
+
+// readAll reads the active partitions (this replica's share of them when
+// divide is set and the replicas divide the work), Concurrency workers at
+// a time, and then leaves a checkpoint on each partition read.
+func (s *Subscriber) readAll(ctx context.Context, active []partKey, divide bool, st *PassStats) error {
 	work := make(chan *part)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -418,11 +416,35 @@ func (s *Subscriber) readAll(ctx context.Context, active []partKey, st *PassStat
 	if len(active) > 0 {
 		start = rand.IntN(len(active))
 	}
+	sh := s.share
+	if !divide {
+		sh = nil
+	}
+	var checked time.Time
+	recheck := func() {
+		if sh == nil {
+			return
+		}
+		if err := sh.refresh(ctx); err != nil {
+			s.log.WarnContext(ctx, "could not read the replicas' slot leases; reading every partition meanwhile", "err", err)
+		}
+		checked = time.Now()
+		st.Replicas = max(st.Replicas, sh.n, 1)
+	}
+	recheck()
 	for i := range active {
 		if ctx.Err() != nil {
 			break
 		}
-		work <- s.parts[active[(start+i)%len(active)]]
+		if time.Since(checked) >= shareRecheck {
+			recheck()
+		}
+		k := active[(start+i)%len(active)]
+		if !sh.mine(k) {
+			continue
+		}
+		st.Share++
+		work <- s.parts[k]
 	}
 	close(work)
 	wg.Wait()
