@@ -17,12 +17,16 @@ const (
 	// GroupDefault is the consumer group mend joins the *_dlq partitions
 	// as. The host's own groups are "orchestrator" and "orchestrator-dlq".
 	GroupDefault = "mend"
-	// PageSizeDefault is how many rows one read takes from a partition, the
-	// same page as mend import's; it bounds the subscription's memory.
+	// PageSizeDefault is how many rows one read takes, shared between the
+	// partitions it covers (up to 16), and the least one recording
+	// transaction takes; the same page as mend import's. It bounds the
+	// subscription's memory: each of Concurrency workers holds under two
+	// pages of rows (the rows waiting to be recorded and one read), however
+	// deep the backlog.
 	PageSizeDefault = 500
-	// PagesPerPassDefault bounds the pages one pass reads from a partition,
-	// so one deep partition does not starve the others; a pass that stops
-	// early is followed by the next at once.
+	// PagesPerPassDefault bounds the rows one pass reads from a partition
+	// (PagesPerPass pages' worth), so one deep partition does not starve
+	// the others; a pass that stops early is followed by the next at once.
 	PagesPerPassDefault = 20
 	// PollIntervalDefault is the time between passes when nothing is
 	// pending: a new dead letter is recorded within one of it. One second
