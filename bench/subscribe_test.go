@@ -23,8 +23,9 @@ import (
 // subscribeSize sizes BenchmarkSubscribeBacklog. MEND_BENCH_SUBSCRIBE
 // overrides it: "full" for issue 18's size (100,000 dead letters over 1,000
 // partitions), or key=value pairs (letters, partitions, replicas,
-// page_size, concurrency: the partitions each replica reads at once). The default is small, so `make bench` stays cheap on shared
-// machines.
+// page_size, concurrency: the partitions each replica reads at once). The
+// default is small (10,000 over 100, two replicas); make bench runs "full"
+// with one replica and with two, make bench-smoke a small size.
 type subscribeSize struct {
 	Letters, Partitions, Replicas, PageSize, Concurrency int
 }
