@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,8 +73,9 @@ func subscribeSizeFromEnv(b *testing.B) subscribeSize {
 // created, from the start until the last one exists; release-s is how long
 // until a pass finds no row above the group's watermarks (the settle
 // window, 1 s here, included); heap-MB is the peak Go heap in use over the
-// run above the heap before it, which the page size bounds, not the
-// backlog; alloc-KB/record is the bytes allocated per dead letter (by every
+// run above the heap before it, garbage included, and live-MB the peak of
+// what the GC found live, which the page size bounds, not the backlog;
+// alloc-KB/record is the bytes allocated per dead letter (by every
 // replica: each reads only its share, the steady-state letters included);
 // steady-ms and steady-max-ms are, once the backlog is released, the mean
 // and worst time from a single dead letter's commit until a pass recorded
@@ -145,7 +147,7 @@ func BenchmarkSubscribeBacklog(b *testing.B) {
 			runtime.GC()
 			var base runtime.MemStats
 			runtime.ReadMemStats(&base)
-			peak := heapSampler(base.HeapInuse)
+			peak := heapSampler(base)
 			questions := serverQuestions(b, queueDB)
 			b.StartTimer()
 			start := time.Now()
@@ -195,7 +197,7 @@ func BenchmarkSubscribeBacklog(b *testing.B) {
 			for _, s := range subs {
 				s.Stop()
 			}
-			heap := peak()
+			heap, live := peak()
 			var end runtime.MemStats
 			runtime.ReadMemStats(&end)
 			if got := created.Load(); got != int64(size.Letters+steady) {
@@ -206,6 +208,7 @@ func BenchmarkSubscribeBacklog(b *testing.B) {
 			b.ReportMetric(recorded.Seconds(), "recorded-s")
 			b.ReportMetric(releasedIn.Seconds(), "release-s")
 			b.ReportMetric(float64(heap)/(1<<20), "heap-MB")
+			b.ReportMetric(float64(live)/(1<<20), "live-MB")
 			b.ReportMetric(float64(end.TotalAlloc-base.TotalAlloc)/float64(size.Letters)/1024, "alloc-KB/record")
 			b.ReportMetric(float64(reads)/float64(size.Letters), "reads/record")
 			b.ReportMetric(float64(questions)/float64(size.Letters), "stmts/record")
@@ -228,10 +231,13 @@ func serverQuestions(b *testing.B, db *mysqltest.DB) int64 {
 	return n
 }
 
-// heapSampler samples the heap in use above base every 10 ms until the
-// returned func is called, which returns the peak.
-func heapSampler(base uint64) func() uint64 {
-	var peak atomic.Uint64
+// heapSampler samples the heap every 10 ms until the returned func is
+// called, which returns the peaks above base of the heap in use (garbage
+// not yet collected included) and of the live heap (what the last GC
+// found reachable: what the code holds).
+func heapSampler(base runtime.MemStats) func() (inuse, live uint64) {
+	var peak, peakLive atomic.Uint64
+	baseLive := liveHeap()
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -241,8 +247,11 @@ func heapSampler(base uint64) func() uint64 {
 		for {
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
-			if m.HeapInuse > base && m.HeapInuse-base > peak.Load() {
-				peak.Store(m.HeapInuse - base)
+			if m.HeapInuse > base.HeapInuse && m.HeapInuse-base.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse - base.HeapInuse)
+			}
+			if l := liveHeap(); l > baseLive && l-baseLive > peakLive.Load() {
+				peakLive.Store(l - baseLive)
 			}
 			select {
 			case <-stop:
@@ -251,11 +260,21 @@ func heapSampler(base uint64) func() uint64 {
 			}
 		}
 	}()
-	return func() uint64 {
+	return func() (uint64, uint64) {
 		close(stop)
 		<-done
-		return peak.Load()
+		return peak.Load(), peakLive.Load()
 	}
+}
+
+// liveHeap is the heap the last GC marked live.
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // seedBacklog writes size.Letters dead letters on speculate_dlq, round
