@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/mendq/mend"
@@ -42,9 +43,28 @@ type share struct {
 	leases Leases
 	f      *fence.Fence
 	names  []string
-	lease  *fence.Lease
-	rank   int
-	n      int
+	lease  *fence.Lease // touched by the pass's dispatcher alone
+
+	// The workers ask mine while the dispatcher refreshes.
+	mu      sync.Mutex
+	rank, n int
+}
+
+func (sh *share) set(rank, n int) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.rank, sh.n = rank, n
+}
+
+// live is how many live replicas the last refresh saw, 0 when this one
+// reads every partition.
+func (sh *share) live() int {
+	if sh == nil {
+		return 0
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.n
 }
 
 func newShare(cfg Config) (*share, error) {
@@ -64,10 +84,13 @@ func newShare(cfg Config) (*share, error) {
 
 // refresh takes a slot if this replica holds none (the first free one),
 // then reads which slots are live and sets this replica's rank among them.
+// A slot found ended (by its keepalive, or by the read: expired while this
+// process was paused, or ended by an operator) is given up and another
+// taken at once, so the outcome does not depend on which noticed first.
 // Any failure leaves it reading every partition for the pass: overlap is
 // safe, a partition nobody reads is not (its dead letters wait).
 func (sh *share) refresh(ctx context.Context) error {
-	sh.n = 0
+	sh.set(0, 0)
 	if sh.lease != nil {
 		select {
 		case <-sh.lease.Done():
@@ -75,59 +98,81 @@ func (sh *share) refresh(ctx context.Context) error {
 		default:
 		}
 	}
-	if sh.lease == nil {
-		for _, name := range sh.names {
-			le, err := sh.f.TryAcquire(ctx, name)
-			if errors.Is(err, mend.ErrLeaseHeld) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			sh.lease = le
-			break
-		}
+	for range 2 {
 		if sh.lease == nil {
-			return nil // every slot is taken: read everything
+			if err := sh.take(ctx); err != nil || sh.lease == nil {
+				return err // with no slot free, read everything
+			}
 		}
+		rank, live, err := sh.read(ctx)
+		if err != nil {
+			return err
+		}
+		if rank >= 0 {
+			sh.set(rank, live)
+			return nil
+		}
+		sh.drop(ctx) // ended under us: take a slot again
 	}
+	return nil
+}
+
+// take acquires the first free slot, if any.
+func (sh *share) take(ctx context.Context) error {
+	for _, name := range sh.names {
+		le, err := sh.f.TryAcquire(ctx, name)
+		if errors.Is(err, mend.ErrLeaseHeld) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		sh.lease = le
+		return nil
+	}
+	return nil
+}
+
+// read returns this replica's rank among the live slots (-1 if its own
+// term is no longer live) and how many are live.
+func (sh *share) read(ctx context.Context) (rank, live int, err error) {
 	mine := sh.lease.Term()
-	live, rank := 0, -1
+	rank = -1
 	for _, name := range sh.names {
 		st, err := sh.leases.LeaseGet(ctx, name)
 		if errors.Is(err, mend.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("subscribe: read slot lease %q: %w", name, err)
+			return -1, 0, fmt.Errorf("subscribe: read slot lease %q: %w", name, err)
 		}
-		if name == mine.Queue {
-			if !st.Live() || st.Term != mine {
-				// Ended under us (expired while this process was paused,
-				// or by an operator): take a slot again next pass.
-				sh.drop(ctx)
-				return nil
-			}
+		if !st.Live() {
+			continue
+		}
+		if st.Term == mine {
 			rank = live
 		}
-		if st.Live() {
-			live++
-		}
+		live++
 	}
-	sh.rank, sh.n = rank, live
-	return nil
+	return rank, live, nil
 }
 
 // mine reports whether this replica reads partition k this pass.
 func (sh *share) mine(k partKey) bool {
-	if sh == nil || sh.n <= 1 {
+	if sh == nil {
+		return true
+	}
+	sh.mu.Lock()
+	rank, n := sh.rank, sh.n
+	sh.mu.Unlock()
+	if n <= 1 {
 		return true
 	}
 	h := fnv.New64a()
 	h.Write([]byte(k.topic))
 	h.Write([]byte{0})
 	h.Write([]byte(k.partition))
-	return int(h.Sum64()%uint64(sh.n)) == sh.rank
+	return int(h.Sum64()%uint64(n)) == rank
 }
 
 // drop releases this replica's slot (harmless when it is already lost).
@@ -138,5 +183,6 @@ func (sh *share) drop(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = sh.lease.Release(ctx)
-	sh.lease, sh.n = nil, 0
+	sh.lease = nil
+	sh.set(0, 0)
 }

@@ -389,6 +389,14 @@ const shareRecheck = time.Second
 // divide is set and the replicas divide the work), Concurrency workers at
 // a time, and then leaves a checkpoint on each partition read.
 func (s *Subscriber) readAll(ctx context.Context, active []partKey, divide bool, st *PassStats) error {
+	// A worker reads up to group partitions per statement: few enough that
+	// every worker gets some (a handful of deep partitions are read in
+	// parallel), at most readGroup.
+	sh := s.share
+	if !divide {
+		sh = nil
+	}
+	group := min(max(len(active)/(max(sh.live(), 1)*s.cfg.Concurrency), 1), readGroup)
 	work := make(chan *part)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -396,7 +404,7 @@ func (s *Subscriber) readAll(ctx context.Context, active []partKey, divide bool,
 	for range min(s.cfg.Concurrency, max(len(active), 1)) {
 		wg.Go(func() {
 			var ps PassStats
-			err := s.worker(ctx, work, &ps)
+			err := s.worker(ctx, work, group, sh, &ps)
 			mu.Lock()
 			defer mu.Unlock()
 			st.Read += ps.Read
@@ -416,10 +424,6 @@ func (s *Subscriber) readAll(ctx context.Context, active []partKey, divide bool,
 	if len(active) > 0 {
 		start = rand.IntN(len(active))
 	}
-	sh := s.share
-	if !divide {
-		sh = nil
-	}
 	var checked time.Time
 	recheck := func() {
 		if sh == nil {
@@ -429,7 +433,7 @@ func (s *Subscriber) readAll(ctx context.Context, active []partKey, divide bool,
 			s.log.WarnContext(ctx, "could not read the replicas' slot leases; reading every partition meanwhile", "err", err)
 		}
 		checked = time.Now()
-		st.Replicas = max(st.Replicas, sh.n, 1)
+		st.Replicas = max(st.Replicas, sh.live(), 1)
 	}
 	recheck()
 	for i := range active {
@@ -490,19 +494,20 @@ type reading struct {
 	budget int    // rows this pass may still read from it
 }
 
-// worker reads the partitions it is handed, up to readGroup at a time in
+// worker reads the partitions it is handed, up to group at a time in
 // one statement that shares PageSize rows between them, each from where
 // this process left it, until the server returns a short page for it (not
 // until a page holds few rows mend keeps: rows matched only through the
-// collation are dropped) or its budget (PagesPerPass pages) runs out. It
+// collation are dropped), its budget (PagesPerPass pages) runs out or it
+// stops being this replica's (sh, when the replicas divide the work). It
 // records its pages in batches of at least PageSize rows; a partition
 // counts as read only as far as its rows are recorded.
-func (s *Subscriber) worker(ctx context.Context, work <-chan *part, st *PassStats) error {
+func (s *Subscriber) worker(ctx context.Context, work <-chan *part, group int, sh *share, st *PassStats) error {
 	var b batch
 	var pending []*reading
 	open := true
 	for {
-		for open && len(pending) < readGroup {
+		for open && len(pending) < group {
 			p, ok := <-work
 			if !ok {
 				open = false
@@ -537,6 +542,9 @@ func (s *Subscriber) worker(ctx context.Context, work <-chan *part, st *PassStat
 			case pg.n < spans[i].limit: // a short page: nothing more for now
 			case r.budget <= 0:
 				st.More = true
+			case !sh.mine(keyOf(r.p.topic, r.p.partition)):
+				// Another replica took it over since it was handed out
+				// (one started): it reads on from the watermark.
 			default:
 				keep = append(keep, r)
 			}
