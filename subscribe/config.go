@@ -17,12 +17,16 @@ const (
 	// GroupDefault is the consumer group mend joins the *_dlq partitions
 	// as. The host's own groups are "orchestrator" and "orchestrator-dlq".
 	GroupDefault = "mend"
-	// PageSizeDefault is how many rows one read takes from a partition, the
-	// same page as mend import's; it bounds the subscription's memory.
+	// PageSizeDefault is how many rows one read takes, shared between the
+	// partitions it covers (up to 16), and the least one recording
+	// transaction takes; the same page as mend import's. It bounds the
+	// subscription's memory: each of Concurrency workers holds under two
+	// pages of rows (the rows waiting to be recorded and one read), however
+	// deep the backlog.
 	PageSizeDefault = 500
-	// PagesPerPassDefault bounds the pages one pass reads from a partition,
-	// so one deep partition does not starve the others; a pass that stops
-	// early is followed by the next at once.
+	// PagesPerPassDefault bounds the rows one pass reads from a partition
+	// (PagesPerPass pages' worth), so one deep partition does not starve
+	// the others; a pass that stops early is followed by the next at once.
 	PagesPerPassDefault = 20
 	// PollIntervalDefault is the time between passes when nothing is
 	// pending: a new dead letter is recorded within one of it. One second
@@ -125,6 +129,24 @@ type Config struct {
 	// Concurrency is how many partitions a pass reads at once. Zero means
 	// ConcurrencyDefault.
 	Concurrency int
+	// Leases, when set, makes the replicas of the group divide the
+	// partitions between them instead of each reading all of them: each
+	// holds one of Slots slot leases in mend's lease table and reads the
+	// partitions that hash to its rank among the live slots (see the
+	// package doc, "Replicas"). Drain never divides: it promises every
+	// dead letter.
+	Leases Leases
+	// Holder names this replica in its slot lease; empty means the fence's
+	// default (unique per process). It must differ from every other
+	// holder's name, the queue leases' included.
+	Holder string
+	// Slots is how many replicas can divide the work. Zero means
+	// SlotsDefault.
+	Slots int
+	// SlotTTL is a slot lease's term: a replica paused longer loses its
+	// slot and the others take its partitions over. Zero means the fence's
+	// default (15 s).
+	SlotTTL time.Duration
 	// Actor names the subscription in the parked stand-ins' event logs.
 	// Empty means ActorDefault.
 	Actor string
@@ -145,6 +167,7 @@ func (c Config) withDefaults() Config {
 	c.AheadInterval = cmp.Or(c.AheadInterval, AheadIntervalDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.Actor = cmp.Or(c.Actor, ActorDefault)
+	c.Slots = cmp.Or(c.Slots, SlotsDefault)
 	if c.AheadTopics == nil {
 		c.AheadTopics = AheadTopicsDefault
 	}
@@ -174,6 +197,8 @@ func (c Config) validate() error {
 		return bad("PagesPerPass must not be negative")
 	case c.PollInterval < 0 || c.Settle < 0 || c.AheadInterval < 0:
 		return bad("PollInterval, Settle and AheadInterval must not be negative")
+	case c.Slots < 0 || c.Slots > 100:
+		return bad("Slots must be 1 to 100, got %d", c.Slots)
 	case c.Concurrency < 0 || c.Concurrency > 64:
 		return bad("Concurrency must be 1 to 64, got %d", c.Concurrency)
 	}

@@ -34,13 +34,16 @@
 //     subscriber's own discovery). Never a scan of the table or of the
 //     other topics' rows. A partition the group has no row for is joined
 //     on first sight;
-//  5. read each partition from where this process left it, with the real
-//     FetchByOffset (topic = ? AND partition_key = ? AND `offset` > ? ORDER
-//     BY `offset` LIMIT ?), and record the rows through dlq's RecordMany,
-//     several partitions' pages per transaction;
-//  6. release: advance each partition's watermark (the real guarded
-//     UPDATE ... AND offset_acked < ?) past what has been recorded and has
-//     settled;
+//  5. read this replica's share of the partitions (see "Replicas"), each
+//     from where this process left it, with the real FetchByOffset (topic =
+//     ? AND partition_key = ? AND `offset` > ? ORDER BY `offset` LIMIT ?),
+//     up to 16 partitions per statement as UNION ALL branches that share
+//     one page of PageSize rows; record the rows through dlq's RecordMany,
+//     at least a page per transaction, across partitions;
+//  6. release: advance each partition's watermark past what has been
+//     recorded and has settled: the real guarded advance (offset_acked
+//     only grows), for up to 100 partitions per statement, after one
+//     COUNT statement for the same partitions;
 //  7. read the lag per topic: rows above the group's watermarks, and the
 //     age of the oldest.
 //
@@ -123,17 +126,33 @@
 //
 // # Replicas
 //
-// Several mend run processes may subscribe as one group at once, without
-// fencing: each records through create-if-absent (the first writer's
-// record wins, the others see it), and each moves a watermark only past
-// rows it has itself seen recorded, counted and settled, with the guarded
-// UPDATE that never moves a watermark back. Overlap therefore costs
+// Several mend run processes may subscribe as one group at once. Safety
+// needs no fencing: each records through create-if-absent (the first
+// writer's record wins, the others see it), and each moves a watermark
+// only past rows it has itself seen recorded, counted and settled, with the
+// guarded UPDATE that never moves a watermark back. Overlap therefore costs
 // duplicate work, never a skipped row or a watermark moving backwards; a
 // replica that finds a watermark moved by another restarts that
-// partition's reads from it. Passes start at a random partition, so
-// replicas begin a backlog in different places, but they do not divide it:
-// a second replica is for availability, not throughput (docs/scaling.md
-// has the measurement). The replica test runs two side by side.
+// partition's reads from it. The replica test runs two side by side.
+//
+// Throughput needs the replicas to divide the work, which they do with
+// Config.Leases (mend run sets it): each holds one of Slots (16) slot
+// leases in mend's lease table, "mend-subscribe/<group>/replica/NN",
+// through the fence package, with the queue leases' TTL. A pass reads the
+// slot leases before it hands out partitions and again every second while
+// it does; with n slots live and this replica's the r-th of them, it reads
+// the partitions whose hash modulo n is r. The lease decides who works,
+// never what is safe, so the moments it is stale are harmless: while a
+// replica starts, two may read a partition (overlap, as above); when one
+// stops (Stop releases its slot) or is paused past the TTL (its slot
+// expires), the others take its partitions on their next pass, from the
+// watermarks, so what it had read and not released is read again and found
+// recorded. Meanwhile its partitions wait: mend's rows keep the host's GC
+// from them, so a dead letter is late, never lost. A replica whose slot
+// ended under it, or that finds no free slot, or cannot read the lease
+// table, reads every partition until it holds a slot again. Drain (mend run
+// --once) never divides: it promises every dead letter. The share test
+// shows the split, a paused replica's share taken over, and its return.
 //
 // # Failure handling
 //

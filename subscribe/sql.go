@@ -8,9 +8,11 @@ package subscribe
 // `offset` is quoted everywhere: it is a reserved word on MariaDB.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,12 +47,6 @@ const sqlJoin = "-- name: SubscribeJoin\n" +
 // sqlJoinMore adds a partition to SubscribeJoin.
 const sqlJoinMore = ", (?, ?, ?, 0, ?)"
 
-// The real subscriber's advance: guarded, so it never moves a watermark
-// back (another replica's, or a stale read's).
-const sqlAdvance = "-- name: SubscribeAdvance\n" +
-	"UPDATE queue_offsets SET offset_acked = ?, updated_at = ?\n" +
-	"WHERE consumer_group = ? AND topic = ? AND partition_key = ? AND offset_acked < ?"
-
 // The real subscriber's leave, for every partition of the group at once.
 const sqlLeave = "-- name: SubscribeLeave\n" +
 	"DELETE FROM queue_offsets WHERE consumer_group = ?"
@@ -75,14 +71,36 @@ const sqlPartitions = "-- name: SubscribePartitions\n" +
 	"SELECT DISTINCT partition_key FROM queue_messages WHERE topic = ?"
 
 // The real FetchByOffset shape (without published_at, which a record does
-// not keep).
-const sqlFetch = "-- name: SubscribeFetch\n" +
-	"SELECT `offset`, topic, partition_key, id, payload, metadata, failed_at, failure_count, last_error, original_topic, failure_detail\n" +
-	"FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? ORDER BY `offset` LIMIT ?"
+// not keep), one branch per partition: a read covers several partitions in
+// one round trip, each branch exactly the real subscriber's page query (a
+// range of the (topic, partition_key, offset) index in offset order). The
+// first column tags the branch; the page limit is formatted into the text.
+const (
+	sqlFetchName   = "-- name: SubscribeFetch\n"
+	sqlFetchBranch = "SELECT %d AS k, `offset`, topic, partition_key, id, payload, metadata, failed_at, failure_count, last_error, original_topic, failure_detail\n" +
+		"FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? ORDER BY `offset` LIMIT %d"
+)
 
-// The settle check: how many rows a range holds now (index only).
-const sqlCount = "-- name: SubscribeCount\n" +
-	"SELECT COUNT(*) FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? AND `offset` <= ?"
+// The settle check: how many rows each range holds now (index only), one
+// branch per partition.
+const (
+	sqlCountName   = "-- name: SubscribeCount\n"
+	sqlCountBranch = "SELECT %[1]d AS k, COUNT(*) FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? AND `offset` <= ?"
+)
+
+// The real advance for several partitions in one statement: each moves
+// only forward (the guard is in the CASE and the WHERE), by primary key.
+// One statement is one commit, not one per partition.
+const (
+	sqlAdvanceMany = "-- name: SubscribeAdvanceMany\n" +
+		"UPDATE queue_offsets SET offset_acked = CASE %s ELSE offset_acked END, updated_at = ?\n" +
+		"WHERE consumer_group = ? AND (%s)"
+	sqlAdvanceWhen  = "WHEN topic = ? AND partition_key = ? AND offset_acked < ? THEN ?"
+	sqlAdvanceWhere = "(topic = ? AND partition_key = ? AND offset_acked < ?)"
+)
+
+// manyChunk bounds the partitions one read, count or advance names.
+const manyChunk = 100
 
 // The table's highest committed offset (one dive into the primary key).
 const sqlHorizon = "-- name: SubscribeHorizon\n" +
@@ -192,11 +210,53 @@ func (s *Subscriber) joinMany(ctx context.Context, ks []partKey, spell []string)
 // joinChunk bounds the partitions one join statement names.
 const joinChunk = 500
 
-func (s *Subscriber) advance(ctx context.Context, topic, partition string, to uint64) error {
-	if _, err := s.cfg.DB.ExecContext(ctx, sqlAdvance, to, s.nowMS(), s.cfg.Group, topic, partition, to); err != nil {
-		return fmt.Errorf("subscribe: advance %s/%q to %d: %w", topic, partition, to, mysqlx.Translate(err))
+// span is a range of one partition: (after, upTo], or for a read the rows
+// after after, at most limit of them.
+type span struct {
+	topic, partition string
+	after, upTo      uint64
+	limit            int
+}
+
+// advanceMany moves each partition's watermark to its upTo, never back, in
+// one statement.
+func (s *Subscriber) advanceMany(ctx context.Context, spans []span) error {
+	whens := make([]string, len(spans))
+	wheres := make([]string, len(spans))
+	args := make([]any, 0, 7*len(spans)+2)
+	for i, sp := range spans {
+		whens[i], wheres[i] = sqlAdvanceWhen, sqlAdvanceWhere
+		args = append(args, sp.topic, sp.partition, sp.upTo, sp.upTo)
+	}
+	args = append(args, s.nowMS(), s.cfg.Group)
+	for _, sp := range spans {
+		args = append(args, sp.topic, sp.partition, sp.upTo)
+	}
+	q := fmt.Sprintf(sqlAdvanceMany, strings.Join(whens, " "), strings.Join(wheres, " OR "))
+	if _, err := s.cfg.DB.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("subscribe: advance %d partitions (%s/%q to %d, ...): %w", len(spans), spans[0].topic, spans[0].partition, spans[0].upTo, mysqlx.Translate(err))
 	}
 	return nil
+}
+
+// union joins one branch per span (format with the branch index and, for
+// reads, the limit) with UNION ALL; a single branch is sent bare.
+func union(name, branch string, spans []span, args func(span) []any) (string, []any) {
+	var q strings.Builder
+	q.WriteString(name)
+	var all []any
+	for i, sp := range spans {
+		b := fmt.Sprintf(branch, i, sp.limit)
+		if len(spans) > 1 {
+			if i > 0 {
+				q.WriteString("\nUNION ALL ")
+			}
+			b = "(" + b + ")"
+		}
+		q.WriteString(b)
+		all = append(all, args(sp)...)
+	}
+	return q.String(), all
 }
 
 func (s *Subscriber) nowMS() int64 { return s.cfg.NowFunc().UnixMilli() }
@@ -229,39 +289,77 @@ type page struct {
 	last    uint64    // offset of the last row the server returned
 }
 
-func (s *Subscriber) fetch(ctx context.Context, topic, partition string, after uint64) (page, error) {
-	rows, err := s.cfg.DB.QueryContext(ctx, sqlFetch, topic, partition, after, s.cfg.PageSize)
+// fetchMany reads a page of each span, one per partition, in one
+// statement: pages[i] is spans[i]'s, its rows in offset order.
+func (s *Subscriber) fetchMany(ctx context.Context, spans []span) ([]page, error) {
+	q, args := union(sqlFetchName, sqlFetchBranch, spans, func(sp span) []any { return []any{sp.topic, sp.partition, sp.after} })
+	rows, err := s.cfg.DB.QueryContext(ctx, q, args...)
 	if err != nil {
-		return page{}, fmt.Errorf("subscribe: read %s/%q after %d: %w", topic, partition, after, mysqlx.Translate(err))
+		return nil, fmt.Errorf("subscribe: read %d partitions (%s/%q after %d, ...): %w", len(spans), spans[0].topic, spans[0].partition, spans[0].after, mysqlx.Translate(err))
 	}
 	defer rows.Close()
-	p := page{last: after}
+	pages := make([]page, len(spans))
+	for i, sp := range spans {
+		pages[i].last = sp.after
+	}
 	for rows.Next() {
+		var k int
 		var r dlq.Row
-		if err := rows.Scan(&r.Offset, &r.Topic, &r.PartitionKey, &r.ID, &r.Payload, &r.Metadata, &r.FailedAtMS,
+		if err := rows.Scan(&k, &r.Offset, &r.Topic, &r.PartitionKey, &r.ID, &r.Payload, &r.Metadata, &r.FailedAtMS,
 			&r.FailureCount, &r.LastError, &r.OriginalTopic, &r.FailureDetail); err != nil {
-			return page{}, fmt.Errorf("subscribe: read %s/%q: %w", topic, partition, err)
+			return nil, fmt.Errorf("subscribe: read %d partitions: %w", len(spans), err)
 		}
+		if k < 0 || k >= len(spans) {
+			return nil, fmt.Errorf("subscribe: read %d partitions: a row tagged %d", len(spans), k)
+		}
+		p := &pages[k]
 		p.n++
-		p.last = r.Offset
-		if r.Topic != topic {
+		p.last = max(p.last, r.Offset)
+		if r.Topic != spans[k].topic {
 			p.dropped++ // "x_dlq " or "x_DLQ": no MoveToDLQ writes those
 			continue
 		}
 		p.rows = append(p.rows, r)
 	}
 	if err := rows.Err(); err != nil {
-		return page{}, fmt.Errorf("subscribe: read %s/%q: %w", topic, partition, mysqlx.Translate(err))
+		return nil, fmt.Errorf("subscribe: read %d partitions: %w", len(spans), mysqlx.Translate(err))
 	}
-	return p, nil
+	for i := range pages {
+		// Each branch is sent in offset order; UNION ALL does not promise
+		// to keep it, so it is restored here.
+		slices.SortFunc(pages[i].rows, func(a, b dlq.Row) int { return cmp.Compare(a.Offset, b.Offset) })
+	}
+	return pages, nil
 }
 
-func (s *Subscriber) count(ctx context.Context, topic, partition string, after, upTo uint64) (int, error) {
-	var n int
-	if err := s.cfg.DB.QueryRowContext(ctx, sqlCount, topic, partition, after, upTo).Scan(&n); err != nil {
-		return 0, fmt.Errorf("subscribe: count %s/%q: %w", topic, partition, mysqlx.Translate(err))
+// countMany returns how many rows each span's range holds now.
+func (s *Subscriber) countMany(ctx context.Context, spans []span) ([]int, error) {
+	q, args := union(sqlCountName, sqlCountBranch, spans, func(sp span) []any { return []any{sp.topic, sp.partition, sp.after, sp.upTo} })
+	rows, err := s.cfg.DB.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: count %d partitions (%s/%q, ...): %w", len(spans), spans[0].topic, spans[0].partition, mysqlx.Translate(err))
 	}
-	return n, nil
+	defer rows.Close()
+	out := make([]int, len(spans))
+	seen := 0
+	for rows.Next() {
+		var k, n int
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("subscribe: count %d partitions: %w", len(spans), err)
+		}
+		if k < 0 || k >= len(spans) {
+			return nil, fmt.Errorf("subscribe: count %d partitions: a row tagged %d", len(spans), k)
+		}
+		out[k] = n
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("subscribe: count %d partitions: %w", len(spans), mysqlx.Translate(err))
+	}
+	if seen != len(spans) {
+		return nil, fmt.Errorf("subscribe: count %d partitions: %d answers", len(spans), seen)
+	}
+	return out, nil
 }
 
 func (s *Subscriber) horizon(ctx context.Context) (uint64, error) {

@@ -18,15 +18,19 @@ import (
 
 // PassStats is what one pass did.
 type PassStats struct {
-	Partitions   int // DLQ partitions holding rows, as discovery found them
-	Joined       int // partitions the group joined in this pass (ahead or on first sight)
-	Read         int // dead letters read
-	Recorded     int // new records
-	Already      int // rows recorded before (by a replica, an earlier pass or a linked-in consumer)
-	Unrecordable int // rows recorded as a parked stand-in instead (see Hooks.OnUnrecordable)
-	Dropped      int // rows the server matched only through its collation, passed
-	Advanced     int // partitions whose watermark moved
-	Late         int // partitions re-read because a row committed after a later one was read
+	Partitions int // DLQ partitions holding rows, as discovery found them
+	// Share is how many of them this replica read: all of them unless the
+	// replicas divide the work (Config.Leases), and then Replicas is how
+	// many live replicas it divided them with.
+	Share, Replicas int
+	Joined          int // partitions the group joined in this pass (ahead or on first sight)
+	Read            int // dead letters read
+	Recorded        int // new records
+	Already         int // rows recorded before (by a replica, an earlier pass or a linked-in consumer)
+	Unrecordable    int // rows recorded as a parked stand-in instead (see Hooks.OnUnrecordable)
+	Dropped         int // rows the server matched only through its collation, passed
+	Advanced        int // partitions whose watermark moved
+	Late            int // partitions re-read because a row committed after a later one was read
 	// More reports that some partition had rows left when its page budget
 	// ran out; Run starts the next pass at once.
 	More bool
@@ -74,6 +78,7 @@ type Subscriber struct {
 	joined    map[partKey]uint64 // partitions the group has a row for, with their watermarks, as last read or written
 	samples   []sample
 	lastAhead time.Time
+	share     *share // nil unless Config.Leases is set
 
 	life struct {
 		sync.Mutex
@@ -89,11 +94,16 @@ func New(cfg Config) (*Subscriber, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	sh, err := newShare(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Subscriber{
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "subscribe", "group", cfg.Group),
 		parts:  map[partKey]*part{},
 		joined: map[partKey]uint64{},
+		share:  sh,
 	}, nil
 }
 
@@ -119,17 +129,19 @@ func (s *Subscriber) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the passes started by Start and waits for them. It is
-// idempotent and safe before Start.
+// Stop ends the passes started by Start and waits for them, then
+// releases this replica's slot lease (Config.Leases), so the others take
+// its partitions at once. It is idempotent and safe before Start; call it
+// also after running passes without Start.
 func (s *Subscriber) Stop() {
 	s.life.Lock()
 	cancel, done := s.life.cancel, s.life.done
 	s.life.Unlock()
-	if cancel == nil {
-		return
+	if cancel != nil {
+		cancel()
+		<-done
 	}
-	cancel()
-	<-done
+	s.share.drop(context.Background()) // for passes run without Start
 }
 
 // Run runs a pass every PollInterval (at once after a pass that left rows
@@ -139,6 +151,7 @@ func (s *Subscriber) Stop() {
 func (s *Subscriber) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	defer s.share.drop(ctx) // the others take its partitions on their next pass
 	failures := 0
 	for {
 		select {
@@ -168,10 +181,15 @@ func (s *Subscriber) Run(ctx context.Context) error {
 
 // Pass runs one pass: sample the table's highest offset, register ahead
 // (every AheadInterval), discover the DLQ partitions holding rows, join
-// those the group has no row for, read each from where this process left
-// it and record what it reads, then release (advance the watermark of)
-// every partition whose reads have settled, and read the lag.
-func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) {
+// those the group has no row for, read each of this replica's share from
+// where this process left it and record what it reads, then release
+// (advance the watermark of) every partition whose reads have settled, and
+// read the lag. With Config.Leases, the share is the partitions hashing to
+// this replica's rank among the live slot leases (taking a slot first if
+// it holds none); otherwise every partition.
+func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) { return s.pass(ctx, true) }
+
+func (s *Subscriber) pass(ctx context.Context, divide bool) (PassStats, error) {
 	start, wall := s.cfg.NowFunc(), time.Now()
 	var st PassStats
 	h, err := s.horizon(ctx)
@@ -198,7 +216,7 @@ func (s *Subscriber) Pass(ctx context.Context) (PassStats, error) {
 	st.Partitions = len(active)
 	phase := time.Now() // phases are timed by the wall clock, for the debug line only
 	discovered := phase.Sub(wall)
-	if err := s.readAll(ctx, active, &st); err != nil {
+	if err := s.readAll(ctx, active, divide, &st); err != nil {
 		return st, err
 	}
 	read := time.Since(phase)
@@ -362,9 +380,23 @@ func (s *Subscriber) discover(ctx context.Context) ([]partKey, int, error) {
 	return active, joined, nil
 }
 
-// readAll reads the active partitions, Concurrency workers at a time, and
-// then leaves a checkpoint on each partition read.
-func (s *Subscriber) readAll(ctx context.Context, active []partKey, st *PassStats) error {
+// shareRecheck is how often a pass that divides the partitions reads the
+// slot leases again while it hands them out: a replica that starts or stops
+// during a long pass over a backlog changes the share within it.
+const shareRecheck = time.Second
+
+// readAll reads the active partitions (this replica's share of them when
+// divide is set and the replicas divide the work), Concurrency workers at
+// a time, and then leaves a checkpoint on each partition read.
+func (s *Subscriber) readAll(ctx context.Context, active []partKey, divide bool, st *PassStats) error {
+	// A worker reads up to group partitions per statement: few enough that
+	// every worker gets some (a handful of deep partitions are read in
+	// parallel), at most readGroup.
+	sh := s.share
+	if !divide {
+		sh = nil
+	}
+	group := min(max(len(active)/(max(sh.live(), 1)*s.cfg.Concurrency), 1), readGroup)
 	work := make(chan *part)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -372,7 +404,7 @@ func (s *Subscriber) readAll(ctx context.Context, active []partKey, st *PassStat
 	for range min(s.cfg.Concurrency, max(len(active), 1)) {
 		wg.Go(func() {
 			var ps PassStats
-			err := s.worker(ctx, work, &ps)
+			err := s.worker(ctx, work, group, sh, &ps)
 			mu.Lock()
 			defer mu.Unlock()
 			st.Read += ps.Read
@@ -392,11 +424,31 @@ func (s *Subscriber) readAll(ctx context.Context, active []partKey, st *PassStat
 	if len(active) > 0 {
 		start = rand.IntN(len(active))
 	}
+	var checked time.Time
+	recheck := func() {
+		if sh == nil {
+			return
+		}
+		if err := sh.refresh(ctx); err != nil {
+			s.log.WarnContext(ctx, "could not read the replicas' slot leases; reading every partition meanwhile", "err", err)
+		}
+		checked = time.Now()
+		st.Replicas = max(st.Replicas, sh.live(), 1)
+	}
+	recheck()
 	for i := range active {
 		if ctx.Err() != nil {
 			break
 		}
-		work <- s.parts[active[(start+i)%len(active)]]
+		if time.Since(checked) >= shareRecheck {
+			recheck()
+		}
+		k := active[(start+i)%len(active)]
+		if !sh.mine(k) {
+			continue
+		}
+		st.Share++
+		work <- s.parts[k]
 	}
 	close(work)
 	wg.Wait()
@@ -431,52 +483,87 @@ type batchPage struct {
 	pg   page
 }
 
-// worker reads the partitions it is handed, page by page from where this
-// process left each, until the server returns a short page (not until a
-// page holds few rows mend keeps: rows matched only through the collation
-// are dropped) or the page budget runs out. It records its pages in
-// batches of at least PageSize rows; a partition counts as read only as
-// far as its rows are recorded.
-func (s *Subscriber) worker(ctx context.Context, work <-chan *part, st *PassStats) error {
+// readGroup bounds the partitions one read covers: the read's page is
+// shared between them, so the rows of one read stay within PageSize.
+const readGroup = 16
+
+// reading is a partition a worker is reading in this pass.
+type reading struct {
+	p      *part
+	after  uint64 // read up to here
+	budget int    // rows this pass may still read from it
+}
+
+// worker reads the partitions it is handed, up to group at a time in
+// one statement that shares PageSize rows between them, each from where
+// this process left it, until the server returns a short page for it (not
+// until a page holds few rows mend keeps: rows matched only through the
+// collation are dropped), its budget (PagesPerPass pages) runs out or it
+// stops being this replica's (sh, when the replicas divide the work). It
+// records its pages in batches of at least PageSize rows; a partition
+// counts as read only as far as its rows are recorded.
+func (s *Subscriber) worker(ctx context.Context, work <-chan *part, group int, sh *share, st *PassStats) error {
 	var b batch
-	var failed error
-	for p := range work {
-		if failed != nil {
-			continue // drain the channel
-		}
-		after := p.seen
-		more := true
-		for range s.cfg.PagesPerPass {
-			pg, err := s.fetch(ctx, p.topic, p.partition, after)
-			if err != nil {
-				failed = err
+	var pending []*reading
+	open := true
+	for {
+		for open && len(pending) < group {
+			p, ok := <-work
+			if !ok {
+				open = false
 				break
 			}
+			pending = append(pending, &reading{p: p, after: p.seen, budget: s.cfg.PagesPerPass * s.cfg.PageSize})
+		}
+		if len(pending) == 0 {
+			break
+		}
+		limit := max(s.cfg.PageSize/len(pending), 1)
+		spans := make([]span, len(pending))
+		for i, r := range pending {
+			spans[i] = span{topic: r.p.topic, partition: r.p.partition, after: r.after, limit: min(limit, r.budget)}
+		}
+		pages, err := s.fetchMany(ctx, spans)
+		if err != nil {
+			drain(work)
+			return err
+		}
+		keep := pending[:0]
+		for i, r := range pending {
+			pg := pages[i]
 			st.Dropped += pg.dropped
 			if pg.n > 0 {
-				b.pages = append(b.pages, batchPage{p, after, pg})
+				b.pages = append(b.pages, batchPage{r.p, r.after, pg})
 				b.rows += len(pg.rows)
-				after = pg.last
+				r.after = pg.last
 			}
-			if b.rows >= s.cfg.PageSize {
-				if err := s.flush(ctx, &b, st); err != nil {
-					failed = err
-					break
-				}
-			}
-			if pg.n < s.cfg.PageSize {
-				more = false
-				break
+			r.budget -= pg.n
+			switch {
+			case pg.n < spans[i].limit: // a short page: nothing more for now
+			case r.budget <= 0:
+				st.More = true
+			case !sh.mine(keyOf(r.p.topic, r.p.partition)):
+				// Another replica took it over since it was handed out
+				// (one started): it reads on from the watermark.
+			default:
+				keep = append(keep, r)
 			}
 		}
-		if failed == nil && more {
-			st.More = true
+		pending = keep
+		if b.rows >= s.cfg.PageSize {
+			if err := s.flush(ctx, &b, st); err != nil {
+				drain(work)
+				return err
+			}
 		}
-	}
-	if failed != nil {
-		return failed
 	}
 	return s.flush(ctx, &b, st)
+}
+
+// drain empties a work channel its worker gives up on.
+func drain[T any](ch <-chan T) {
+	for range ch {
+	}
 }
 
 // flush records a batch's rows with one RecordMany and moves each
@@ -622,85 +709,70 @@ func (s *Subscriber) settled() (uint64, bool) {
 // checkpoint, after checking that the range holds exactly the rows this
 // process read from it: a difference means a row committed after a later
 // one was read (or rows were removed); then the partition is read again
-// from its watermark, and released on a later pass.
+// from its watermark, and released on a later pass. Partitions are counted
+// and advanced manyChunk at a time, one statement each: an advance is a
+// commit.
 func (s *Subscriber) release(ctx context.Context, st *PassStats) error {
 	f, ok := s.settled()
 	if !ok {
 		return nil
 	}
-	var todo []*part
+	type due struct {
+		p *part
+		i int // the newest checkpoint at or below f
+	}
+	var todo []due
 	for _, p := range s.parts {
-		if len(p.cps) > 0 && p.cps[0].offset <= f {
-			todo = append(todo, p)
-		}
-	}
-	// Partitions are released Concurrency at a time: each advance is an
-	// autocommit UPDATE, so a commit (a log flush) per partition.
-	work := make(chan *part)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for range min(s.cfg.Concurrency, max(len(todo), 1)) {
-		wg.Go(func() {
-			for p := range work {
-				late, advanced, err := s.releasePart(ctx, p, f)
-				mu.Lock()
-				if late {
-					st.Late++
-				}
-				if advanced {
-					st.Advanced++
-				}
-				if err != nil {
-					errs = append(errs, err)
-				}
-				mu.Unlock()
+		i := -1
+		for j, c := range p.cps {
+			if c.offset <= f {
+				i = j
 			}
-		})
-	}
-	for _, p := range todo {
-		if ctx.Err() != nil {
-			break
 		}
-		work <- p
-	}
-	close(work)
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// releasePart releases one partition up to its newest checkpoint at or
-// below the settled offset f.
-func (s *Subscriber) releasePart(ctx context.Context, p *part, f uint64) (late, advanced bool, err error) {
-	i := -1
-	for j, c := range p.cps {
-		if c.offset <= f {
-			i = j
+		if i >= 0 {
+			todo = append(todo, due{p, i})
 		}
 	}
-	if i < 0 {
-		return false, false, nil
+	for from := 0; from < len(todo); from += manyChunk {
+		chunk := todo[from:min(from+manyChunk, len(todo))]
+		spans := make([]span, len(chunk))
+		for j, d := range chunk {
+			spans[j] = span{topic: d.p.topic, partition: d.p.partition, after: d.p.acked, upTo: d.p.cps[d.i].offset}
+		}
+		counts, err := s.countMany(ctx, spans)
+		if err != nil {
+			return err
+		}
+		var ok []due
+		var move []span
+		for j, d := range chunk {
+			p, c := d.p, d.p.cps[d.i]
+			if counts[j] != c.rows {
+				s.log.InfoContext(ctx, "rows appeared (or went) below what was read; reading the partition again from its watermark",
+					"topic", p.topic, "partition", p.partition, "watermark", p.acked, "up_to", c.offset, "read", c.rows, "now", counts[j])
+				p.reset(p.acked)
+				st.Late++
+				continue
+			}
+			ok, move = append(ok, d), append(move, spans[j])
+		}
+		if len(move) == 0 {
+			continue
+		}
+		if err := s.advanceMany(ctx, move); err != nil {
+			return err
+		}
+		for _, d := range ok {
+			p, c := d.p, d.p.cps[d.i]
+			rest := p.cps[d.i+1:]
+			for j := range rest {
+				rest[j].rows -= c.rows
+			}
+			p.acked, p.cps = c.offset, slices.Clone(rest)
+			st.Advanced++
+		}
 	}
-	c := p.cps[i]
-	n, err := s.count(ctx, p.topic, p.partition, p.acked, c.offset)
-	if err != nil {
-		return false, false, err
-	}
-	if n != c.rows {
-		s.log.InfoContext(ctx, "rows appeared (or went) below what was read; reading the partition again from its watermark",
-			"topic", p.topic, "partition", p.partition, "watermark", p.acked, "up_to", c.offset, "read", c.rows, "now", n)
-		p.reset(p.acked)
-		return true, false, nil
-	}
-	if err := s.advance(ctx, p.topic, p.partition, c.offset); err != nil {
-		return false, false, err
-	}
-	rest := p.cps[i+1:]
-	for j := range rest {
-		rest[j].rows -= c.rows
-	}
-	p.acked, p.cps = c.offset, slices.Clone(rest)
-	return false, true, nil
+	return nil
 }
 
 // Pending reports whether some partition holds rows that were read and
@@ -731,7 +803,7 @@ func (s *Subscriber) Drain(ctx context.Context) (PassStats, error) {
 			return sum, ctx.Err()
 		case <-timer.C:
 		}
-		st, err := s.Pass(ctx)
+		st, err := s.pass(ctx, false)
 		if err != nil {
 			return sum, err
 		}

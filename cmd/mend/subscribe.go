@@ -89,7 +89,9 @@ func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.L
 		return nil, errors.Join(err, db.Close())
 	}
 	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.store, Group: c.Sub.Group, PageSize: c.Sub.PageSize,
-		PollInterval: c.Sub.Interval, Settle: c.Sub.Settle, Actor: "subscribe/" + c.Holder, Logger: log}
+		PollInterval: c.Sub.Interval, Settle: c.Sub.Settle, Actor: "subscribe/" + c.Holder, Logger: log,
+		// Replicas divide the partitions through slot leases beside the queue leases.
+		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL}
 	if m != nil {
 		cfg.Hooks = m.subscribeHooks()
 	}
