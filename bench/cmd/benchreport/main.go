@@ -812,7 +812,7 @@ func renderScale(r results, commands []string, took time.Duration, date time.Tim
 	}
 	w("\nMemory is the benchmark process's: it also holds the intake workers, the storm's deliveries and the test\n")
 	w("harness, so it bounds a replica's from above. `connects` counts connections the replicas' pools opened during the\n")
-	w("storm: `database/sql` keeps two idle connections per pool by default, so a replica doing more at once reconnects.\n\n")
+	w("storm (each pool keeps up to storage.MaxIdleConns idle, so few reconnects are expected).\n\n")
 	w("## Targets (issues 13 and 20)\n\n")
 	w("- Idle pass: one statement, under 5 ms, at 10,000 queues.\n")
 	w("- Storm of 100,000 over 1,000 queues (issue 20): every queue's first wake-up within 60 s of its first dead letter;\n")
