@@ -303,6 +303,22 @@ func (s *Server) MySQLConfig(db string) *mysql.Config {
 // ShardDB names keyspace's database on shard.
 func ShardDB(keyspace, shard string) string { return "vt_" + keyspace + "_" + shard }
 
+// ShardOf returns the shard of keyspace where the rows whose sharding column holds key land
+// under vindex, as vtgate computes it (it answers a query of the vindex as a table): for tests
+// that need keys on every shard.
+func (s *Server) ShardOf(ctx context.Context, keyspace, vindex, key string) (string, error) {
+	db, err := sql.Open("mysql", s.DSN(keyspace))
+	if err != nil {
+		return "", fmt.Errorf("vitessdb: %w", err)
+	}
+	defer db.Close()
+	var shard string
+	if err := db.QueryRowContext(ctx, "SELECT shard FROM `"+vindex+"` WHERE id = ?", key).Scan(&shard); err != nil {
+		return "", fmt.Errorf("vitessdb: shard of %q under %s.%s: %w", key, keyspace, vindex, err)
+	}
+	return shard, nil
+}
+
 // Acquire takes a keyspace no other caller holds, waiting for one, and empties its tables
 // (every base table of both shards except mend_schema_migrations) directly on mysqld. Give it
 // back with Release.
