@@ -84,7 +84,7 @@ fuzz: ## Run every Fuzz* test in the module for FUZZTIME each (default 30s)
 		done; \
 	done
 
-.PHONY: bench bench-smoke bench-scale proof
+.PHONY: bench bench-smoke bench-scale bench-vitess proof
 
 # make bench writes docs/benchmarks.md from a run on MySQL (the default engine, the one the real queue
 # runs on); make bench ENGINE=mariadb writes docs/benchmarks-mariadb.md.
@@ -101,6 +101,11 @@ bench-smoke: ## Run every benchmark once at a small size past the planner's RunL
 bench-scale: ## Benchmark the reconcilers at scale (10,000 queues, 10^6 finished, a 100,000 dead-letter storm) and write docs/benchmarks-scale.md (> 10 min, bounded)
 	bash scripts/ensure-mysql.sh
 	$(GO) run ./bench/cmd/benchreport -scale -out docs/benchmarks-scale.md
+
+bench-vitess: ## Benchmark intake, fenced append, lease acquire, repair and the due listing through vtgate (2 shards) beside one MySQL, same run; write docs/benchmarks-vitess.md (~10 min)
+	bash scripts/vitess.sh >/dev/null
+	$(GO) run ./bench/cmd/benchreport -vitess -ops 1000 -out docs/benchmarks-vitess.md
+	bash scripts/vitess-leftovers.sh
 
 # The proof suites at full size: linearizability (store and fence, with their negative controls), crash and
 # partition. `make test` runs the same tests at reduced sizes.
