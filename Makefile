@@ -57,13 +57,14 @@ test-all: ## Run make test once per engine: MySQL, then MariaDB
 	$(MAKE) test ENGINE=mysql
 	$(MAKE) test ENGINE=mariadb
 
-# The packages make test-vitess runs through vtgate (see docs/scaling.md), and the proof tests of
-# ./itest/ it runs there: the record store's and the fence's porcupine suites (and the fence's
-# negative control).
-VITESS_PKGS ?= ./internal/vitessdb/ ./storage/ ./fence/
-VITESS_ITEST ?= ^TestLinearizableRecordStore$$|^TestFenceLinearizable
+# The packages make test-vitess runs through vtgate with -race (see docs/scaling.md), and the
+# tests of ./itest/ it runs there without -race, as make test does not either: all of them (the
+# porcupine suites of the store and the fence, the planner/reconciler end-to-end scenarios on the
+# host's real tables, the CLI); those that cannot run through vtgate skip, saying why.
+VITESS_PKGS ?= ./internal/vitessdb/ ./storage/ ./fence/ ./reconcile/
+VITESS_ITEST ?= .
 
-test-vitess: ## Run the storage and fence suites and the porcupine proofs through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~15 min)
+test-vitess: ## Run the storage, fence and reconcile suites, the porcupine proofs and the end-to-end scenarios through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~15 min)
 	bash scripts/vitess.sh >/dev/null
 	@report="$$(mktemp)"; status=0; \
 	MEND_TEST_ENGINE=vitess MEND_TEST_REPORT="$$report" $(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) $(TESTFLAGS) $(VITESS_PKGS) || status=$$?; \

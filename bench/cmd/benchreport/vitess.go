@@ -73,7 +73,7 @@ func renderVitess(r results, command string, took time.Duration, date time.Time)
 	fmt.Fprintf(&b, "why the comparison is fair: `BenchmarkVitess` in bench/vitess_test.go; what the numbers mean for a deployment:\n")
 	fmt.Fprintf(&b, "docs/scaling.md, section \"Tested on Vitess\".\n\n")
 	fmt.Fprintf(&b, "- **Date:** %s\n", date.UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(&b, "- **Machine:** %s (shared with other work; the two targets of a case run back to back)\n", machine(r.cpu))
+	fmt.Fprintf(&b, "- **Machine:** %s (shared with other work; the two targets of a case run back to back)\n", machine(strings.TrimSpace(r.cpu)))
 	for _, n := range r.notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
