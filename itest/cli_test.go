@@ -214,6 +214,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("a dirty schema is refused with the fix, and force clears it", func(t *testing.T) {
 		t.Parallel()
+		mysqltest.SkipVitess(t, "the test dirties the schema with UPDATE mend_schema_migrations, and mend migrate force rewrites that row: vtgate refuses writes to a reference table (VT09001: no primary vindex)")
 		db := mysqltest.NewDB(t, migrations.Up)
 		latest, _ := migrations.Mend.Latest()
 		if _, err := db.SQL(t).Exec("UPDATE mend_schema_migrations SET dirty = 1"); err != nil {
