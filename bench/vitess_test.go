@@ -34,7 +34,7 @@ var vitessTargets = []struct {
 // vitessConns are BenchmarkVitess's concurrency levels.
 var vitessConns = []int{1, 4}
 
-// VitessQueues is how many queues the due listing and the idle pass are measured at.
+// vitessQueues is how many queues the due listing and the idle pass are measured at.
 const vitessQueues = 3000
 
 // BenchmarkVitess compares mend's hot paths through vtgate (2 shards) with the same on one
@@ -42,8 +42,8 @@ const vitessQueues = 3000
 // append, lease acquire and planner repair per operation (ops/s), and the reconciler's due
 // listing (QueuesDue, a scatter) and idle pass at vitessQueues queues (ms per call). The
 // host's tables of the repair are a plain MySQL database beside the cluster on both sides,
-// as the submit queue's own server is in production. Workers spread over queues on both
-// shards; no tap, no replay: this measures the deployment, not mend's client.
+// as the submit queue's own server is in production. No tap, no replay: this measures the
+// deployment, not mend's client.
 func BenchmarkVitess(b *testing.B) {
 	if !mysqltest.Vitess() {
 		b.Skipf("compares Vitess with MySQL: runs on the Vitess backend only (%s=vitess, make bench-vitess)", mysqltest.EnvEngine)
@@ -81,7 +81,10 @@ func BenchmarkVitess(b *testing.B) {
 	}
 }
 
-// vitessQueue names worker w's queue number i: queues of every worker land on both shards.
+// vitessQueue names worker w's queue number i. The intake spreads each worker over 8 queues,
+// the lease acquire takes a queue per operation and the listings use vitessQueues, so those
+// reach both shards; the append and the repair use one queue per worker (as a planner holds
+// one queue's lease), so at 1 connection they run on one shard.
 func vitessQueue(w, i int) string { return fmt.Sprintf("vq%d-%d", w, i) }
 
 func vitessIntake(b *testing.B, db *mysqltest.DB, conns int) time.Duration {
