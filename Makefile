@@ -57,13 +57,14 @@ test-all: ## Run make test once per engine: MySQL, then MariaDB
 	$(MAKE) test ENGINE=mysql
 	$(MAKE) test ENGINE=mariadb
 
-# The packages make test-vitess runs through vtgate (see docs/scaling.md), and the proof tests of
-# ./itest/ it runs there: the record store's and the fence's porcupine suites (and the fence's
-# negative control).
-VITESS_PKGS ?= ./internal/vitessdb/ ./storage/ ./fence/
-VITESS_ITEST ?= ^TestLinearizableRecordStore$$|^TestFenceLinearizable
+# The packages make test-vitess runs through vtgate with -race (see docs/scaling.md), and the
+# tests of ./itest/ it runs there without -race, as make test does not either: all of them (the
+# porcupine suites of the store and the fence, the planner/reconciler end-to-end scenarios on the
+# host's real tables, the CLI); those that cannot run through vtgate skip, saying why.
+VITESS_PKGS ?= ./internal/vitessdb/ ./storage/ ./fence/ ./reconcile/
+VITESS_ITEST ?= .
 
-test-vitess: ## Run the storage and fence suites and the porcupine proofs through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~15 min)
+test-vitess: ## Run the storage, fence and reconcile suites, the porcupine proofs and the end-to-end scenarios through vtgate on a 2-shard Vitess cluster (builds Vitess once into ~/.cache/mend; first build ~15 min)
 	bash scripts/vitess.sh >/dev/null
 	@report="$$(mktemp)"; status=0; \
 	MEND_TEST_ENGINE=vitess MEND_TEST_REPORT="$$report" $(GO) test -race -count=1 -timeout=$(TEST_TIMEOUT) $(TESTFLAGS) $(VITESS_PKGS) || status=$$?; \
@@ -84,7 +85,7 @@ fuzz: ## Run every Fuzz* test in the module for FUZZTIME each (default 30s)
 		done; \
 	done
 
-.PHONY: bench bench-smoke bench-scale proof
+.PHONY: bench bench-smoke bench-scale bench-vitess proof
 
 # make bench writes docs/benchmarks.md from a run on MySQL (the default engine, the one the real queue
 # runs on); make bench ENGINE=mariadb writes docs/benchmarks-mariadb.md.
@@ -102,6 +103,11 @@ SCALE_OUT = docs/benchmarks-scale$(if $(filter mariadb,$(MEND_TEST_ENGINE)),-mar
 bench-scale: ## Benchmark the reconcilers at scale (10,000 queues, 10^6 finished, a 100,000 dead-letter storm) and write docs/benchmarks-scale.md (MySQL) or docs/benchmarks-scale-mariadb.md (ENGINE=mariadb) (> 10 min, bounded)
 	bash scripts/ensure-mysql.sh
 	$(GO) run ./bench/cmd/benchreport -scale -out $(SCALE_OUT)
+
+bench-vitess: ## Benchmark intake, fenced append, lease acquire, repair and the due listing through vtgate (2 shards) beside one MySQL, same run; write docs/benchmarks-vitess.md (~10 min)
+	bash scripts/vitess.sh >/dev/null
+	$(GO) run ./bench/cmd/benchreport -vitess -ops 1000 -out docs/benchmarks-vitess.md
+	bash scripts/vitess-leftovers.sh
 
 # The proof suites at full size: linearizability (store and fence, with their negative controls), crash and
 # partition. `make test` runs the same tests at reduced sizes.

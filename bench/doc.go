@@ -31,4 +31,9 @@
 // a world sized by MEND_BENCH_SCALE (10,000 queues and 10^6 finished records
 // by default): the idle pass, a storm of dead letters, lease traffic and
 // memory.
+//
+// BenchmarkVitess (vitess_test.go; make bench-vitess writes docs/benchmarks-vitess.md) runs
+// on the Vitess backend only: intake, fenced append, lease acquire, planner repair and the due
+// listing through vtgate on a keyspace sharded in two, and the same on a plain database on the
+// mysqld under the same cluster, in the same run; the ratios are in docs/scaling.md.
 package bench

@@ -136,7 +136,7 @@ func TestCLI(t *testing.T) {
 	ctx := context.Background()
 	setup := func(t *testing.T) *cliBundle {
 		t.Helper()
-		b := &cliBundle{cli: c, db: mysqltest.NewDB(t, migrations.Up), hostDB: mysqltest.NewDB(t, sqtest.Apply)}
+		b := &cliBundle{cli: c, db: mysqltest.NewDB(t, migrations.Up), hostDB: mysqltest.NewHostDB(t, sqtest.Apply)}
 		s := b.hostDB.SQL(t)
 		b.sq = sqtest.World{App: s, Queue: s}
 		if err := b.sq.SeedBatch(ctx, "q", cliBatch1, string(mend.BatchSpeculating), "q/1", "q/2"); err != nil {
@@ -172,6 +172,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("migrate up down up", func(t *testing.T) {
 		t.Parallel()
+		mysqltest.SkipVitess(t, "golang-migrate's down step deletes its version row with DELETE FROM mend_schema_migrations LIMIT 1, which vtgate refuses on a reference table (unsupported opcode: Reference), so mend migrate down does not work through vtgate")
 		db := mysqltest.NewDB(t)
 		version := func() (int, bool) {
 			t.Helper()
@@ -213,6 +214,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("a dirty schema is refused with the fix, and force clears it", func(t *testing.T) {
 		t.Parallel()
+		mysqltest.SkipVitess(t, "the test dirties the schema with UPDATE mend_schema_migrations, and mend migrate force rewrites that row: vtgate refuses writes to a reference table (VT09001: no primary vindex)")
 		db := mysqltest.NewDB(t, migrations.Up)
 		latest, _ := migrations.Mend.Latest()
 		if _, err := db.SQL(t).Exec("UPDATE mend_schema_migrations SET dirty = 1"); err != nil {
@@ -364,6 +366,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("doctor fails on a bad setup", func(t *testing.T) {
 		t.Parallel()
+		mysqltest.SkipVitess(t, "the test dirties the schema with UPDATE mend_schema_migrations, a write vtgate refuses on a reference table (VT09001: no primary vindex)")
 		b := setup(t)
 		cases := []struct {
 			name, dsn, want string
@@ -440,6 +443,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("least-privilege users, and no log line contains the DSN password", func(t *testing.T) {
 		t.Parallel()
+		mysqltest.SkipVitess(t, "accounts and GRANTs are the MySQL server's: vtgate authenticates clients on its own (vttestserver accepts any user) and the tablets run under their own accounts, so the grants under test are never checked through vtgate")
 		b := setup(t)
 		const password = "S3cret-pa55word"
 		suffix := b.db.Name[len(b.db.Name)-8:]
@@ -542,6 +546,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("the queries of docs sql.md run", func(t *testing.T) {
 		t.Parallel()
+		mysqltest.SkipVitess(t, "the queries read mend's views, which vtgate does not route in a sharded keyspace (Vitess views are experimental, --enable-views), and one uses a window function, which vtgate runs on a single shard only (VT12001)")
 		b := setup(t)
 		id, _ := record(t, b, "speculate/batch-1/1", cliBatch1)
 		record(t, b, "parked", "")
@@ -622,6 +627,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("run serves metrics and stops cleanly on SIGTERM", func(t *testing.T) {
 		t.Parallel()
+		mysqltest.SkipVitess(t, "the test reads mend_lease_status, one of mend's views, which vtgate does not route in a sharded keyspace (Vitess views are experimental, --enable-views)")
 		b := setup(t)
 		record(t, b, "m1", cliBatch1)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -345,13 +345,15 @@ func TestConcurrentRedeliveries(t *testing.T) {
 }
 
 // TestRacingPlanners: two reconcilers and the inline path on the same
-// queues. Per queue and epoch one planner acts; no wake-up is published for
-// a record twice; every record ends done.
+// queues (on both shards on the Vitess backend). Per queue and epoch one
+// planner acts; no wake-up is published for a record twice; every record
+// ends done.
 func TestRacingPlanners(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	w := newWorld(t)
 	const queues, perQueue = 4, 5
+	w.requireBothShards(t, "race-0", "race-1", "race-2", "race-3")
 	a, b := w.actor(t, actorOpts{holder: "a"}), w.actor(t, actorOpts{holder: "b"})
 	in := w.intake(t, a.rec)
 	var srcs []mend.SourceID

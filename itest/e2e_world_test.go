@@ -25,7 +25,10 @@ import (
 // of their own, and the submit queue's real-shaped tables (internal/sqtest)
 // in one database or, with worldOpts.splitQueue, in two: the application
 // database (batch, request, build, ...) and the queue database
-// (queue_messages), as in production. Every wake-up goes through a
+// (queue_messages), as in production. On the Vitess backend mend's database
+// is a keyspace sharded in two, reached through vtgate, and the host's are
+// plain MySQL databases beside it (mysqltest.NewHostDB), as a submit queue's
+// own server would be. Every wake-up goes through a
 // FaultyWaker, so a test can lose one without touching the host's tables.
 type world struct {
 	mendDB         *mysqltest.DB
@@ -53,7 +56,7 @@ func newWorldWith(t *testing.T, o worldOpts) *world {
 	ctx := context.Background()
 	w := &world{mendDB: mysqltest.NewDB(t, migrations.Up)}
 	if o.splitQueue {
-		w.appDB, w.queueDB = mysqltest.NewDB(t), mysqltest.NewDB(t)
+		w.appDB, w.queueDB = mysqltest.NewHostDB(t), mysqltest.NewHostDB(t)
 		if err := sqtest.CreateApp(ctx, w.appDB.SQL(t)); err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +64,7 @@ func newWorldWith(t *testing.T, o worldOpts) *world {
 			t.Fatal(err)
 		}
 	} else {
-		w.appDB = mysqltest.NewDB(t, sqtest.Apply)
+		w.appDB = mysqltest.NewHostDB(t, sqtest.Apply)
 		w.queueDB = w.appDB
 	}
 	w.sq = sqtest.World{App: w.appDB.SQL(t), Queue: w.queueDB.SQL(t)}
@@ -394,4 +397,24 @@ func deliveryFromRow(m sqtest.Message) dlq.Delivery {
 	return dlq.Row{Offset: m.Offset, Topic: m.Topic, PartitionKey: m.PartitionKey, ID: m.ID, Payload: m.Payload,
 		Metadata: m.Metadata, FailedAtMS: m.FailedAt, FailureCount: m.FailureCount, LastError: m.LastError,
 		OriginalTopic: m.OriginalTopic, FailureDetail: m.FailureDetail}.Delivery()
+}
+
+// requireBothShards fails the test on the Vitess backend unless queues land
+// on both shards of mend's keyspace (as vtgate's vindex places them), so a
+// scenario over them really crosses shards; elsewhere it checks nothing.
+// Queue names are fixed, so the check is deterministic.
+func (w *world) requireBothShards(t *testing.T, queues ...string) {
+	t.Helper()
+	on := map[string][]string{}
+	for _, q := range queues {
+		if s := w.mendDB.QueueShard(t, q); s != "" {
+			on[s] = append(on[s], q)
+		}
+	}
+	if mysqltest.Vitess() && len(on) < 2 {
+		t.Fatalf("queues %v all land on one shard (%v); pick names that hash to both", queues, on)
+	}
+	if len(on) > 0 {
+		t.Logf("queues by shard: %v", on)
+	}
 }

@@ -376,6 +376,7 @@ func (e *partEnv) finish(t *testing.T, fault string) {
 // after healing, the first planner's writes are refused.
 func TestPartitionPlannerCut(t *testing.T) {
 	t.Parallel()
+	mysqltest.SkipVitess(t, "the partition cuts one proxy in front of one database holding mend's tables and the host's; on Vitess those are two servers (vtgate, and the host's MySQL beside it), and a keyspace refuses the host's tables (error 1173: table 'batch' does not have a primary vindex)")
 	db := mysqltest.NewDB(t, migrations.Up, sqtest.Apply)
 	proxy := mysqltest.NewProxy(t, db.Server.Addr())
 	e := newPartEnv(t, db, db.DSNVia(proxy.Addr()), sized(4, 30))

@@ -32,8 +32,12 @@ type DB struct {
 	// Server is the server holding the database.
 	Server *Server
 
-	sqlDSN string // DSN for SQL's raw connections when it differs (Vitess), else ""
+	sqlDSN   string // DSN for SQL's raw connections when it differs (Vitess), else ""
+	adminDSN string // root DSN of the server holding the database when it is not Server's (a host database on Vitess), else ""
 }
+
+// rootDSN returns a DSN for the administrative user of the server holding d, no database selected.
+func (d *DB) rootDSN() string { return cmp.Or(d.adminDSN, d.Server.RootDSN()) }
 
 // DSNVia returns DSN with the host:port replaced by addr, to route the connection through a proxy.
 func (d *DB) DSNVia(addr string) string {
@@ -223,13 +227,38 @@ func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 	if v := srv.Vitess(); v != nil {
 		return newVitessDB(t, srv, migrate)
 	}
+	return createDB(t, srv, srv.Config(), migrate)
+}
+
+// NewHostDB returns a fresh database for the host's own tables (the submit queue's, package
+// sqtest), with the migrators applied in order, dropped in t.Cleanup. On every backend but
+// Vitess it is NewDB. On Vitess it is a plain database created directly on the mysqld under the
+// cluster, outside every keyspace, reached without vtgate: in production the submit queue's
+// MySQL is a server apart from mend's Vitess cluster, and its tables are not in mend's vschema.
+func NewHostDB(t testing.TB, migrate ...Migrator) *DB {
+	t.Helper()
+	srv := SharedServer(t)
+	v := srv.Vitess()
+	if v == nil {
+		return NewDBOn(t, srv, migrate...)
+	}
+	cfg := v.MySQLConfig("")
+	testserver.ApplyParams(cfg)
+	return createDB(t, srv, cfg, migrate)
+}
+
+// createDB creates a database of a random name on the server cfg reaches (srv's own, or the
+// mysqld under a Vitess srv), applies the migrators and drops it in t.Cleanup.
+func createDB(t testing.TB, srv *Server, cfg *mysql.Config, migrate []Migrator) *DB {
+	t.Helper()
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:]) // never fails
 	name := "mend_t_" + hex.EncodeToString(rnd[:])
 
-	admin, err := sql.Open("mysql", srv.RootDSN())
+	rootDSN := testserver.FormatDSN(cfg, "")
+	admin, err := sql.Open("mysql", rootDSN)
 	if err != nil {
-		t.Fatalf("mysqltest: open %s: %v", srv.Addr(), err)
+		t.Fatalf("mysqltest: open %s: %v", cfg.Addr, err)
 	}
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -239,9 +268,12 @@ func NewDBOn(t testing.TB, srv *Server, migrate ...Migrator) *DB {
 	// 8+, utf8mb4_general_ci (PAD SPACE) on MariaDB. mend's own identity columns are VARBINARY
 	// and do not depend on it; tests that do ask the server for the pad attribute.
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4"); err != nil {
-		t.Fatalf("mysqltest: create database %s on %s: %v", name, srv.Addr(), err)
+		t.Fatalf("mysqltest: create database %s on %s: %v", name, cfg.Addr, err)
 	}
-	db := &DB{Name: name, DSN: srv.Server.RootDSN(name), Server: srv}
+	db := &DB{Name: name, DSN: testserver.FormatDSN(cfg, name), Server: srv}
+	if cfg.Addr != srv.Addr() {
+		db.adminDSN = rootDSN
+	}
 	t.Cleanup(func() { dropDB(t, db) })
 
 	for i, m := range migrate {
@@ -287,7 +319,7 @@ func dropDB(t testing.TB, db *DB) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	admin, err := sql.Open("mysql", srv.RootDSN())
+	admin, err := sql.Open("mysql", db.rootDSN())
 	if err == nil {
 		defer admin.Close()
 		_, err = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+db.Name+"`")
@@ -358,6 +390,27 @@ func Vitess() bool {
 	return err == nil && e == testserver.EngineVitess
 }
 
+// QueueVindex is the vindex migrations/vschema.json shards mend's tables by (on the queue).
+const QueueVindex = "queue_xxhash"
+
+// QueueShard returns the shard of d's keyspace that queue's rows land on, on the Vitess backend
+// (d from NewDB), and "" on every other backend.
+func (d *DB) QueueShard(t testing.TB, queue string) string {
+	t.Helper()
+	v := d.Server.Vitess()
+	if v == nil {
+		return ""
+	}
+	if d.adminDSN != "" {
+		t.Fatalf("mysqltest: %s is a host database, not a keyspace: its rows are not sharded", d.Name)
+	}
+	shard, err := v.ShardOf(t.Context(), d.Name, QueueVindex, queue)
+	if err != nil {
+		t.Fatalf("mysqltest: %v", err)
+	}
+	return shard
+}
+
 // SkipVitess skips t on the Vitess backend, saying why (the vtgate limitation it meets).
 func SkipVitess(t testing.TB, why string) {
 	t.Helper()
@@ -372,7 +425,7 @@ func SkipVitess(t testing.TB, why string) {
 // as the documented users with exactly these grants.
 func (d *DB) User(t testing.TB, grants ...string) string {
 	t.Helper()
-	root, err := sql.Open("mysql", d.Server.RootDSN())
+	root, err := sql.Open("mysql", d.rootDSN())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,10 @@
 // at start, its tables emptied; the migrators run through vtgate (migrations.Up finds nothing
 // to do). StartPrivate skips there (no fault injection on Vitess), and a test that needs an
 // empty database or tables of its own calls SkipVitess with the vtgate limitation it meets.
+// The host's tables (package sqtest) go in NewHostDB: on Vitess a plain database on the mysqld
+// under the cluster, reached directly (the submit queue's own server, beside mend's cluster),
+// elsewhere the same as NewDB. DB.QueueShard says on which shard a queue's rows land, so a
+// test can pick queues on both.
 //
 // MEND_TEST_BACKEND=dsn|docker|local allows only one of them. StartPrivate never uses option 1:
 // fault tests must own the server, as a container (option 2) or a process (option 3). Call Main

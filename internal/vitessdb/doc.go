@@ -20,8 +20,10 @@
 //	                     │
 //	        Acquire ──> keyspace held (tables emptied) ──Release──> free
 //
-// vtgate runs with --transaction-mode=SINGLE: a transaction that would touch a second shard
-// fails, so a suite that passes has run every transaction on one shard. The tablets run with
+// vtgate runs with --transaction-mode=SINGLE: a transaction that would write to a second shard
+// fails, so a suite that passes has written every transaction on one shard. Reads are exempt
+// (vtgate opens a read-only session on another shard for them); their routes are checked by
+// storage's TestVitessEveryStatementRoute. ShardOf says where a key lands under a vindex. The tablets run with
 // --enable-consolidator=false (bin/vtcombo is a wrapper that adds it; the binary is
 // bin/vtcombo.bin): the consolidator hands a read the result of an identical one already in
 // flight, which can be older than a write committed in between, and mend's record store is then
@@ -34,7 +36,9 @@
 // private home, and hands the temporary directory to nobody. Ports: a base below 32000 (the
 // ephemeral range begins at 32768) with base..base+4 free. Close sends SIGTERM (vttestserver
 // stops vtcombo and mysqld), then SIGKILL to the process group and waits until it is empty.
-// The parent-death signal does not survive setpriv's change of user: a test binary killed
-// with SIGKILL leaves the cluster running; Close (mysqltest.Main) is the normal path.
+// The parent-death signal does not survive setpriv's change of user: a test binary that dies
+// without Close (killed, or a panic, which skips mysqltest.Main) leaves the cluster running.
+// Start writes its pid to owner.pid in the directory, and Reap, which Start calls first, stops
+// and removes every cluster of its prefix whose owner is gone.
 // There is no fault injection (kill, pause, restart): ErrUnsupported.
 package vitessdb

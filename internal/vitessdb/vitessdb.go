@@ -123,7 +123,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, errors.New("vitessdb: Config.VitessDir is required")
 	}
 	n := cmp.Or(cfg.Keyspaces, DefaultKeyspaces)
-	tmp, err := os.MkdirTemp("", cmp.Or(cfg.DirPrefix, "mend-vitess-"))
+	prefix := cmp.Or(cfg.DirPrefix, "mend-vitess-")
+	if err := Reap(prefix); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return nil, fmt.Errorf("vitessdb: %w", err)
 	}
@@ -133,6 +137,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			err = errors.Join(err, s.Close())
 		}
 	}()
+	if err := os.WriteFile(filepath.Join(tmp, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, fmt.Errorf("vitessdb: %w", err)
+	}
 	for i := range n {
 		s.Keyspaces = append(s.Keyspaces, "mend"+strconv.Itoa(i))
 	}
@@ -303,6 +310,22 @@ func (s *Server) MySQLConfig(db string) *mysql.Config {
 // ShardDB names keyspace's database on shard.
 func ShardDB(keyspace, shard string) string { return "vt_" + keyspace + "_" + shard }
 
+// ShardOf returns the shard of keyspace where the rows whose sharding column holds key land
+// under vindex, as vtgate computes it (it answers a query of the vindex as a table): for tests
+// that need keys on every shard.
+func (s *Server) ShardOf(ctx context.Context, keyspace, vindex, key string) (string, error) {
+	db, err := sql.Open("mysql", s.DSN(keyspace))
+	if err != nil {
+		return "", fmt.Errorf("vitessdb: %w", err)
+	}
+	defer db.Close()
+	var shard string
+	if err := db.QueryRowContext(ctx, "SELECT shard FROM `"+vindex+"` WHERE id = ?", key).Scan(&shard); err != nil {
+		return "", fmt.Errorf("vitessdb: shard of %q under %s.%s: %w", key, keyspace, vindex, err)
+	}
+	return shard, nil
+}
+
 // Acquire takes a keyspace no other caller holds, waiting for one, and empties its tables
 // (every base table of both shards except mend_schema_migrations) directly on mysqld. Give it
 // back with Release.
@@ -409,6 +432,48 @@ func (s *Server) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// ownerFile, in a cluster's directory, holds the pid of the process that started it.
+const ownerFile = "owner.pid"
+
+// Reap stops and removes the clusters that test binaries left when they died without Close:
+// every directory named prefix* in the temporary directory whose owner (ownerFile) is no
+// longer running, with every process whose command line names it. A panicking test skips
+// TestMain's cleanup, and the parent-death signal does not save it: vttestserver runs under
+// another user (setpriv), which clears that signal, and would reach vttestserver only, not
+// its mysqld and vtcombo. Directories without an owner file, or whose owner runs, are left
+// alone. Start calls it first.
+func Reap(prefix string) error {
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	if err != nil {
+		return fmt.Errorf("vitessdb: reap: %w", err)
+	}
+	var errs []error
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || owner <= 0 || alive(owner) {
+			continue
+		}
+		for _, p := range pidsUsing(dir) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+			if err := waitGone(func() bool { return syscall.Kill(p, 0) == nil }); err != nil {
+				errs = append(errs, fmt.Errorf("vitessdb: reap %s: process %d: %w", dir, p, err))
+			}
+		}
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	return errors.Join(errs...)
+}
+
+// alive reports whether process pid exists (EPERM: it does, under another user).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // waitGone polls alive (the kernel's answer for a pid or group) until it says no, for up to

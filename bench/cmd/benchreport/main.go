@@ -6,10 +6,15 @@
 //
 //	go run ./bench/cmd/benchreport [-ops 2000] [-passes 3] [-trials 5] [-out docs/benchmarks.md]
 //	go run ./bench/cmd/benchreport -scale [-out docs/benchmarks-scale.md]   (make bench-scale)
+//	go run ./bench/cmd/benchreport -vitess [-ops 1000] [-out docs/benchmarks-vitess.md]   (make bench-vitess)
 //
 // With -scale it runs BenchmarkScale instead, at the sizes MEND_BENCH_SCALE
 // names (the full world by default; "smoke" for a small one), and writes
 // its own report.
+//
+// With -vitess it runs BenchmarkVitess on a 2-shard Vitess cluster (mend through
+// vtgate beside the plain MySQL under it, same run) and writes
+// docs/benchmarks-vitess.md (make bench-vitess).
 //
 // With -from FILE -took D it renders the report again from the saved output
 // of an earlier run (e.g. after changing the explanations), without running.
@@ -41,10 +46,21 @@ func main() {
 	from := flag.String("from", "", "render from the saved output of an earlier run instead of running (with -took)")
 	tookFlag := flag.Duration("took", 0, "with -from: how long that run took")
 	scale := flag.Bool("scale", false, "run the scale benchmarks (BenchmarkScale) and write their report")
+	vitess := flag.Bool("vitess", false, "run BenchmarkVitess (through vtgate beside one MySQL, MEND_TEST_ENGINE=vitess) and write its report, -ops operations per case")
 	smoke := flag.Bool("smoke", false, "run every benchmark once at a small size past the planner's RunLimit, write nothing (make bench-smoke, for CI)")
 	flag.Parse()
 	if *smoke {
 		if err := runSmoke(*goCmd, "bench"); err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *vitess {
+		if *out == "docs/benchmarks.md" {
+			*out = "docs/benchmarks-vitess.md"
+		}
+		if err := runVitess(*goCmd, *ops, *out); err != nil {
 			fmt.Fprintln(os.Stderr, "benchreport:", err)
 			os.Exit(1)
 		}
@@ -137,7 +153,9 @@ func smokeSteps() []step {
 		}
 	}
 	return append(s, step{bench: "^BenchmarkScale$", benchtime: "1x",
-		env: []string{"MEND_BENCH_SCALE=smoke,queues=50,finished=1000,storm=500,storm_queues=10,idle_passes=3"}})
+		env: []string{"MEND_BENCH_SCALE=smoke,queues=50,finished=1000,storm=500,storm_queues=10,idle_passes=3"}},
+		// Skips unless MEND_TEST_ENGINE=vitess: make bench-vitess runs it on a cluster.
+		step{bench: "^BenchmarkVitess$", benchtime: "1x"})
 }
 
 // runSmoke runs smokeSteps and fails if a benchmark fails or if a
