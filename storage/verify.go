@@ -329,7 +329,7 @@ FROM mend_records WHERE record_id = ? AND queue = ? FOR UPDATE`
 
 const sqlRebuildEvents = `-- name: RebuildEvents
 SELECT record_id, seq, queue, kind, epoch, data, created_at, state, attempts, last_error, next_attempt_at
-FROM mend_events WHERE record_id = ? ORDER BY seq LOCK IN SHARE MODE`
+FROM mend_events WHERE record_id = ? AND queue = ? ORDER BY seq LOCK IN SHARE MODE`
 
 // sqlRebuildWrite rewrites the derivable columns; the fence is checked
 // again in the statement, as in every fenced write.
@@ -381,7 +381,7 @@ func (d *DB) RebuildRecord(ctx context.Context, term mend.Term, id mend.RecordID
 			return fmt.Errorf("read record: %w", err)
 		}
 		var evs []verifyEvent
-		if err := tx.SelectContext(ctx, &evs, sqlRebuildEvents, id[:]); err != nil {
+		if err := tx.SelectContext(ctx, &evs, sqlRebuildEvents, id[:], term.Queue); err != nil {
 			return fmt.Errorf("read events: %w", err)
 		}
 		f := foldEvents(r.Queue, evs)

@@ -25,7 +25,6 @@ var scatterReads = []string{
 	"RecordFind", "RecordPrefix", // mend inspect by ID or ID prefix without a queue
 	"RecordsSelect",                 // mend list / retry / resolve selections: (? = '' OR queue = ?) routes nowhere
 	"VerifyRecords", "VerifyEvents", // mend verify's pages
-	"RebuildEvents", // mend verify --rebuild: the events by record ID alone, inside the rebuild's transaction
 }
 
 // TestVitessEveryStatementRoute asks vtgate (VEXPLAIN PLAN) for the route of every named
