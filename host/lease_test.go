@@ -10,35 +10,22 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/host"
-	"github.com/mendq/mend/internal/mysqlx"
+	"github.com/mendq/mend/internal/mysqltest"
 )
 
 // lockWaits counts the statements still running on the server that name
 // batchID (unique to the subtest: other tests share the server), other
 // than this query. The processlist, not innodb_trx, whose cached snapshot
 // MariaDB was seen to serve stale for seconds.
-//
-// MySQL gives the processlist's info as utf8mb3: while a session of another
-// test on the shared server runs a statement holding bytes utf8mb3 cannot
-// (a binary ID interpolated into it), the read fails with error 3854. That
-// statement ends in milliseconds, so the read is asked again.
 func lockWaits(t *testing.T, db *sql.DB, batchID string) int {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		var n int
-		err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.processlist
-			WHERE db = DATABASE() AND command = 'Query' AND id <> CONNECTION_ID() AND LOCATE(?, info) > 0`, batchID).Scan(&n)
-		if err == nil {
-			return n
-		}
-		if mysqlx.ErrNumber(err) != errCannotConvert || attempt == 100 {
-			t.Fatal(err)
-		}
+	n, err := mysqltest.CountProcesslist(context.Background(), db, `SELECT COUNT(*) FROM information_schema.processlist
+		WHERE db = DATABASE() AND command = 'Query' AND id <> CONNECTION_ID() AND LOCATE(?, info) > 0`, batchID)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return n
 }
-
-// errCannotConvert is MySQL's ER_CANNOT_CONVERT_STRING.
-const errCannotConvert = 3854
 
 // sessions describes the server sessions on db's database, for a failure.
 func sessions(t *testing.T, db *sql.DB) string {

@@ -116,9 +116,8 @@ func waitForStatement(ctx context.Context, raw *sql.DB, conn int64, text string)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		var n int
-		err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
-			WHERE id = ? AND command = 'Query' AND info LIKE CONCAT('%', ?, '%')`, conn, text).Scan(&n)
+		n, err := mysqltest.CountProcesslist(ctx, raw, `SELECT COUNT(*) FROM information_schema.processlist
+			WHERE id = ? AND command = 'Query' AND info LIKE CONCAT('%', ?, '%')`, conn, text)
 		if err != nil {
 			return fmt.Errorf("poll processlist: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/storage"
 )
 
@@ -421,11 +422,9 @@ func trxStates(ctx context.Context, db *sql.DB) string {
 // stayed frozen on a snapshot taken before the acquire began to wait, and
 // the test stalled until its deadline (1 run in 4).
 func leaseStatementsAtServer(ctx context.Context, db *sql.DB) (int, error) {
-	var n int
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
+	return mysqltest.CountProcesslist(ctx, db, `SELECT COUNT(*) FROM information_schema.processlist
 		WHERE db = DATABASE() AND command = 'Query'
-		AND (info LIKE '%name: LeaseEnsure%' OR info LIKE '%name: LeaseLock%')`).Scan(&n)
-	return n, err
+		AND (info LIKE '%name: LeaseEnsure%' OR info LIKE '%name: LeaseLock%')`)
 }
 
 // TestFencedWriteInFlight holds a fenced append open just before its commit,

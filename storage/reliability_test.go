@@ -20,10 +20,8 @@ import (
 // name:" comment) that the server is running now. The processlist is live;
 // information_schema.innodb_trx is a cache that fast polling freezes.
 func atServer(ctx context.Context, db *sql.DB, name string) (int, error) {
-	var n int
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
-		WHERE db = DATABASE() AND command = 'Query' AND info LIKE CONCAT('%name: ', ?, '%')`, name).Scan(&n)
-	return n, err
+	return mysqltest.CountProcesslist(ctx, db, `SELECT COUNT(*) FROM information_schema.processlist
+		WHERE db = DATABASE() AND command = 'Query' AND info LIKE CONCAT('%name: ', ?, '%')`, name)
 }
 
 // holdCommit makes store stop just before committing op, once, until the
