@@ -345,31 +345,7 @@ func BenchmarkPlannerRepair(b *testing.B) {
 			leases := make([]planLease, conns)
 			seed := make([]error, conns)
 			measure(conns, func(w int) {
-				queue := "q" + strconv.Itoa(w)
-				// A live batch to wake, so every repair publishes.
-				if err := w0.SeedBatch(ctx, queue, batchID(queue, "z-live"), string(mend.BatchCreated), requestID(queue, "live")); err != nil {
-					seed[w] = err
-					return
-				}
-				for i := range share(b.N, conns, w) {
-					n := fmt.Sprintf("b%06d", i)
-					batch := batchID(queue, n)
-					if err := w0.SeedBatch(ctx, queue, batch, string(mend.BatchSpeculating), requestID(queue, n+"-r1"), requestID(queue, n+"-r2")); err != nil {
-						seed[w] = err
-						return
-					}
-					if _, _, err := setupStore.RecordCreate(ctx, mend.CreateParams{Source: src(queue, batch), OpID: mend.NewOpID(), Actor: "bench",
-						Target: mend.Target{BatchID: batch, Desired: mend.OutcomeFailed}}); err != nil {
-						seed[w] = err
-						return
-					}
-				}
-				term, err := setupStore.LeaseAcquire(ctx, queue, "bench-"+strconv.Itoa(w), 10*time.Minute)
-				if err != nil {
-					seed[w] = err
-					return
-				}
-				leases[w] = planLease{term}
+				leases[w], seed[w] = seedRepairQueue(ctx, w0, setupStore, "q"+strconv.Itoa(w), w, share(b.N, conns, w))
 			})
 			failOn(b, seed)
 			for w := range conns {
@@ -485,4 +461,29 @@ func failOn(b *testing.B, errs []error) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// seedRepairQueue gives worker w's queue a live batch to wake (so every
+// repair publishes) and n dead letters, each a speculating batch of two
+// requests with its record, and takes the queue's lease for the worker.
+func seedRepairQueue(ctx context.Context, w0 sqtest.World, store *storage.DB, queue string, w, n int) (planLease, error) {
+	if err := w0.SeedBatch(ctx, queue, batchID(queue, "z-live"), string(mend.BatchCreated), requestID(queue, "live")); err != nil {
+		return planLease{}, err
+	}
+	for i := range n {
+		id := fmt.Sprintf("b%06d", i)
+		batch := batchID(queue, id)
+		if err := w0.SeedBatch(ctx, queue, batch, string(mend.BatchSpeculating), requestID(queue, id+"-r1"), requestID(queue, id+"-r2")); err != nil {
+			return planLease{}, err
+		}
+		if _, _, err := store.RecordCreate(ctx, mend.CreateParams{Source: src(queue, batch), OpID: mend.NewOpID(), Actor: "bench",
+			Target: mend.Target{BatchID: batch, Desired: mend.OutcomeFailed}}); err != nil {
+			return planLease{}, err
+		}
+	}
+	term, err := store.LeaseAcquire(ctx, queue, "bench-"+strconv.Itoa(w), 10*time.Minute)
+	if err != nil {
+		return planLease{}, err
+	}
+	return planLease{term}, nil
 }

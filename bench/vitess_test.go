@@ -199,30 +199,7 @@ func vitessRepair(b *testing.B, db *mysqltest.DB, conns int) time.Duration {
 	leases := make([]planLease, conns)
 	seed := make([]error, conns)
 	measure(conns, func(w int) {
-		q := vitessQueue(w, 0)
-		if err := w0.SeedBatch(ctx, q, batchID(q, "z-live"), string(mend.BatchCreated), requestID(q, "live")); err != nil {
-			seed[w] = err
-			return
-		}
-		for i := range share(b.N, conns, w) {
-			n := fmt.Sprintf("b%06d", i)
-			batch := batchID(q, n)
-			if err := w0.SeedBatch(ctx, q, batch, string(mend.BatchSpeculating), requestID(q, n+"-r1"), requestID(q, n+"-r2")); err != nil {
-				seed[w] = err
-				return
-			}
-			if _, _, err := setup.RecordCreate(ctx, mend.CreateParams{Source: src(q, batch), OpID: mend.NewOpID(), Actor: "bench",
-				Target: mend.Target{BatchID: batch, Desired: mend.OutcomeFailed}}); err != nil {
-				seed[w] = err
-				return
-			}
-		}
-		term, err := setup.LeaseAcquire(ctx, q, "bench-"+strconv.Itoa(w), 10*time.Minute)
-		if err != nil {
-			seed[w] = err
-			return
-		}
-		leases[w] = planLease{term}
+		leases[w], seed[w] = seedRepairQueue(ctx, w0, setup, vitessQueue(w, 0), w, share(b.N, conns, w))
 	})
 	failOn(b, seed)
 	planners := make([]*planner.Planner, conns)
