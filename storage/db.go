@@ -117,6 +117,13 @@ type DB struct {
 
 	// beforeCommit, when set (tests only), runs just before COMMIT is sent.
 	beforeCommit func(op string)
+	// afterAppendTogether, when set (tests only), runs after
+	// RecordAppendMany's all-at-once try, reporting whether a record missed
+	// (and the records were then appended one by one).
+	afterAppendTogether func(missed bool)
+	// appendTogetherUnguarded, when set (tests only), leaves out
+	// appendTogetherGuard: a planted bug for a negative control.
+	appendTogetherUnguarded bool
 	// afterPruneSelect, when set (tests only), runs between PruneDone's
 	// listing of candidates and their deletion.
 	afterPruneSelect func()

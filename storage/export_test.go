@@ -9,6 +9,16 @@ import (
 // SetBeforeCommit installs a hook that runs just before COMMIT is sent.
 func SetBeforeCommit(d *DB, f func(op string)) { d.beforeCommit = f }
 
+// SetAfterAppendTogether installs a hook that runs after RecordAppendMany's
+// all-at-once try; missed reports that a record missed and the records were
+// appended one by one.
+func SetAfterAppendTogether(d *DB, f func(missed bool)) { d.afterAppendTogether = f }
+
+// DropAppendTogetherGuard removes the condition that keeps
+// RecordAppendMany's all-at-once try from inserting events when a record
+// missed: a planted bug, for a negative control.
+func DropAppendTogetherGuard(d *DB) { d.appendTogetherUnguarded = true }
+
 // SetAfterPruneSelect installs a hook that runs between PruneDone's listing
 // of candidates and their deletion.
 func SetAfterPruneSelect(d *DB, f func()) { d.afterPruneSelect = f }
