@@ -297,6 +297,12 @@ type scaleStats struct {
 	firstW   map[string]time.Time // queue: its first wake-up
 	lastW    time.Time            // the last wake-up of all
 	woken    int64
+	// finished counts the records the runs reported done (woken, or done
+	// with nothing to wake); finishedAll is closed when it reaches want.
+	finished    atomic.Int64
+	want        int64
+	finishedAll chan struct{}
+	closeOnce   sync.Once
 }
 
 func newReplica(b *testing.B, dsn, holder string, interval time.Duration, runLimit int, st *scaleStats) *replica {
@@ -341,7 +347,14 @@ func newReplica(b *testing.B, dsn, holder string, interval time.Duration, runLim
 		b.Fatal(err)
 	}
 	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: interval,
-		Hooks: reconcile.Hooks{OnPass: func(reconcile.PassStats, time.Duration) { st.passes.Add(1) }}})
+		Hooks: reconcile.Hooks{
+			OnPass: func(reconcile.PassStats, time.Duration) { st.passes.Add(1) },
+			OnQueue: func(_ string, ps planner.Stats, _ time.Duration, _ error) {
+				if n := st.finished.Add(int64(ps.Woken + ps.Done)); st.want > 0 && n >= st.want {
+					st.closeOnce.Do(func() { close(st.finishedAll) })
+				}
+			},
+		}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -446,7 +459,7 @@ func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix str
 	raw := db.SQL(b)
 	b.StopTimer()
 	cnt := newCounter()
-	st := &scaleStats{firstW: map[string]time.Time{}}
+	st := &scaleStats{firstW: map[string]time.Time{}, want: int64(cfg.Storm), finishedAll: make(chan struct{})}
 	reps := make([]*replica, n)
 	for i := range n {
 		reps[i] = newReplica(b, cnt.DSN(b, db.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, cfg.RunLimit, st)
@@ -579,14 +592,15 @@ func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix str
 	}
 	// Wait for the storm to drain: no storm record due any more (done, or
 	// parked, which the check at the end refuses). The probe only decides
-	// when to stop: the times come from the hooks. It reads the due index
-	// (next_attempt_at, queue), covering, so it costs the due records' index
-	// entries, not a scan of the storm's rows: the first version counted
-	// state <> 'done' through the queue's rows, about 1.5 s of server time
-	// per probe at full size, which took a core from the replicas it
-	// measured.
+	// when to stop: the times come from the hooks. It runs when the runs
+	// have reported every record done, and every 10 s in case they never
+	// do: a probe costs about 0.6 s of server time at full size (it reads
+	// the due records' index entries), and the first version, four times a
+	// second through the storm's rows at 1.5 s each, took a core from the
+	// replicas it measured.
 	drained := false
-	tick := time.NewTicker(time.Second)
+	allDone := st.finishedAll
+	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	giveUp := time.NewTimer(cfg.Bound)
 	defer giveUp.Stop()
@@ -594,6 +608,8 @@ wait:
 	for !drained {
 		select {
 		case <-tick.C:
+		case <-allDone:
+			allDone = nil // the probe below confirms; then every 10 s
 		case <-giveUp.C:
 			b.Logf("mend-bench: scale gave-up %s: the storm did not drain within %s", b.Name(), cfg.Bound)
 			break wait
