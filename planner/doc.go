@@ -42,7 +42,9 @@
 // when the Store has RecordAppendMany (storage's does): each is the event
 // settle would write alone, a compare-and-set on its record's own version,
 // so a record that moved under the run fails alone; a lost term fails them
-// all, as it would each. Without BatchesMany, or for a single record, each
+// all, as it would each. (storage sends them as one UPDATE and one INSERT
+// for all the records when every record hits, and record by record only
+// after a miss.) Without BatchesMany, or for a single record, each
 // record is settled alone as before.
 //
 // One owed record is woken as it always was: the message ID is

@@ -14,7 +14,11 @@
 // pays a SET TRANSACTION round trip. A write transaction travels as one
 // multi-statement packet (START TRANSACTION and its statements) plus COMMIT:
 // two round trips for an intake or an append, fenced or not, three for a
-// lease acquire; RecordCreateMany records a whole batch the same way.
+// lease acquire; RecordCreateMany records a whole batch the same way, and
+// RecordAppendMany appends to many records of a queue as one UPDATE (each
+// row's values and expected version chosen by CASE record_id) and one
+// INSERT of their events, guarded by the UPDATE's row count, falling back
+// to each record's own statements when any record missed.
 //
 // # State model
 //
