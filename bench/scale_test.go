@@ -664,6 +664,7 @@ wait:
 	}
 	b.ReportMetric(drainedF, "storm-drained")
 	b.ReportMetric(float64(cfg.Storm)/intakeTook.Seconds(), "storm-intake/s")
+	b.ReportMetric(intakeTook.Seconds(), "storm-intake-s")
 	b.ReportMetric(float64(woken), "storm-woken")
 	b.ReportMetric(float64(missing), "storm-queues-unwoken")
 	if len(firstWake) > 0 {
