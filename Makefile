@@ -104,7 +104,7 @@ bench-scale: ## Benchmark the reconcilers at scale (10,000 queues, 10^6 finished
 	bash scripts/ensure-mysql.sh
 	$(GO) run ./bench/cmd/benchreport -scale -out $(SCALE_OUT)
 
-bench-vitess: ## Benchmark intake, fenced append, lease acquire, repair and the due listing through vtgate (2 shards) beside one MySQL, same run; write docs/benchmarks-vitess.md (~10 min)
+bench-vitess: ## Benchmark intake, fenced append, lease acquire, repair, the due listing at 10,000 queues and a 10,000 dead-letter storm through vtgate (2 shards) beside one MySQL, same run; write docs/benchmarks-vitess.md (~15 min)
 	bash scripts/vitess.sh >/dev/null
 	$(GO) run ./bench/cmd/benchreport -vitess -ops 1000 -out docs/benchmarks-vitess.md
 	bash scripts/vitess-leftovers.sh

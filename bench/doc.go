@@ -34,6 +34,7 @@
 //
 // BenchmarkVitess (vitess_test.go; make bench-vitess writes docs/benchmarks-vitess.md) runs
 // on the Vitess backend only: intake, fenced append, lease acquire, planner repair and the due
-// listing through vtgate on a keyspace sharded in two, and the same on a plain database on the
-// mysqld under the same cluster, in the same run; the ratios are in docs/scaling.md.
+// listing at 10,000 queues through vtgate on a keyspace sharded in two, and the same on a plain
+// database on the mysqld under the same cluster, in the same run; BenchmarkVitessStorm runs
+// BenchmarkScale's storm at reduced size the same way. The ratios are in docs/scaling.md.
 package bench

@@ -75,6 +75,27 @@ const sqlNumbersFill = `INSERT INTO bench_numbers (i)
 SELECT a.d + 10*b.d + 100*c.d + 1000*e.d + 10000*f.d + 100000*g.d
 FROM ` + digits + ` a, ` + digits + ` b, ` + digits + ` c, ` + digits + ` e, ` + digits + ` f, ` + digits + ` g`
 
+// ensureNumbers creates and fills the numbers table in db's database
+// unless it is there already.
+func ensureNumbers(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) error {
+	if _, err := db.ExecContext(ctx, sqlNumbersTable); err != nil {
+		return fmt.Errorf("numbers table: %w", err)
+	}
+	var filled bool
+	if err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+numbers+")").Scan(&filled); err != nil {
+		return fmt.Errorf("numbers table: %w", err)
+	}
+	if !filled {
+		if _, err := db.ExecContext(ctx, sqlNumbersFill); err != nil {
+			return fmt.Errorf("numbers table: %w", err)
+		}
+	}
+	return nil
+}
+
 // sqlBulkFinishedEvents gives the same records their last event.
 const sqlBulkFinishedEvents = `INSERT INTO mend_events (record_id, seq, queue, kind, epoch, actor, op_id, data, created_at)
 SELECT UNHEX(LEFT(SHA2(CONCAT('done-', n.i), 256), 32)), 4, CONCAT('q', n.i MOD 4), 'woken', 1, 'bench', CONCAT('op-done-', n.i), '{}', NOW(6)
@@ -97,11 +118,9 @@ func addFinished(b *testing.B, db *sql.DB, have, want int) {
 	if _, err := conn.ExecContext(ctx, "SET SESSION unique_checks = 0"); err != nil {
 		b.Fatal(err)
 	}
-	if want > have && have == 0 {
-		for _, q := range []string{sqlNumbersTable, sqlNumbersFill} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				b.Fatalf("numbers table: %v", err)
-			}
+	if want > have {
+		if err := ensureNumbers(ctx, conn); err != nil {
+			b.Fatal(err)
 		}
 	}
 	for lo := have; lo < want; lo += chunk {

@@ -32,9 +32,11 @@ import (
 	"github.com/mendq/mend/subscribe"
 )
 
-// scaleConfig sizes BenchmarkScale. MEND_BENCH_SCALE overrides it: "smoke"
-// for the small preset, or comma-separated key=value pairs (keys as the
-// fields' tags), applied on top of the full sizes or of "smoke,...".
+// scaleConfig sizes a storm run: BenchmarkScale's (MEND_BENCH_SCALE) and
+// BenchmarkVitessStorm's (MEND_BENCH_VITESS_STORM). The variable overrides
+// it: "smoke" for the benchmark's small preset, or comma-separated
+// key=value pairs (keys as in scaleFrom), applied on top of the full sizes
+// or of "smoke,...".
 type scaleConfig struct {
 	Queues      int           // queues that hold finished records: the world's size
 	Finished    int           // finished (done) records spread over them
@@ -63,16 +65,18 @@ func smokeScale() scaleConfig {
 	return c
 }
 
-func scaleFromEnv(tb testing.TB) scaleConfig {
-	v := os.Getenv("MEND_BENCH_SCALE")
-	c := fullScale()
+// scaleFrom returns full with the environment variable env's sizes applied
+// (smoke is its "smoke" preset).
+func scaleFrom(tb testing.TB, env string, full, smoke scaleConfig) scaleConfig {
+	v := os.Getenv(env)
+	c := full
 	for _, kv := range strings.Split(v, ",") {
 		kv = strings.TrimSpace(kv)
 		if kv == "" {
 			continue
 		}
 		if kv == "smoke" {
-			c = smokeScale()
+			c = smoke
 			continue
 		}
 		k, val, ok := strings.Cut(kv, "=")
@@ -119,11 +123,11 @@ func scaleFromEnv(tb testing.TB) scaleConfig {
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			tb.Fatalf("MEND_BENCH_SCALE %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, intake_batch, interval, deadline, settle, bound; or smoke)", kv, err)
+			tb.Fatalf("%s %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, intake_batch, interval, deadline, settle, bound; or smoke)", env, kv, err)
 		}
 	}
 	if c.Queues < 1 || c.StormQueues < 1 || c.Storm < c.StormQueues || c.Finished < 0 || c.Finished > 1_000_000 || c.Storm > 1_000_000 || c.IdlePasses < 1 || c.IntakeConns < 1 || c.IntakeBatch < 1 {
-		tb.Fatalf("MEND_BENCH_SCALE: inconsistent sizes %+v (at most 10^6 finished and 10^6 dead letters: the numbers table's size)", c)
+		tb.Fatalf("%s: inconsistent sizes %+v (at most 10^6 finished and 10^6 dead letters: the numbers table's size)", env, c)
 	}
 	return c
 }
@@ -305,14 +309,14 @@ type scaleStats struct {
 	closeOnce   sync.Once
 }
 
-func newReplica(b *testing.B, dsn, holder string, interval time.Duration, runLimit int, st *scaleStats) *replica {
+func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Duration, runLimit int, st *scaleStats) *replica {
 	b.Helper()
 	ctx := context.Background()
-	store, err := storage.Open(ctx, dsn, storage.Options{})
+	store, err := storage.Open(ctx, storeDSN, storage.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := host.Open(ctx, dsn, "", host.Options{})
+	h, err := host.Open(ctx, hostDSN, "", host.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -383,7 +387,7 @@ func newReplica(b *testing.B, dsn, holder string, interval time.Duration, runLim
 // A storm that does not drain within the bound is reported as such and
 // given up; the benchmark fails only on a wrong result.
 func BenchmarkScale(b *testing.B) {
-	cfg := scaleFromEnv(b)
+	cfg := scaleFrom(b, "MEND_BENCH_SCALE", fullScale(), smokeScale())
 	db := mysqltest.NewDB(b, migrations.Up, sqtest.Apply)
 	raw := db.SQL(b)
 	var version string
@@ -427,8 +431,9 @@ func seedScaleWorld(b *testing.B, raw *sql.DB, cfg scaleConfig) {
 	}
 	// Unique keys are unique by construction here.
 	exec("SET SESSION unique_checks = 0")
-	exec(sqlNumbersTable)
-	exec(sqlNumbersFill)
+	if err := ensureNumbers(ctx, conn); err != nil {
+		b.Fatal(err)
+	}
 	const chunk = 250_000
 	for lo := 0; lo < cfg.Finished; lo += chunk {
 		hi := min(lo+chunk, cfg.Finished)
@@ -440,9 +445,13 @@ func seedScaleWorld(b *testing.B, raw *sql.DB, cfg scaleConfig) {
 	exec("ANALYZE TABLE mend_records, mend_events, mend_leases")
 }
 
+// seedStorm seeds the storm's host side (sqlStormHost) in raw's database.
 func seedStorm(b *testing.B, raw *sql.DB, cfg scaleConfig, prefix string) {
 	b.Helper()
 	ctx := context.Background()
+	if err := ensureNumbers(ctx, raw); err != nil {
+		b.Fatal(err)
+	}
 	for i, q := range sqlStormHost {
 		args := []any{prefix, cfg.StormQueues}
 		if i >= 3 {
@@ -454,25 +463,43 @@ func seedStorm(b *testing.B, raw *sql.DB, cfg scaleConfig, prefix string) {
 	}
 }
 
-func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix string) {
-	ctx := context.Background()
-	raw := db.SQL(b)
-	b.StopTimer()
-	cnt := newCounter()
-	st := &scaleStats{firstW: map[string]time.Time{}, want: int64(cfg.Storm), finishedAll: make(chan struct{})}
-	reps := make([]*replica, n)
-	for i := range n {
-		reps[i] = newReplica(b, cnt.DSN(b, db.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, cfg.RunLimit, st)
-	}
+// stormDBs are a storm's two sides: mend's tables and the host's. In
+// BenchmarkScale they are one database; on Vitess mend's is a keyspace
+// through vtgate and the host's a plain database beside it.
+type stormDBs struct{ mend, host *mysqltest.DB }
 
-	// (a) Idle passes. The first pass of a reconciler also prunes (once per
-	// hour), so each replica runs one pass first; then the replicas run
-	// their measured passes concurrently, as they would.
+func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix string) {
+	dbs := stormDBs{mend: db, host: db}
+	cnt, st, reps := startReplicas(b, dbs, cfg, n, prefix)
+	scaleIdle(b, cfg, cnt, reps, db.SQL(b))
+	scaleStorm(b, dbs, cfg, prefix, cnt, st, reps)
+}
+
+// startReplicas makes n replicas whose statements, to mend's tables and
+// the host's, cnt counts, and runs each one's first pass: the first pass
+// of a reconciler also prunes (once per hour), which is neither an idle
+// pass nor the storm's work. It leaves the benchmark's timer stopped.
+func startReplicas(b *testing.B, dbs stormDBs, cfg scaleConfig, n int, prefix string) (cnt *counter, st *scaleStats, reps []*replica) {
+	b.StopTimer()
+	cnt = newCounter()
+	st = &scaleStats{firstW: map[string]time.Time{}, want: int64(cfg.Storm), finishedAll: make(chan struct{})}
+	reps = make([]*replica, n)
+	for i := range n {
+		reps[i] = newReplica(b, cnt.DSN(b, dbs.mend.DSN), cnt.DSN(b, dbs.host.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, cfg.RunLimit, st)
+	}
 	for _, r := range reps {
-		if _, err := r.rec.RunOnce(ctx); err != nil {
+		if _, err := r.rec.RunOnce(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return cnt, st, reps
+}
+
+// scaleIdle measures the replicas' idle passes (nothing due), run
+// concurrently, as they would, and explains QueuesDue's plan on raw.
+func scaleIdle(b *testing.B, cfg scaleConfig, cnt *counter, reps []*replica, raw *sql.DB) {
+	ctx := context.Background()
+	n := len(reps)
 	before := cnt.snapshot()
 	lat := make([][]time.Duration, n)
 	errs := make([]error, n)
@@ -508,10 +535,18 @@ func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix str
 	if ok {
 		b.Logf("mend-bench: scale explain %s: %s", b.Name(), explain(b, raw, text))
 	}
+}
 
-	// (b) The storm.
+// scaleStorm runs the storm (see BenchmarkScale) against the replicas,
+// started, and reports it: the time to settle and wake, each queue's first
+// wake-up, the round trips the replicas sent per record (to mend's tables
+// and the host's), lease traffic per pass and the process's memory. A wrong
+// result fails the benchmark.
+func scaleStorm(b *testing.B, dbs stormDBs, cfg scaleConfig, prefix string, cnt *counter, st *scaleStats, reps []*replica) {
+	ctx := context.Background()
+	raw := dbs.mend.SQL(b)
 	seedStart := time.Now()
-	seedStorm(b, raw, cfg, prefix)
+	seedStorm(b, dbs.host.SQL(b), cfg, prefix)
 	deliveries := make([]dlq.Delivery, cfg.Storm)
 	for i := range deliveries {
 		q := stormQueue(prefix, i%cfg.StormQueues)
@@ -521,7 +556,7 @@ func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix str
 	}
 	intakes := make([]*dlq.Intake, cfg.IntakeConns)
 	for w := range intakes {
-		s, err := storage.Open(ctx, db.DSN, storage.Options{})
+		s, err := storage.Open(ctx, dbs.mend.DSN, storage.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -549,7 +584,7 @@ func scaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, n int, prefix str
 		}
 	}
 	defer stop()
-	before = cnt.snapshot()
+	before := cnt.snapshot()
 	passesBefore, dialsBefore := st.passes.Load(), cnt.dials.Load()
 	var (
 		next     atomic.Int64
@@ -651,6 +686,7 @@ wait:
 	}
 	b.ReportMetric(drainedF, "storm-drained")
 	b.ReportMetric(float64(cfg.Storm)/intakeTook.Seconds(), "storm-intake/s")
+	b.ReportMetric(intakeTook.Seconds(), "storm-intake-s")
 	b.ReportMetric(float64(woken), "storm-woken")
 	b.ReportMetric(float64(missing), "storm-queues-unwoken")
 	if len(firstWake) > 0 {
@@ -702,28 +738,61 @@ wait:
 	b.ReportMetric(peak, "rss-peak-MiB")
 
 	if drained {
-		// A wrong result fails the benchmark: every record of the storm
-		// done by a woken event whose message is in the queue's speculate
-		// partition (a run wakes its queue once for all the records it
-		// settled, so there are fewer wake-ups than records).
-		var done, unwoken, wakes int
-		if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM mend_records WHERE queue LIKE ? AND state = 'done'", prefix+"%").Scan(&done); err != nil {
+		b.ReportMetric(float64(checkStorm(b, dbs, cfg, prefix)), "storm-wakeups")
+	}
+}
+
+// checkStorm fails b unless every record of the storm is done by a woken
+// event whose message is in the queue's speculate partition, and returns
+// the wake-ups published (a run wakes its queue once for all the records
+// it settled, so there are fewer than records). mend's tables and the
+// host's are read apart, as on Vitess they are on different servers.
+func checkStorm(b *testing.B, dbs stormDBs, cfg scaleConfig, prefix string) int {
+	ctx := context.Background()
+	type message struct{ partition, id string }
+	published := map[message]bool{}
+	rows, err := dbs.host.SQL(b).QueryContext(ctx, "SELECT partition_key, id FROM queue_messages WHERE topic = 'speculate' AND partition_key LIKE ?", prefix+"%")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rows.Next() {
+		var m message
+		if err := rows.Scan(&m.partition, &m.id); err != nil {
 			b.Fatal(err)
 		}
-		if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM mend_records r JOIN mend_events e ON e.record_id = r.record_id AND e.seq = r.version
-			WHERE r.queue LIKE ? AND (e.kind <> 'woken' OR NOT EXISTS (SELECT 1 FROM queue_messages m
-				WHERE m.topic = 'speculate' AND m.partition_key = r.queue AND m.id = JSON_UNQUOTE(JSON_EXTRACT(e.data, '$.message_id'))))`,
-			prefix+"%").Scan(&unwoken); err != nil {
+		published[m] = true
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	// The join names the queue on both sides, so vtgate runs it on each
+	// shard whole.
+	rows, err = dbs.mend.SQL(b).QueryContext(ctx, `SELECT r.queue, r.state, COALESCE(e.kind, ''), COALESCE(JSON_UNQUOTE(JSON_EXTRACT(e.data, '$.message_id')), '')
+		FROM mend_records r LEFT JOIN mend_events e ON e.queue = r.queue AND e.record_id = r.record_id AND e.seq = r.version
+		WHERE r.queue LIKE ?`, prefix+"%")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var done, unwoken int
+	for rows.Next() {
+		var queue, state, kind, msg string
+		if err := rows.Scan(&queue, &state, &kind, &msg); err != nil {
 			b.Fatal(err)
 		}
-		if err := raw.QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'speculate' AND partition_key LIKE ?", prefix+"%").Scan(&wakes); err != nil {
-			b.Fatal(err)
+		if state == string(mend.StateDone) {
+			done++
 		}
-		b.ReportMetric(float64(wakes), "storm-wakeups")
-		if done != cfg.Storm || unwoken != 0 {
-			b.Fatalf("storm: %d records done, %d not woken by a published message; want %d and 0", done, unwoken, cfg.Storm)
+		if kind != string(mend.EventWoken) || !published[message{queue, msg}] {
+			unwoken++
 		}
 	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	if done != cfg.Storm || unwoken != 0 {
+		b.Fatalf("storm: %d records done, %d not woken by a published message; want %d and 0", done, unwoken, cfg.Storm)
+	}
+	return len(published)
 }
 
 // explain returns the plan of a statement mend sent: the key each table is

@@ -12,9 +12,9 @@
 // names (the full world by default; "smoke" for a small one), and writes
 // its own report.
 //
-// With -vitess it runs BenchmarkVitess on a 2-shard Vitess cluster (mend through
-// vtgate beside the plain MySQL under it, same run) and writes
-// docs/benchmarks-vitess.md (make bench-vitess).
+// With -vitess it runs BenchmarkVitess and BenchmarkVitessStorm on a 2-shard
+// Vitess cluster (mend through vtgate beside the plain MySQL under it, same run)
+// and writes docs/benchmarks-vitess.md (make bench-vitess).
 //
 // With -from FILE -took D it renders the report again from the saved output
 // of an earlier run (e.g. after changing the explanations), without running.
@@ -46,7 +46,7 @@ func main() {
 	from := flag.String("from", "", "render from the saved output of an earlier run instead of running (with -took)")
 	tookFlag := flag.Duration("took", 0, "with -from: how long that run took")
 	scale := flag.Bool("scale", false, "run the scale benchmarks (BenchmarkScale) and write their report")
-	vitess := flag.Bool("vitess", false, "run BenchmarkVitess (through vtgate beside one MySQL, MEND_TEST_ENGINE=vitess) and write its report, -ops operations per case")
+	vitess := flag.Bool("vitess", false, "run BenchmarkVitess and BenchmarkVitessStorm (through vtgate beside one MySQL, MEND_TEST_ENGINE=vitess) and write their report, -ops operations per case (the storm: one)")
 	smoke := flag.Bool("smoke", false, "run every benchmark once at a small size past the planner's RunLimit, write nothing (make bench-smoke, for CI)")
 	flag.Parse()
 	if *smoke {
@@ -154,8 +154,8 @@ func smokeSteps() []step {
 	}
 	return append(s, step{bench: "^BenchmarkScale$", benchtime: "1x",
 		env: []string{"MEND_BENCH_SCALE=smoke,queues=50,finished=1000,storm=500,storm_queues=10,idle_passes=3"}},
-		// Skips unless MEND_TEST_ENGINE=vitess: make bench-vitess runs it on a cluster.
-		step{bench: "^BenchmarkVitess$", benchtime: "1x"})
+		// Skip unless MEND_TEST_ENGINE=vitess: make bench-vitess runs them on a cluster.
+		step{bench: "^BenchmarkVitess(Storm)?$", benchtime: "1x", env: []string{"MEND_BENCH_VITESS_STORM=smoke"}})
 }
 
 // runSmoke runs smokeSteps and fails if a benchmark fails or if a

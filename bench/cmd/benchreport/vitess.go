@@ -9,19 +9,29 @@ import (
 	"time"
 )
 
-// vitessRuns is how many times make bench-vitess runs BenchmarkVitess; the report shows
-// each case's median, so one disturbed run on a shared machine does not set a ratio.
+// vitessRuns is how many times make bench-vitess runs BenchmarkVitess and
+// BenchmarkVitessStorm; the report shows each case's median, so one disturbed run on a
+// shared machine does not set a ratio.
 const vitessRuns = 3
 
-// runVitess runs BenchmarkVitess (mend through vtgate on a 2-shard cluster and on the
-// plain MySQL under it, same run) and writes its report.
+// vitessSteps are make bench-vitess's invocations: the per-operation cases and the
+// listings at ops operations each, and the storm, which is a whole storm per b.N.
+func vitessSteps(ops int) []step {
+	env := []string{"MEND_TEST_ENGINE=vitess"}
+	return []step{
+		{bench: "^BenchmarkVitess$", benchtime: strconv.Itoa(ops) + "x", env: env},
+		{bench: "^BenchmarkVitessStorm$", benchtime: "1x", env: env},
+	}
+}
+
+// runVitess runs BenchmarkVitess and BenchmarkVitessStorm (mend through vtgate on a
+// 2-shard cluster and on the plain MySQL under it, same run) and writes their report.
 func runVitess(goCmd string, ops int, out string) error {
 	begin := time.Now()
-	ss := []step{{bench: "^BenchmarkVitess$", benchtime: strconv.Itoa(ops) + "x", env: []string{"MEND_TEST_ENGINE=vitess"}}}
 	var all []string
 	var commands []string
 	for range vitessRuns {
-		cs, text, err := runSteps(goCmd, ss, "20m")
+		cs, text, err := runSteps(goCmd, vitessSteps(ops), "20m")
 		commands = cs
 		if err != nil {
 			return err
@@ -29,7 +39,7 @@ func runVitess(goCmd string, ops int, out string) error {
 		all = append(all, text)
 	}
 	took := time.Since(begin)
-	md, summary := renderVitess(parse(strings.Join(all, "\n")), commands[0], took, time.Now())
+	md, summary := renderVitess(parse(strings.Join(all, "\n")), commands, took, time.Now())
 	fmt.Println()
 	fmt.Println(summary)
 	if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
@@ -39,63 +49,175 @@ func runVitess(goCmd string, ops int, out string) error {
 	return nil
 }
 
+// stormRows are the storm's metrics the report compares, in order, with their labels.
+var stormRows = []struct{ metric, label string }{
+	{"storm-drain-s", "first delivery → last wake-up, s"},
+	{"storm-intake-s", "first delivery → last recorded, s"},
+	{"storm-firstwake-p50-s", "queue's first wake-up, p50 s"},
+	{"storm-firstwake-max-s", "queue's first wake-up, max s"},
+	{"storm-roundtrips/record", "round trips per record (replicas, to mend's and the host's tables)"},
+	{"storm-intake/s", "intake, records/s (16 workers, pages of 500)"},
+	{"storm-passes", "reconcile passes during the storm"},
+	{"storm-wakeups", "wake-ups published"},
+}
+
 // renderVitess pairs each case's Vitess and MySQL medians (ops/s, or ms per call for the
-// listings) and their ratio Vitess / MySQL.
-func renderVitess(r results, command string, took time.Duration, date time.Time) (markdown, summary string) {
+// listings) and their ratio Vitess / MySQL, then the storm's metrics the same way.
+func renderVitess(r results, commands []string, took time.Duration, date time.Time) (markdown, summary string) {
 	type pair struct{ vitess, mysql []float64 }
 	cases := map[string]*pair{}
 	var order []string
 	unit := map[string]string{}
+	add := func(name, target string, v float64) {
+		if cases[name] == nil {
+			cases[name] = &pair{}
+			order = append(order, name)
+		}
+		switch target {
+		case "vitess":
+			cases[name].vitess = append(cases[name].vitess, v)
+		case "mysql":
+			cases[name].mysql = append(cases[name].mysql, v)
+		}
+	}
+	storms := map[string]map[string]*pair{} // storm case: metric: values
+	var stormOrder []string
+	undrained := map[string]int{} // storm case and target: runs that did not drain
 	for _, res := range r.list {
+		if rest, ok := strings.CutPrefix(res.name, "VitessStorm/"); ok {
+			name, target, ok := strings.Cut(rest, "/target=")
+			if !ok {
+				continue
+			}
+			if storms[name] == nil {
+				storms[name] = map[string]*pair{}
+				stormOrder = append(stormOrder, name)
+			}
+			if res.metrics["storm-drained"] != 1 {
+				undrained[name+"/"+target]++
+			}
+			for _, row := range stormRows {
+				v, ok := res.metrics[row.metric]
+				if !ok {
+					continue
+				}
+				p := storms[name][row.metric]
+				if p == nil {
+					p = &pair{}
+					storms[name][row.metric] = p
+				}
+				if target == "vitess" {
+					p.vitess = append(p.vitess, v)
+				} else {
+					p.mysql = append(p.mysql, v)
+				}
+			}
+			continue
+		}
 		name, target, ok := strings.Cut(strings.TrimPrefix(res.name, "Vitess/"), "/target=")
-		if !ok {
+		if !ok || !strings.HasPrefix(res.name, "Vitess/") {
 			continue
 		}
 		u := "ops/s"
 		if _, ok := res.metrics["ms/op"]; ok {
 			u = "ms/op"
 		}
-		if cases[name] == nil {
-			cases[name] = &pair{}
-			order = append(order, name)
+		if unit[name] == "" {
 			unit[name] = u
 		}
-		switch target {
-		case "vitess":
-			cases[name].vitess = append(cases[name].vitess, res.metrics[u])
-		case "mysql":
-			cases[name].mysql = append(cases[name].mysql, res.metrics[u])
+		add(name, target, res.metrics[u])
+	}
+	ratioOf := func(v, m float64) string {
+		if m > 0 {
+			return fmt.Sprintf("%.2f", v/m)
 		}
+		return "-"
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# mend through Vitess beside one MySQL\n\n")
 	fmt.Fprintf(&b, "Generated by `make bench-vitess` (bench/cmd/benchreport -vitess); do not edit by hand. What the cases do and\n")
-	fmt.Fprintf(&b, "why the comparison is fair: `BenchmarkVitess` in bench/vitess_test.go; what the numbers mean for a deployment:\n")
-	fmt.Fprintf(&b, "docs/scaling.md, section \"Tested on Vitess\".\n\n")
+	fmt.Fprintf(&b, "why the comparison is fair: `BenchmarkVitess` and `BenchmarkVitessStorm` in bench/vitess_test.go; what the numbers\n")
+	fmt.Fprintf(&b, "mean for a deployment: docs/scaling.md, section \"Tested on Vitess\".\n\n")
 	fmt.Fprintf(&b, "- **Date:** %s\n", date.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- **Machine:** %s (shared with other work; the two targets of a case run back to back)\n", machine(strings.TrimSpace(r.cpu)))
-	for _, n := range r.notes {
-		fmt.Fprintf(&b, "- %s\n", n)
+	fmt.Fprintf(&b, "- **Commands**, run %d times in turn; each cell is the median of the runs:\n", vitessRuns)
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  - `%s`\n", c)
 	}
-	fmt.Fprintf(&b, "- **Command:** `%s`, run %d times; each cell is the median of the runs\n", command, vitessRuns)
 	fmt.Fprintf(&b, "- **Whole run:** %s\n\n", took.Round(time.Second))
 	fmt.Fprintf(&b, "`vitess` is mend's keyspace sharded in two (`-80`, `80-`) through vtgate (`--transaction-mode=SINGLE`, tablets\n")
 	fmt.Fprintf(&b, "with the consolidator off); `mysql` is a plain database on the mysqld under the same cluster, reached directly.\n")
-	fmt.Fprintf(&b, "The repair's host tables are a plain database on that mysqld in both.\n\n")
+	fmt.Fprintf(&b, "The host's tables (the repair's and the storm's) are a plain database on that mysqld in both.\n\n")
 	fmt.Fprintf(&b, "| case | unit | Vitess | one MySQL | Vitess / MySQL |\n|---|---|---:|---:|---:|\n")
 	var sum strings.Builder
 	for _, name := range order {
 		p := cases[name]
 		v, m := median(p.vitess), median(p.mysql)
-		ratio := "-"
-		if m > 0 {
-			ratio = fmt.Sprintf("%.2f", v/m)
-		}
-		fmt.Fprintf(&b, "| %s | %s | %.4g | %.4g | %s |\n", name, unit[name], v, m, ratio)
-		fmt.Fprintf(&sum, "%-36s %-6s vitess %9.4g  mysql %9.4g  ratio %s\n", name, unit[name], v, m, ratio)
+		fmt.Fprintf(&b, "| %s | %s | %.4g | %.4g | %s |\n", name, unit[name], v, m, ratioOf(v, m))
+		fmt.Fprintf(&sum, "%-36s %-6s vitess %9.4g  mysql %9.4g  ratio %s\n", name, unit[name], v, m, ratioOf(v, m))
 	}
 	fmt.Fprintf(&b, "\nFor throughput (ops/s) a ratio under 1 means Vitess is slower; for the listings (ms/op) a ratio over 1 does.\n")
+	fmt.Fprintf(&b, "The listings' records were seeded once per target and run (last run's times):\n\n")
+	for _, n := range lastNotes(r.notes, "vitess listing seeded ", " in ") {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	for _, name := range stormOrder {
+		fmt.Fprintf(&b, "\n## Storm, %s\n\n", name)
+		fmt.Fprintf(&b, "BenchmarkScale's storm at reduced size (`scaleStorm`): dead letters recorded through the real intake while the\n")
+		fmt.Fprintf(&b, "replicas, each wired as `mend run` wires it with its defaults, settle and wake them on the host's tables.\n")
+		for _, n := range r.notes {
+			if rest, ok := strings.CutPrefix(n, "vitess storm sizes "); ok {
+				fmt.Fprintf(&b, "Sizes: `%s`.\n", rest)
+				break
+			}
+		}
+		for _, t := range []string{"vitess", "mysql"} {
+			if k := undrained[name+"/"+t]; k > 0 {
+				fmt.Fprintf(&b, "**%s: the storm did not drain within the bound in %d of the runs** (its time to drain is the median of the others).\n", t, k)
+			}
+		}
+		fmt.Fprintf(&b, "\n| metric | Vitess | one MySQL | Vitess / MySQL |\n|---|---:|---:|---:|\n")
+		for _, row := range stormRows {
+			p := storms[name][row.metric]
+			if p == nil {
+				continue
+			}
+			v, m := median(p.vitess), median(p.mysql)
+			fmt.Fprintf(&b, "| %s | %.4g | %.4g | %s |\n", row.label, v, m, ratioOf(v, m))
+			fmt.Fprintf(&sum, "storm %-30s %-24s vitess %9.4g  mysql %9.4g  ratio %s\n", name, row.metric, v, m, ratioOf(v, m))
+		}
+		fmt.Fprintf(&b, "\nFor times a ratio over 1 means Vitess is slower. The replicas run from before the first delivery, so the\n")
+		fmt.Fprintf(&b, "time to the last wake-up includes the intake's. From the last run, the statements per dead letter (each one\n")
+		fmt.Fprintf(&b, "round trip) and where the queues landed:\n\n")
+		for _, prefix := range []string{"vitess storm shards ", "scale gave-up ", "scale storm-mix "} {
+			for _, n := range lastNotes(r.notes, prefix, ":") {
+				if strings.Contains(n, "/"+name+"/") {
+					fmt.Fprintf(&b, "- %s\n", strings.TrimPrefix(n, "scale "))
+				}
+			}
+		}
+	}
 	return b.String(), sum.String()
+}
+
+// lastNotes returns the notes that start with prefix, keeping of those that are the same up
+// to sep the last one only (the runs repeat them), in the order of their first appearance.
+func lastNotes(notes []string, prefix, sep string) []string {
+	last := map[string]int{}
+	var out []string
+	for _, n := range notes {
+		if !strings.HasPrefix(n, prefix) {
+			continue
+		}
+		key, _, _ := strings.Cut(n, sep)
+		if i, ok := last[key]; ok {
+			out[i] = n
+			continue
+		}
+		last[key] = len(out)
+		out = append(out, n)
+	}
+	return out
 }
 
 func median(xs []float64) float64 {
