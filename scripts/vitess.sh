@@ -3,7 +3,9 @@
 # runs: the pinned Vitess binaries, built once from the Go module proxy into the user's cache, and
 # a folder of wrappers that run the MySQL root file system's programs through its own loader.
 #
-#   vitess.sh          prints the cache directory (VITESS_DIR below), building what is missing
+#   vitess.sh             prints the cache directory (VITESS_DIR below), building what is missing
+#   vitess.sh --bins-only builds only the binaries (no MySQL root file system needed yet), so
+#                         .ci/run can build them in the background while the other jobs run
 #
 #   VITESS_DIR=~/.cache/mend/vitess-v0.24.4
 #     bin/        vtcombo vttestserver mysqlctl vtctldclient (go build -trimpath, about 320 MB)
@@ -31,6 +33,9 @@ built() {
 	[[ -f "$dir/config/mycnf/test-suite.cnf" && -x "$dir/mysql/bin/mysqlbinlog" ]]
 }
 
+bins_only=false
+[[ "${1:-}" == --bins-only ]] && bins_only=true
+
 mkdir -p "$cache"
 if ! built; then
 	exec 9>"$dir.lock"
@@ -41,7 +46,7 @@ if ! built; then
 fi
 
 # The MySQL root file system (and mysql-rootfs.sh's own mysqld wrapper, unused here).
-bash ./mysql-rootfs.sh >/dev/null
+$bins_only || bash ./mysql-rootfs.sh >/dev/null
 rootfs="$cache/rootfs/mysql"
 
 if ! built; then
@@ -75,6 +80,10 @@ if ! built; then
 		rm -rf "$dir/config"
 		mv "$dir/config.tmp" "$dir/config"
 	fi
+fi
+if $bins_only; then
+	echo "$dir"
+	exit 0
 fi
 
 # Wrappers: VT_MYSQL_ROOT/bin/<program> runs the root file system's program through its own
