@@ -438,6 +438,25 @@ func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*st
 	return db, direct, stores, queues, records, faults
 }
 
+// withoutFreeOps returns h without the writes and renewals whose outcome
+// stayed unknown: the model accepts them in every state and leaves the
+// state as it was (fenceStep), so they constrain nothing, but each is open
+// until the end of the history (its return is unknown), and a few of them
+// multiply the orders the checker must try: in a make test run on a loaded
+// machine the checker gave up ("Unknown" after 2 minutes) on a history of
+// 1,518 operations with 7 such writes.
+func withoutFreeOps(h []porcupine.Operation) []porcupine.Operation {
+	out := make([]porcupine.Operation, 0, len(h))
+	for _, op := range h {
+		in, res := op.Input.(fenceInput), op.Output.(fenceOutput)
+		if res.Unknown && (in.Kind == fenceWrite || in.Kind == fenceRenew) {
+			continue
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
 // TestFenceLinearizable: leases and fenced writes against the real server,
 // with network faults and cut commits, are linearizable against the fence
 // model, and the event log never shows an epoch going down.
@@ -453,8 +472,8 @@ func TestFenceLinearizable(t *testing.T) {
 	committed := run.resolve(t, direct)
 	events, violations := epochOrder(t, direct, records)
 	res, viz, took := fenceCheck(t, run.history)
-	prooff(t, "%d operations checked (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
-		len(run.history), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
+	prooff(t, "%d operations (%d writes and renewals of unknown outcome left out of the check: they constrain nothing) (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
+		len(run.history), len(run.history)-len(withoutFreeOps(run.history)), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
 		run.byKind[fenceRelease].Load(), run.byKind[fenceObserve].Load(), contenders, len(queues), run.late.Load(), len(run.ambiguous), committed,
 		run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
 	if res != porcupine.Ok {
@@ -495,6 +514,7 @@ func TestFenceLinearizableCatchesUnfencedWriter(t *testing.T) {
 
 func fenceCheck(t *testing.T, h []porcupine.Operation) (porcupine.CheckResult, string, time.Duration) {
 	t.Helper()
+	h = withoutFreeOps(h)
 	model := fenceModel.ToModel()
 	begin := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, h, 2*time.Minute)
