@@ -45,7 +45,11 @@
 //     only grows), for up to 100 partitions per statement, after one
 //     COUNT statement for the same partitions;
 //  7. read the lag per topic: rows above the group's watermarks, and the
-//     age of the oldest.
+//     age of the earliest (lowest offset), from the index alone plus one
+//     row per topic. A pass that moved no watermark reuses the lag read up
+//     to 5 s before: during a backlog the read scans every entry above the
+//     watermarks, and a replica polling beside another still recording
+//     would otherwise pay it every PollInterval.
 //
 // The statements are the real subscriber's join (INSERT IGNORE at offset
 // 0), advance and leave (DELETE, only for Remove), plus reads. The grants
