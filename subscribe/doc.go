@@ -143,8 +143,8 @@
 // Config.Leases (mend run sets it): each holds one of Slots (16) slot
 // leases in mend's lease table, "mend-subscribe/<group>/replica/NN",
 // through the fence package, with the queue leases' TTL. A pass reads the
-// slot leases before it hands out partitions and again every second while
-// it does; with n slots live and this replica's the r-th of them, it reads
+// slot leases (all of them in one statement) before it hands out
+// partitions and again every 200 ms while it does; with n slots live and this replica's the r-th of them, it reads
 // the partitions whose hash modulo n is r. The lease decides who works,
 // never what is safe, so the moments it is stale are harmless: while a
 // replica starts, two may read a partition (overlap, as above); when one
