@@ -70,14 +70,15 @@ const sqlTopics = "-- name: SubscribeTopics\n" +
 const sqlPartitions = "-- name: SubscribePartitions\n" +
 	"SELECT DISTINCT partition_key FROM queue_messages WHERE topic = ?"
 
-// The real FetchByOffset shape (without published_at, which a record does
-// not keep), one branch per partition: a read covers several partitions in
-// one round trip, each branch exactly the real subscriber's page query (a
-// range of the (topic, partition_key, offset) index in offset order). The
-// first column tags the branch; the page limit is formatted into the text.
+// The real FetchByOffset shape (without published_at and metadata, which a
+// record does not keep), one branch per partition: a read covers several
+// partitions in one round trip, each branch exactly the real subscriber's
+// page query (a range of the (topic, partition_key, offset) index in offset
+// order). The first column tags the branch; the page limit is formatted
+// into the text.
 const (
 	sqlFetchName   = "-- name: SubscribeFetch\n"
-	sqlFetchBranch = "SELECT %d AS k, `offset`, topic, partition_key, id, payload, metadata, failed_at, failure_count, last_error, original_topic, failure_detail\n" +
+	sqlFetchBranch = "SELECT %d AS k, `offset`, topic, partition_key, id, payload, failed_at, failure_count, last_error, original_topic, failure_detail\n" +
 		"FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? ORDER BY `offset` LIMIT %d"
 )
 
@@ -313,7 +314,7 @@ func (s *Subscriber) fetchMany(ctx context.Context, spans []span) ([]page, error
 	for rows.Next() {
 		var k int
 		var r dlq.Row
-		if err := rows.Scan(&k, &r.Offset, &r.Topic, &r.PartitionKey, &r.ID, &r.Payload, &r.Metadata, &r.FailedAtMS,
+		if err := rows.Scan(&k, &r.Offset, &r.Topic, &r.PartitionKey, &r.ID, &r.Payload, &r.FailedAtMS,
 			&r.FailureCount, &r.LastError, &r.OriginalTopic, &r.FailureDetail); err != nil {
 			return nil, fmt.Errorf("subscribe: read %d partitions: %w", len(spans), err)
 		}
