@@ -69,9 +69,10 @@ const createManyRead = `SELECT ` + recordColumns + ` FROM mend_records WHERE `
 
 // RecordCreateMany is RecordCreate for many records in one transaction: per
 // chunk of up to createManyRows rows and createManyBytes bytes, one packet
-// (a multi-row INSERT ... ON DUPLICATE KEY UPDATE, the created events of
-// the rows it inserted, the read back), and one COMMIT for the lot. It
-// returns one result per item of ps, in order.
+// (a multi-row INSERT ... ON DUPLICATE KEY UPDATE, the count of rows it
+// inserted, their created events), a second one only when some row
+// existed (see createChunk), and one COMMIT for the lot. It returns one
+// result per item of ps, in order.
 //
 // Through vtgate (Vitess), where a transaction must stay on one shard, each
 // queue's items are one transaction instead: an error can then leave some
