@@ -144,7 +144,7 @@
 // leases in mend's lease table, "mend-subscribe/<group>/replica/NN",
 // through the fence package, with the queue leases' TTL. A pass reads the
 // slot leases (all of them in one statement) before it hands out
-// partitions and again every 200 ms while it does; with n slots live and this replica's the r-th of them, it reads
+// partitions and again every 200 ms until its reads end; with n slots live and this replica's the r-th of them, it reads
 // the partitions whose hash modulo n is r. The lease decides who works,
 // never what is safe, so the moments it is stale are harmless: while a
 // replica starts, two may read a partition (overlap, as above); when one
@@ -154,9 +154,13 @@
 // recorded. Meanwhile its partitions wait: mend's rows keep the host's GC
 // from them, so a dead letter is late, never lost. A replica whose slot
 // ended under it, or that finds no free slot, or cannot read the lease
-// table, reads every partition until it holds a slot again. Drain (mend run
-// --once) never divides: it promises every dead letter. The share test
-// shows the split, a paused replica's share taken over, and its return.
+// table, reads every partition until it holds a slot again. A replica
+// releases only its own share: what it read of another's partitions before
+// it saw that replica's slot is forgotten, not released, since moving the
+// watermark under the owner would make the owner read again everything it
+// had read beyond it. Drain (mend run --once) never divides: it promises
+// every dead letter. The share tests show the split, a paused replica's
+// share taken over, its return, and two replicas starting together.
 //
 // # Failure handling
 //
