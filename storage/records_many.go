@@ -232,6 +232,7 @@ func (d *DB) createChunk(ctx context.Context, tx *batchTx, first bool, chunk []*
 		ids[i] = mend.NewRecordID()
 	}
 	var q strings.Builder
+	q.Grow(len(chunk)*(len(createManyRow)+len(createManyEventsRow)+4) + 1024)
 	args := make([]any, 0, len(chunk)*(17+8))
 	q.WriteString("-- name: RecordCreateMany\n")
 	if first {
