@@ -130,6 +130,27 @@ type Delivery struct {
 	// detailErr is set by Row.Delivery when failure_detail could not be
 	// read; the intake parks the record with it.
 	detailErr error
+	// decoded is Row.Delivery's decode of the payload, kept so the intake
+	// does not decode it again.
+	decoded *decoded
+}
+
+// decoded is Decode's answer for a topic, partition and payload, kept with
+// a copy of what it read: it answers only a delivery that still holds the
+// same bytes, whatever a caller changed since.
+type decoded struct {
+	topic, partition, payload string
+	p                         Payload
+	err                       error
+}
+
+// decode is Decode of d's payload as its original topic's.
+func (d Delivery) decode() (Payload, error) {
+	orig := d.originalTopic()
+	if m := d.decoded; m != nil && m.topic == orig && m.partition == d.Source.Partition && m.payload == string(d.Payload) {
+		return m.p, m.err
+	}
+	return Decode(orig, d.Source.Partition, d.Payload)
 }
 
 func (d Delivery) validate() error {
@@ -160,7 +181,7 @@ func (d Delivery) originalTopic() string {
 // else QueueUnresolved. It reads only the row, never Source.Queue, so the
 // same DLQ row always lands in the same record however it is handed in.
 func RecordQueue(d Delivery) string {
-	p, _ := Decode(d.originalTopic(), d.Source.Partition, d.Payload)
+	p, _ := d.decode()
 	return fileQueue(p, d)
 }
 
@@ -212,6 +233,9 @@ func (r Row) Delivery() Delivery {
 		d.FailedAt = time.UnixMilli(int64(r.FailedAtMS)).UTC()
 	}
 	d.Subjects, d.detailErr = failureSubjects(r.FailureDetail)
+	m := &decoded{topic: d.originalTopic(), partition: d.Source.Partition, payload: string(d.Payload)}
+	m.p, m.err = Decode(m.topic, m.partition, d.Payload)
+	d.decoded = m
 	d.Source.Queue = RecordQueue(d)
 	return d
 }
@@ -350,7 +374,7 @@ func (in *Intake) Record(ctx context.Context, d Delivery) (Result, error) {
 // that could not be made now.
 func (in *Intake) params(ctx context.Context, d Delivery) (mend.CreateParams, error) {
 	orig := d.originalTopic()
-	pl, decErr := Decode(orig, d.Source.Partition, d.Payload)
+	pl, decErr := d.decode()
 	src := d.Source
 	src.Queue = fileQueue(pl, d)
 	p := mend.CreateParams{

@@ -425,6 +425,34 @@ func TestRecordQueue(t *testing.T) {
 	}
 }
 
+// TestRecordQueueAfterChange: Row.Delivery decodes the payload once and the
+// intake reuses that, but only while the delivery holds what was decoded:
+// a payload changed in place, another partition or original topic is
+// decoded again.
+func TestRecordQueueAfterChange(t *testing.T) {
+	t.Parallel()
+	d := dlq.Row{Topic: "speculate_dlq", PartitionKey: "p", ID: "m", OriginalTopic: "speculate", Payload: []byte(`{"id":"b","queue":"qa"}`)}.Delivery()
+	if got := dlq.RecordQueue(d); got != "qa" {
+		t.Fatalf("RecordQueue = %q; want qa", got)
+	}
+	copy(d.Payload[len(d.Payload)-4:], "qb") // the same slice, changed in place
+	if got := dlq.RecordQueue(d); got != "qb" {
+		t.Errorf("after the payload changed in place: RecordQueue = %q; want qb", got)
+	}
+	d.Payload = []byte(`{"id":"b","queue":""}`)
+	if got := dlq.RecordQueue(d); got != "p" {
+		t.Errorf("after the payload was replaced: RecordQueue = %q; want the partition p", got)
+	}
+	d.Source.Partition = "r"
+	if got := dlq.RecordQueue(d); got != "r" {
+		t.Errorf("after the partition changed: RecordQueue = %q; want r", got)
+	}
+	d.OriginalTopic = "build" // partitioned by batch ID, so the partition names no queue
+	if got := dlq.RecordQueue(d); got != dlq.QueueUnresolved {
+		t.Errorf("after the original topic changed: RecordQueue = %q; want %q", got, dlq.QueueUnresolved)
+	}
+}
+
 func delivery(payload string) dlq.Delivery {
 	return dlq.Delivery{
 		Source:       mend.SourceID{Topic: "speculate_dlq", Partition: "q", MessageID: "m-1"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/mendq/mend"
 )
@@ -88,6 +89,7 @@ func (in *Intake) RecordMany(ctx context.Context, ds []Delivery) ([]ManyResult, 
 		if err != nil {
 			return nil, err
 		}
+		logged := in.log.Enabled(ctx, slog.LevelInfo) // a line per delivery: build none when discarded
 		for j, r := range created {
 			i := at[j]
 			if r.Err != nil {
@@ -95,6 +97,9 @@ func (in *Intake) RecordMany(ctx context.Context, ds []Delivery) ([]ManyResult, 
 				continue
 			}
 			results[i].Record, results[i].Created = r.Record, r.Created
+			if !logged {
+				continue
+			}
 			in.log.InfoContext(ctx, "dead letter recorded", "queue", r.Record.Source.Queue, "topic", r.Record.Source.Topic,
 				"message_id", r.Record.Source.MessageID, "record_id", r.Record.ID.String(), "created", r.Created, "state", string(r.Record.State))
 		}

@@ -355,6 +355,36 @@ func (d *DB) LeaseGet(ctx context.Context, queue string) (LeaseStatus, error) {
 	return row.status(), nil
 }
 
+const sqlLeaseGetMany = `-- name: LeaseGetMany
+` + leaseSelect + ` WHERE l.queue IN (%s)`
+
+// LeaseGetMany is LeaseGet for several leases in one statement: the
+// leases of queues, as the database sees them now, in no particular order;
+// a queue whose lease was never contended has none.
+//
+// Returns ErrInvalid for a bad queue.
+func (d *DB) LeaseGetMany(ctx context.Context, queues []string) ([]LeaseStatus, error) {
+	if len(queues) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(queues))
+	for i, q := range queues {
+		if err := mend.ValidateIdentity("queue", q, true); err != nil {
+			return nil, err
+		}
+		args[i] = q
+	}
+	var rows []leaseRow
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlLeaseGetMany, placeholders(len(queues))), args...); err != nil {
+		return nil, fmt.Errorf("storage: get %d leases: %w", len(queues), translate(err))
+	}
+	out := make([]LeaseStatus, len(rows))
+	for i, r := range rows {
+		out[i] = r.status()
+	}
+	return out, nil
+}
+
 // NOW(6) is the statement's start; after waiting for a takeover's lock the
 // read sees the new term and refuses. While this shared lock is held no
 // takeover can commit, so the transaction's writes precede any later term's.

@@ -530,3 +530,49 @@ func TestFencedWriteInFlight(t *testing.T) {
 		t.Fatalf("event epochs in log order = %v; want [0 %d %d]", epochs, termA.Epoch, r.term.Epoch)
 	}
 }
+
+// TestLeaseGetMany: the leases of several queues in one read, each as
+// LeaseGet reads it (live, released, never contended: absent), and only
+// those asked for.
+func TestLeaseGetMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	live, err := b.store.LeaseAcquire(ctx, "a", "h1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := b.store.LeaseAcquire(ctx, "b", "h2", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.LeaseRelease(ctx, ended); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.LeaseAcquire(ctx, "other", "h3", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.store.LeaseGetMany(ctx, []string{"a", "b", "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("LeaseGetMany = %+v; want the leases of a and b alone", got)
+	}
+	for _, st := range got {
+		want, err := b.store.LeaseGet(ctx, st.Term.Queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if isLive := st.Term == live; isLive != st.Live() {
+			t.Errorf("%q: live %v; want %v", st.Term.Queue, st.Live(), isLive)
+		}
+		st.Remaining, want.Remaining = 0, 0
+		if st != want {
+			t.Errorf("LeaseGetMany's %q = %+v; LeaseGet reads %+v", st.Term.Queue, st, want)
+		}
+	}
+	if _, err := b.store.LeaseGetMany(ctx, []string{"a", ""}); !errors.Is(err, mend.ErrInvalid) {
+		t.Errorf("an empty queue name: %v; want ErrInvalid", err)
+	}
+}

@@ -278,7 +278,10 @@ func prepareCreate(p CreateParams) (createArgs, error) {
 	}
 	c := createArgs{key: p.Source.Key(), subjectsJSON: string(subjectsJSON), data: string(data)}
 	if !p.Snapshot.FailedAt.IsZero() {
-		c.failedAt = sql.NullTime{Time: p.Snapshot.FailedAt.UTC(), Valid: true}
+		// DATETIME(6) keeps microseconds; a finer time is cut here, not by
+		// the server (MySQL rounds, MariaDB truncates), so both engines
+		// store the same value and the client knows it (createArgs.record).
+		c.failedAt = sql.NullTime{Time: p.Snapshot.FailedAt.UTC().Truncate(time.Microsecond), Valid: true}
 	}
 	if p.Snapshot.Payload == nil {
 		p.Snapshot.Payload = []byte{}
@@ -293,6 +296,43 @@ func (c *createArgs) rowArgs(id mend.RecordID) []any {
 	return []any{id[:], p.Source.Queue, c.key[:], p.Source.Topic, p.Source.Partition, p.Source.MessageID, p.Snapshot.OriginalTopic, p.Snapshot.Payload,
 		p.Snapshot.FailureCount, p.Snapshot.LastError, c.failedAt, c.subjectsJSON, p.Target.BatchID, string(p.Target.Desired),
 		string(p.State), p.State.Due(), p.Reason}
+}
+
+// record is the record a create inserted from c under ID id, at time now
+// (the row's NOW(6)), as reading the row back would return it with state
+// age age: the columns hold exactly the values sent (VARBINARY and BLOB
+// columns keep bytes, failed_at was cut to microseconds, the subjects are
+// the JSON sent, decoded), and the rest are the insert's constants.
+func (c *createArgs) record(id mend.RecordID, now time.Time, age time.Duration) (mend.Record, error) {
+	p := &c.p
+	subjects := []mend.Subject{}
+	if c.subjectsJSON != "[]" {
+		if err := json.Unmarshal([]byte(c.subjectsJSON), &subjects); err != nil {
+			return mend.Record{}, fmt.Errorf("storage: record %s: decode failure_subjects: %w", id, err)
+		}
+	}
+	rec := mend.Record{
+		ID:     id,
+		Source: p.Source,
+		Snapshot: mend.Snapshot{Payload: bytes.Clone(p.Snapshot.Payload), OriginalTopic: p.Snapshot.OriginalTopic,
+			FailureCount: p.Snapshot.FailureCount, LastError: p.Snapshot.LastError, Subjects: subjects},
+		Target:     p.Target,
+		State:      p.State,
+		Version:    1,
+		LastError:  p.Reason,
+		CreatedAt:  now,
+		UpdatedAt:  now,
+		StateSince: now,
+		StateAge:   age,
+	}
+	if c.failedAt.Valid {
+		rec.Snapshot.FailedAt = c.failedAt.Time
+	}
+	if p.State.Due() {
+		t := now
+		rec.NextAttemptAt = &t
+	}
+	return rec, nil
 }
 
 // size estimates the bytes the row adds to a statement: every byte of a

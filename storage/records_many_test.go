@@ -1,12 +1,15 @@
 package storage_test
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/storage"
@@ -233,5 +236,91 @@ func TestRecordCreateManyConcurrentOverlap(t *testing.T) {
 	var records int
 	if err := b.db.SQL(t).QueryRow("SELECT COUNT(*) FROM mend_records").Scan(&records); err != nil || records != len(ids) {
 		t.Errorf("%d records stored (%v); want %d", records, err, len(ids))
+	}
+}
+
+// TestRecordCreateManyAnswers: a batch whose rows are all new is answered
+// from what was sent and the time read back, without reading the rows; a
+// batch holding some existing rows reads them back. Either way each
+// answer must be the stored row exactly (as RecordGetByID reads it), and
+// each new record must have one created event carrying its row's
+// projection, with no event left over for a row that already existed.
+func TestRecordCreateManyAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t)
+	odd := createParams(src("q", "odd  "), "")
+	odd.Snapshot.Payload = nil
+	odd.Snapshot.Subjects = nil
+	odd.Snapshot.FailedAt = time.Date(2026, 1, 2, 3, 4, 5, 999_999_999, time.FixedZone("x", 3600)) // finer than DATETIME(6)
+	odd.Target = mend.Target{}
+	odd.State, odd.Reason = mend.StateParked, "dlq: cannot decode \x00 ä"
+	big := createParams(src("q2", "big"), "\x00\xff binary")
+	big.Snapshot.FailureCount = 1 << 40 // stored clamped
+	big.Snapshot.Subjects = []mend.Subject{{Kind: "batch", ID: "ä\u2028<&>"}, {Kind: "", ID: ""}}
+	big.Snapshot.FailedAt = time.Date(2026, 1, 2, 3, 4, 5, 1000, time.UTC)
+	first := []storage.CreateParams{createParams(src("q", "a"), `{"id":"a"}`), odd, big}
+	// The second batch repeats two of the first (so it reads them back) and
+	// adds two new ones.
+	second := []storage.CreateParams{createParams(src("q", "a"), "again"), createParams(src("q", "b"), "b"), first[2], createParams(src("q3", "c"), "c")}
+	second[2].OpID = mend.NewOpID()
+	// The third repeats only existing ones: nothing is created.
+	third := []storage.CreateParams{second[1], second[3]}
+	for i := range third {
+		third[i].OpID = mend.NewOpID()
+	}
+	var records int
+	for n, ps := range [][]storage.CreateParams{first, second, third} {
+		res, err := b.store.RecordCreateMany(ctx, ps)
+		if err != nil {
+			t.Fatalf("batch %d: %v", n, err)
+		}
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatalf("batch %d item %d: %v", n, i, r.Err)
+			}
+			if wantCreated := n == 0 || n == 1 && i%2 == 1; r.Created != wantCreated {
+				t.Errorf("batch %d item %d: created %v; want %v", n, i, r.Created, wantCreated)
+			}
+			if r.Created {
+				records++
+			}
+			got := r.Record
+			stored, err := b.store.RecordGetByID(ctx, ps[i].Source.Queue, got.ID)
+			if err != nil {
+				t.Fatalf("batch %d item %d: %v", n, i, err)
+			}
+			got.StateAge, stored.StateAge = 0, 0
+			if !reflect.DeepEqual(got, stored) {
+				t.Errorf("batch %d item %d answered\n%+v\nbut the row is\n%+v", n, i, got, stored)
+			}
+			if !r.Created {
+				continue
+			}
+			var at, state, lastError string
+			var attempts int
+			var next sql.NullString
+			if err := b.db.SQL(t).QueryRow("SELECT CAST(created_at AS CHAR), state, attempts, last_error, CAST(next_attempt_at AS CHAR) FROM mend_events WHERE record_id = ? AND seq = 1 AND kind = 'created'",
+				got.ID[:]).Scan(&at, &state, &attempts, &lastError, &next); err != nil {
+				t.Fatalf("batch %d item %d: created event: %v", n, i, err)
+			}
+			wantNext := sql.NullString{}
+			if got.NextAttemptAt != nil {
+				wantNext = sql.NullString{String: got.NextAttemptAt.Format("2006-01-02 15:04:05.000000"), Valid: true}
+			}
+			if at != got.UpdatedAt.Format("2006-01-02 15:04:05.000000") || state != string(got.State) || attempts != 0 || lastError != got.LastError || next != wantNext {
+				t.Errorf("batch %d item %d: created event carries (%s, %s, %d, %q, %v); want the row's (%s, %s, 0, %q, %v)", n, i, at, state, attempts, lastError, next,
+					got.UpdatedAt, got.State, got.LastError, wantNext)
+			}
+		}
+	}
+	events := createdEvents(t, b)
+	if len(events) != records {
+		t.Errorf("created events name %d records; want the %d created (an event for a row that existed?)", len(events), records)
+	}
+	for id, n := range events {
+		if n != 1 {
+			t.Errorf("record %s has %d created events", id, n)
+		}
 	}
 }

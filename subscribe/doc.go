@@ -45,7 +45,11 @@
 //     only grows), for up to 100 partitions per statement, after one
 //     COUNT statement for the same partitions;
 //  7. read the lag per topic: rows above the group's watermarks, and the
-//     age of the oldest.
+//     age of the earliest (lowest offset), from the index alone plus one
+//     row per topic. A pass that moved no watermark reuses the lag read up
+//     to 5 s before: during a backlog the read scans every entry above the
+//     watermarks, and a replica polling beside another still recording
+//     would otherwise pay it every PollInterval.
 //
 // The statements are the real subscriber's join (INSERT IGNORE at offset
 // 0), advance and leave (DELETE, only for Remove), plus reads. The grants
@@ -139,8 +143,8 @@
 // Config.Leases (mend run sets it): each holds one of Slots (16) slot
 // leases in mend's lease table, "mend-subscribe/<group>/replica/NN",
 // through the fence package, with the queue leases' TTL. A pass reads the
-// slot leases before it hands out partitions and again every second while
-// it does; with n slots live and this replica's the r-th of them, it reads
+// slot leases (all of them in one statement) before it hands out
+// partitions and again every 200 ms until its reads end; with n slots live and this replica's the r-th of them, it reads
 // the partitions whose hash modulo n is r. The lease decides who works,
 // never what is safe, so the moments it is stale are harmless: while a
 // replica starts, two may read a partition (overlap, as above); when one
@@ -150,9 +154,13 @@
 // recorded. Meanwhile its partitions wait: mend's rows keep the host's GC
 // from them, so a dead letter is late, never lost. A replica whose slot
 // ended under it, or that finds no free slot, or cannot read the lease
-// table, reads every partition until it holds a slot again. Drain (mend run
-// --once) never divides: it promises every dead letter. The share test
-// shows the split, a paused replica's share taken over, and its return.
+// table, reads every partition until it holds a slot again. A replica
+// releases only its own share: what it read of another's partitions before
+// it saw that replica's slot is forgotten, not released, since moving the
+// watermark under the owner would make the owner read again everything it
+// had read beyond it. Drain (mend run --once) never divides: it promises
+// every dead letter. The share tests show the split, a paused replica's
+// share taken over, its return, and two replicas starting together.
 //
 // # Failure handling
 //

@@ -18,9 +18,9 @@ import (
 // it.
 type Leases interface {
 	fence.Store
-	// LeaseGet reads a lease as the database sees it now; ErrNotFound if
-	// it was never contended.
-	LeaseGet(ctx context.Context, name string) (storage.LeaseStatus, error)
+	// LeaseGetMany reads several leases, as the database sees them now, in
+	// one statement; a lease never contended is absent.
+	LeaseGetMany(ctx context.Context, names []string) ([]storage.LeaseStatus, error)
 }
 
 // SlotsDefault is how many replicas of one group can divide the work; a
@@ -133,20 +133,23 @@ func (sh *share) take(ctx context.Context) error {
 	return nil
 }
 
-// read returns this replica's rank among the live slots (-1 if its own
-// term is no longer live) and how many are live.
+// read returns this replica's rank among the live slots, in slot order
+// (-1 if its own term is no longer live), and how many are live: one
+// statement for every slot.
 func (sh *share) read(ctx context.Context) (rank, live int, err error) {
+	sts, err := sh.leases.LeaseGetMany(ctx, sh.names)
+	if err != nil {
+		return -1, 0, fmt.Errorf("subscribe: read the slot leases: %w", err)
+	}
+	byName := make(map[string]storage.LeaseStatus, len(sts))
+	for _, st := range sts {
+		byName[st.Term.Queue] = st
+	}
 	mine := sh.lease.Term()
 	rank = -1
 	for _, name := range sh.names {
-		st, err := sh.leases.LeaseGet(ctx, name)
-		if errors.Is(err, mend.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return -1, 0, fmt.Errorf("subscribe: read slot lease %q: %w", name, err)
-		}
-		if !st.Live() {
+		st, ok := byName[name]
+		if !ok || !st.Live() {
 			continue
 		}
 		if st.Term == mine {

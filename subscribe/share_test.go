@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mendq/mend/subscribe"
 )
@@ -116,4 +117,49 @@ func checkReleased(t *testing.T, b *bundle, parts int) {
 			t.Fatalf("watermark of %s is %d, want %d", q, got, top)
 		}
 	}
+}
+
+// TestSubscribeShareStartTogether: a replica that starts alone reads every
+// partition until it sees the next one's slot. What it read of the
+// other's partitions then must not be released by it: the watermark would
+// move under the owner, which reads again from there all it had read
+// beyond (40% of the reads when two replicas started together on a few
+// deep partitions). Here a reads the first half of every partition alone,
+// c then reads its share whole; once settled, c has nothing to read again.
+func TestSubscribeShareStartTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const parts, rows = 20, 4
+	var want []string
+	for i := range rows * parts {
+		q := fmt.Sprintf("q%02d", i%parts)
+		id := fmt.Sprintf("%s/batch/%d", q, i)
+		want = append(want, id)
+		b.deadLetter(t, q, id)
+	}
+	// a reads 2 rows of each partition per pass (page 2 shared by the
+	// partitions of a read, 1 page a pass).
+	a := b.sub(t, subscribe.Config{Leases: b.store, Holder: "replica-a", PageSize: 2, PagesPerPass: 1, Concurrency: 1})
+	t.Cleanup(a.Stop)
+	if sa := pass(t, a); sa.Replicas != 1 || sa.Read != 2*parts || !sa.More {
+		t.Fatalf("a alone: %+v; want 2 rows of each of the %d partitions read, more left", sa, parts)
+	}
+	c := b.sub(t, subscribe.Config{Leases: b.store, Holder: "replica-c"})
+	t.Cleanup(c.Stop)
+	sc := pass(t, c)
+	if sc.Replicas != 2 || sc.Share == 0 || sc.Share == parts || sc.Read != rows*sc.Share {
+		t.Fatalf("c beside a: %+v; want its share of the partitions read whole", sc)
+	}
+	for range rows {
+		pass(t, a) // a finishes its own share
+	}
+	checkRecords(t, b, want)
+	b.clock.Add(settle + time.Second)
+	pass(t, a) // releases a's share only
+	if sc = pass(t, c); sc.Read != 0 || sc.Advanced != sc.Share {
+		t.Fatalf("c once settled: %+v; want its %d partitions released and nothing read again", sc, sc.Share)
+	}
+	settleAndPass(t, b, a)
+	settleAndPass(t, b, c)
+	checkReleased(t, b, parts)
 }

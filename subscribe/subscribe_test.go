@@ -452,3 +452,36 @@ func outOfOrder(t *testing.T, b *bundle, s *subscribe.Subscriber) (earlier, late
 	}
 	return earlier, later
 }
+
+// TestPassLag: a pass that moved a watermark reports the lag read after
+// it; any other pass the lag read at most five seconds (by the pass's
+// clock) before, since reading it scans every index entry above the
+// watermarks.
+func TestPassLag(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows := func(st subscribe.PassStats) (n int64) {
+		for _, l := range st.Lag {
+			n += l.Rows
+		}
+		return n
+	}
+	b.deadLetter(t, "q", "q/batch/1")
+	s := b.sub(t, subscribe.Config{})
+	if st := pass(t, s); rows(st) != 1 || st.Lag[0].Oldest.IsZero() {
+		t.Fatalf("first pass: lag %+v; want 1 row with its failed_at", st.Lag)
+	}
+	b.deadLetter(t, "q", "q/batch/2")
+	b.clock.Add(time.Second)
+	if st := pass(t, s); st.Recorded != 1 || rows(st) != 1 {
+		t.Fatalf("a second later: recorded %d, lag %+v; want 1 recorded and the lag as read a second ago", st.Recorded, st.Lag)
+	}
+	b.clock.Add(5 * time.Second)
+	if st := pass(t, s); rows(st) != 2 {
+		t.Fatalf("five seconds later: lag %+v; want it read again: 2 rows", st.Lag)
+	}
+	b.clock.Add(settle)
+	if st := pass(t, s); st.Advanced != 1 || rows(st) != 0 {
+		t.Fatalf("releasing pass: advanced %d, lag %+v; want 1 advanced and the lag read after it: 0 rows", st.Advanced, st.Lag)
+	}
+}
