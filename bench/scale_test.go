@@ -304,6 +304,7 @@ type scaleStats struct {
 	// finished counts the records the runs reported done (woken, or done
 	// with nothing to wake); finishedAll is closed when it reaches want.
 	finished    atomic.Int64
+	runs, empty atomic.Int64 // planner runs, and those that found nothing to do
 	want        int64
 	finishedAll chan struct{}
 	closeOnce   sync.Once
@@ -353,7 +354,11 @@ func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Du
 	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: interval,
 		Hooks: reconcile.Hooks{
 			OnPass: func(reconcile.PassStats, time.Duration) { st.passes.Add(1) },
-			OnQueue: func(_ string, ps planner.Stats, _ time.Duration, _ error) {
+			OnQueue: func(_ string, ps planner.Stats, _ time.Duration, err error) {
+				st.runs.Add(1)
+				if err == nil && ps.Settled+ps.Woken+ps.WakeFailed+ps.Done+ps.Waiting+ps.Parked+ps.Failed+ps.Conflicts == 0 {
+					st.empty.Add(1)
+				}
 				if n := st.finished.Add(int64(ps.Woken + ps.Done)); st.want > 0 && n >= st.want {
 					st.closeOnce.Do(func() { close(st.finishedAll) })
 				}
@@ -586,6 +591,7 @@ func scaleStorm(b *testing.B, dbs stormDBs, cfg scaleConfig, prefix string, cnt 
 	defer stop()
 	before := cnt.snapshot()
 	passesBefore, dialsBefore := st.passes.Load(), cnt.dials.Load()
+	runsBefore, emptyBefore := st.runs.Load(), st.empty.Load()
 	var (
 		next     atomic.Int64
 		errMu    sync.Mutex
@@ -659,6 +665,8 @@ wait:
 	stop()
 	storm := diff(cnt.snapshot(), before)
 	stormPasses, dials := st.passes.Load()-passesBefore, cnt.dials.Load()-dialsBefore
+	b.ReportMetric(float64(st.runs.Load()-runsBefore), "storm-runs")
+	b.ReportMetric(float64(st.empty.Load()-emptyBefore), "storm-empty-runs")
 
 	st.mu.Lock()
 	var firstWake []time.Duration

@@ -25,6 +25,7 @@ const (
 	PruneLimitDefault  = 1000
 	// QueueTimeoutDefault bounds one queue's planner run.
 	QueueTimeoutDefault = time.Minute
+	ProbeAfterDefault   = time.Second
 	releaseTimeout      = 5 * time.Second
 	maxConcurrency      = 256
 	minInterval         = 10 * time.Millisecond
@@ -40,6 +41,20 @@ type Store interface {
 	// with their events, and returns how many it deleted.
 	PruneDone(ctx context.Context, retention time.Duration, limit int) (int, error)
 }
+
+// DueProber is an optional Store method: *storage.DB implements it. With
+// it, a pass asks again, before taking a queue's lease, whether a queue it
+// listed at least Config.ProbeAfter ago still has a record due: with several
+// replicas, the queues at the end of a long pass's list have often been
+// drained by the others meanwhile, and an empty run costs a lease's take
+// and release (in a 100,000 dead-letter storm, 900 of 5,900 runs with two
+// replicas and 2,000 of 7,000 with four).
+type DueProber interface {
+	// QueueHasDue reports whether queue has a record due now by the
+	// database clock.
+	QueueHasDue(ctx context.Context, queue string) (bool, error)
+}
+
 
 // Leaser hands out queue leases without waiting. *fence.Fence implements it.
 type Leaser interface {
@@ -86,6 +101,11 @@ type Config struct {
 	// queue's worth of calls. A run cut off is due again next pass. Zero
 	// means QueueTimeoutDefault (1 min).
 	QueueTimeout time.Duration
+	// ProbeAfter is how long into a pass the reconciler starts asking,
+	// before it takes a listed queue's lease, whether the queue still has a
+	// record due (when the Store is a DueProber); a pass shorter than this
+	// asks nothing. Zero means ProbeAfterDefault (1 s).
+	ProbeAfter   time.Duration
 	Hooks        Hooks
 	Logger       *slog.Logger
 }
@@ -99,8 +119,8 @@ func (c Config) validate() error {
 		return bad(fmt.Sprintf("interval must be at least %s", minInterval))
 	case c.Concurrency < 0 || c.Concurrency > maxConcurrency:
 		return bad(fmt.Sprintf("concurrency must be between 1 and %d", maxConcurrency))
-	case c.QueueLimit < 0 || c.PruneLimit < 0 || c.PruneEvery < 0 || c.QueueTimeout < 0:
-		return bad("queue limit, prune limit and prune interval must not be negative")
+	case c.QueueLimit < 0 || c.PruneLimit < 0 || c.PruneEvery < 0 || c.QueueTimeout < 0 || c.ProbeAfter < 0:
+		return bad("queue limit, prune limit, prune interval, queue timeout and probe delay must not be negative")
 	}
 	return nil
 }
@@ -110,6 +130,10 @@ type PassStats struct {
 	Queues  int // queues with due records
 	Ran     int // queues whose lease this pass took
 	Held    int // queues skipped because another holder had the lease
+	// Drained counts queues skipped because, when their turn came at least
+	// Config.ProbeAfter into the pass, nothing was due any more: another replica
+	// (or the intake's inline repair) had served them since the listing.
+	Drained int
 	Failed  int // queue runs that ended with an error
 	Records planner.Stats
 	Pruned  int
@@ -143,6 +167,7 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.PruneEvery = cmp.Or(cfg.PruneEvery, PruneEveryDefault)
 	cfg.PruneLimit = cmp.Or(cfg.PruneLimit, PruneLimitDefault)
 	cfg.QueueTimeout = cmp.Or(cfg.QueueTimeout, QueueTimeoutDefault)
+	cfg.ProbeAfter = cmp.Or(cfg.ProbeAfter, ProbeAfterDefault)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -239,6 +264,15 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
+			if prober, ok := r.cfg.Store.(DueProber); ok && time.Since(start) >= r.cfg.ProbeAfter {
+				// A failed probe is no answer: the run finds out itself.
+				if due, err := prober.QueueHasDue(ctx, q); err == nil && !due {
+					mu.Lock()
+					ps.Drained++
+					mu.Unlock()
+					return
+				}
+			}
 			st, err := r.repair(ctx, q)
 			mu.Lock()
 			defer mu.Unlock()

@@ -354,3 +354,67 @@ func sameSet(a, b []string) bool {
 	}
 	return len(a) == len(b)
 }
+
+// TestPassSkipsQueuesDrainedMeanwhile: a queue listed by a pass but drained
+// by someone else before its turn is skipped without taking its lease; the
+// same pass with the probe out of reach takes the lease and runs it empty
+// (the negative control).
+func TestPassSkipsQueuesDrainedMeanwhile(t *testing.T) {
+	t.Parallel()
+	for _, probe := range []bool{true, false} {
+		t.Run(fmt.Sprintf("probe=%v", probe), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			b.record(t, "qa", "m1")
+			b.record(t, "qb", "m1")
+			other := map[string]string{"qa": "qb", "qb": "qa"}
+			var runner *drainRunner
+			runner = &drainRunner{store: b.store, limit: 10, during: func(q string) {
+				if len(runner.runs()) > 1 {
+					return
+				}
+				// The first queue's run drains the other queue too, as
+				// another replica would.
+				recs, err := b.store.RecordsDue(ctx, other[q], 10)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, rec := range recs {
+					if _, err := b.store.RecordAppend(ctx, mend.AppendParams{Source: rec.Source, RecordID: rec.ID, Version: rec.Version,
+						Kind: mend.EventDone, Actor: "other replica", OpID: mend.NewOpID(), State: mend.StateDone}); err != nil {
+						t.Error(err)
+					}
+				}
+			}}
+			after := time.Nanosecond // every queue of the pass is probed
+			if !probe {
+				after = time.Hour
+			}
+			r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 1, ProbeAfter: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps, err := r.RunOnce(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs := runner.runs()
+			if probe && (len(runs) != 1 || ps.Drained != 1 || ps.Ran != 1) {
+				t.Fatalf("runs %v, stats %+v; want one run, the drained queue skipped", runs, ps)
+			}
+			if !probe && (len(runs) != 2 || ps.Drained != 0) {
+				t.Fatalf("negative control: runs %v, stats %+v; want both queues run (the second empty)", runs, ps)
+			}
+			if !probe {
+				return
+			}
+			// No term was taken on the skipped queue.
+			skipped := other[runs[0]]
+			if l, err := b.store.LeaseGet(ctx, skipped); err == nil && l.Term.Epoch != 0 {
+				t.Fatalf("queue %s skipped, but its lease was taken: %+v", skipped, l)
+			}
+		})
+	}
+}

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,6 +45,25 @@ func (d *DB) QueuesDue(ctx context.Context, limit int) ([]string, error) {
 		return nil, fmt.Errorf("storage: queues due: %w", translate(err))
 	}
 	return queues, nil
+}
+
+const sqlQueueHasDue = `-- name: QueueHasDue
+SELECT 1 FROM mend_records WHERE queue = ? AND next_attempt_at <= NOW(6) LIMIT 1`
+
+// QueueHasDue reports whether queue has a record due by the database
+// clock: one probe of the (queue, next_attempt_at) index. The reconciler
+// asks it before taking a queue's lease when the queue was listed a while
+// ago, since another replica may have drained it meanwhile.
+func (d *DB) QueueHasDue(ctx context.Context, queue string) (bool, error) {
+	var one int
+	err := d.db.QueryRowContext(ctx, sqlQueueHasDue, queue).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("storage: queue %q has due records: %w", queue, translate(err))
+	}
+	return true, nil
 }
 
 const sqlPruneCandidates = `-- name: PruneCandidates
