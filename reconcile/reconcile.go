@@ -55,7 +55,6 @@ type DueProber interface {
 	QueueHasDue(ctx context.Context, queue string) (bool, error)
 }
 
-
 // Leaser hands out queue leases without waiting. *fence.Fence implements it.
 type Leaser interface {
 	// TryAcquire takes the queue's lease if it is free. Returns an error
@@ -105,9 +104,9 @@ type Config struct {
 	// before it takes a listed queue's lease, whether the queue still has a
 	// record due (when the Store is a DueProber); a pass shorter than this
 	// asks nothing. Zero means ProbeAfterDefault (1 s).
-	ProbeAfter   time.Duration
-	Hooks        Hooks
-	Logger       *slog.Logger
+	ProbeAfter time.Duration
+	Hooks      Hooks
+	Logger     *slog.Logger
 }
 
 func (c Config) validate() error {
@@ -127,9 +126,9 @@ func (c Config) validate() error {
 
 // PassStats counts what one pass did.
 type PassStats struct {
-	Queues  int // queues with due records
-	Ran     int // queues whose lease this pass took
-	Held    int // queues skipped because another holder had the lease
+	Queues int // queues with due records
+	Ran    int // queues whose lease this pass took
+	Held   int // queues skipped because another holder had the lease
 	// Drained counts queues skipped because, when their turn came at least
 	// Config.ProbeAfter into the pass, nothing was due any more: another replica
 	// (or the intake's inline repair) had served them since the listing.
