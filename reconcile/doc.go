@@ -31,13 +31,18 @@
 // without More, for cron (mend run --once).
 //
 // Many replicas may run: the fence keeps one planner per queue, and a replica that
-// finds a lease held skips the queue. RunOnce runs a single pass, for cron.
+// finds a lease held skips the queue. From ProbeAfter (1 s) into a pass, a
+// replica asks again whether a listed queue still has a record due before
+// taking its lease (Store's optional DueProber), and skips it (PassStats.Drained)
+// when another replica drained it meanwhile: otherwise every replica's long
+// pass ends in empty runs that each take and release a lease (in the
+// full-size storm, a third of four replicas' runs were empty without it). RunOnce runs a single pass, for cron.
 // Done records are pruned after Retention (14 days by default).
 //
 // # State model
 //
 //	Start ──▶ [pass ──▶ wait Interval]* ──Stop──▶ stopped
-//	pass: QueuesDue ──▶ per queue, once: TryAcquire ──▶ planner.Run ──▶ Release
+//	pass: QueuesDue ──▶ per queue, once: [still due?] ──▶ TryAcquire ──▶ planner.Run ──▶ Release
 //	                                        │                └─ More: counted; next pass at once
 //	                                        └─ held: skip (the holder finishes)
 //
