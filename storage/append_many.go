@@ -102,34 +102,12 @@ func (d *DB) appendEach(ctx context.Context, ps []AppendParams) ([]error, error)
 	var results []error
 	err := d.withBatchTx(ctx, "RecordAppendMany", ps[0].OpID, func(ctx context.Context, tx *batchTx) error {
 		results = make([]error, len(ps))
-		changed := make([]struct {
-			N int64 `db:"changed"`
-		}, len(ps))
-		var (
-			lease leaseCheckRow
-			found bool
-			sets  []func(*sqlx.Rows) error
-		)
-		if fence != nil {
-			sets = append(sets, scanOptional(&lease, &found))
-		}
-		for i := range changed {
-			sets = append(sets, scanOne(&changed[i]))
-		}
-		err := tx.query(ctx, query, args, sets...)
-		if mysqlErrNumber(err) == errDupEntry {
-			return &mend.ValidationError{Field: "op_id", Reason: fmt.Sprintf("an op id of the batch was already used in queue %q; use new op ids", ps[0].Source.Queue)}
-		}
+		changed, err := appendPacket(ctx, tx, query, args, ps, len(ps))
 		if err != nil {
-			return fmt.Errorf("append many: %w", err)
+			return err
 		}
-		if fence != nil {
-			if err := lease.check(*fence, found); err != nil {
-				return err
-			}
-		}
-		for i, c := range changed {
-			if c.N == 1 {
+		for i, n := range changed {
+			if n == 1 {
 				continue
 			}
 			err := probeMiss(ctx, tx.conn, ps[i])
@@ -275,31 +253,11 @@ func (d *DB) appendTogether(ctx context.Context, ps []AppendParams) ([]error, er
 	query := q.String()
 	results := make([]error, len(ps))
 	err := d.withBatchTx(ctx, "RecordAppendMany", ps[0].OpID, func(ctx context.Context, tx *batchTx) error {
-		var (
-			changed struct {
-				N int64 `db:"changed"`
-			}
-			lease leaseCheckRow
-			found bool
-			sets  []func(*sqlx.Rows) error
-		)
-		if fence != nil {
-			sets = append(sets, scanOptional(&lease, &found))
-		}
-		sets = append(sets, scanOne(&changed))
-		err := tx.query(ctx, query, args, sets...)
-		if mysqlErrNumber(err) == errDupEntry {
-			return &mend.ValidationError{Field: "op_id", Reason: fmt.Sprintf("an op id of the batch was already used in queue %q; use new op ids", ps[0].Source.Queue)}
-		}
+		changed, err := appendPacket(ctx, tx, query, args, ps, 1)
 		if err != nil {
-			return fmt.Errorf("append many: %w", err)
+			return err
 		}
-		if fence != nil {
-			if err := lease.check(*fence, found); err != nil {
-				return err
-			}
-		}
-		if changed.N != int64(len(ps)) {
+		if changed[0] != int64(len(ps)) {
 			return errAppendMissed
 		}
 		return nil
@@ -311,4 +269,43 @@ func (d *DB) appendTogether(ctx context.Context, ps []AppendParams) ([]error, er
 		return nil, err
 	}
 	return results, nil
+}
+
+// appendPacket sends a RecordAppendMany packet (its lease check first when
+// ps are fenced, then sets result sets of one "changed" count each) and
+// returns the counts. An op ID used before is the caller's bad input; a
+// term that is not current matches mend.ErrFenced.
+func appendPacket(ctx context.Context, tx *batchTx, query string, args []any, ps []AppendParams, sets int) ([]int64, error) {
+	fence := ps[0].Fence
+	changed := make([]struct {
+		N int64 `db:"changed"`
+	}, sets)
+	var (
+		lease leaseCheckRow
+		found bool
+		scans []func(*sqlx.Rows) error
+	)
+	if fence != nil {
+		scans = append(scans, scanOptional(&lease, &found))
+	}
+	for i := range changed {
+		scans = append(scans, scanOne(&changed[i]))
+	}
+	err := tx.query(ctx, query, args, scans...)
+	if mysqlErrNumber(err) == errDupEntry {
+		return nil, &mend.ValidationError{Field: "op_id", Reason: fmt.Sprintf("an op id of the batch was already used in queue %q; use new op ids", ps[0].Source.Queue)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("append many: %w", err)
+	}
+	if fence != nil {
+		if err := lease.check(*fence, found); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]int64, sets)
+	for i, c := range changed {
+		out[i] = c.N
+	}
+	return out, nil
 }
