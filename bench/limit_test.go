@@ -801,7 +801,11 @@ func (p *limitPlanner) repairAll(ctx context.Context, term mend.Term, recs []lim
 		default:
 			attempts = 1
 			if i == 0 {
-				data, _ := json.Marshal(map[string]any{"batch_id": string(wake), "message_id": msgID, "records": len(done)})
+				covers := make([]string, len(done))
+				for n, d := range done {
+					covers[n] = d.r.id.String()
+				}
+				data, _ := json.Marshal(map[string]any{"batch_id": string(wake), "message_id": msgID, "records": len(done), "covers": covers})
 				events = append(events, limitEvent{kind: "wake_intent", data: string(data)})
 			}
 			data, _ := json.Marshal(map[string]any{"batch_id": string(wake), "message_id": msgID, "attempt": 1, "records": len(done)})

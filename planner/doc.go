@@ -55,11 +55,18 @@
 // WakeMessageID(anchor, that version). Every record is then marked woken
 // in one fenced transaction (Store's optional RecordAppendMany: one packet
 // and COMMIT), so the anchor's intent never outlives a record it woke
-// unmarked; a store without it marks them one by one, the anchor last. A run that finds an owed record already settled whose last
-// event is a wake_intent makes it the anchor again and re-sends the same
-// message ID, which the message queue's dedupe coalesces if the first
-// publish landed; a lone such record gives the same ID through the
-// one-record rule. A failed publish records wake_failed on every record,
+// unmarked; a store without it marks them one by one, the anchor last.
+// The intent lists the records it covers (data.covers). A run that finds
+// an owed record already settled whose last event is a wake_intent
+// covering every record the run owes makes it the anchor again and
+// re-sends the same message ID, which the message queue's dedupe coalesces
+// if the first publish landed; a lone such record gives the same ID
+// through the one-record rule. An intent that does not cover some owed
+// record (one settled after the cut, by this run or another) is never
+// re-sent: its publish may have landed before that record's batch was
+// settled, and a re-send the dedupe swallows would leave no wake-up after
+// it. The run writes a new intent instead, and so a new ID
+// (TestRecordSettledAfterTheCutGetsItsOwnWake). A failed publish records wake_failed on every record,
 // each moving its version, so the next wake-up's ID is new.
 //
 // # State model
@@ -94,8 +101,8 @@
 // Wake-ups are at-least-once, never exactly once: a crash or lost term
 // between a publish that landed and its woken events leaves the records
 // settled, and the next run re-sends, under the same message ID when the
-// anchor's intent is still its last event (coalesced by the queue's
-// dedupe), else under a new one (the version moved). The host's planner treats a second wake-up as a no-op look at
+// anchor's intent is still its last event and covers every record owed
+// (coalesced by the queue's dedupe), else under a new one (the version moved). The host's planner treats a second wake-up as a no-op look at
 // the queue.
 //
 // A run stops after Config.MaxHostErrors host errors in a row

@@ -338,6 +338,10 @@ type eventData struct {
 	// Records is how many records one wake-up serves (wake intents and
 	// the events of a coalesced wake-up).
 	Records int `json:"records,omitempty"`
+	// Covers lists, on a wake intent, the records whose settlement the
+	// wake-up it names follows: a later run may send that message ID again
+	// only for these (see wakeAll).
+	Covers []string `json:"covers,omitempty"`
 }
 
 // write appends one fenced event and returns the record as it now is.
@@ -836,28 +840,21 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 		})
 	}
 	term := lease.Term()
-	// The anchor: a record holding an intent from a run that was cut off,
-	// else the first owed record, which gets the intent now.
-	anchor := -1
-	if hs, ok := p.cfg.Store.(historyStore); ok {
-		for i, o := range owed {
-			if !o.cameSettled {
-				continue
-			}
-			evs, err := hs.RecordHistory(ctx, queue, o.rec.ID)
-			if err != nil {
-				return fmt.Errorf("planner: record %s: read history: %w", o.rec.ID, err)
-			}
-			if last := evs[len(evs)-1]; last.Seq == o.rec.Version && last.Kind == mend.EventWakeIntent {
-				anchor = i
-				break
-			}
-		}
+	// The anchor: a record holding an intent, left by a run that was cut
+	// off, that covers every owed record; else the first owed record, which
+	// gets a new intent now.
+	anchor, err := p.resumable(ctx, owed)
+	if err != nil {
+		return err
 	}
 	if anchor < 0 {
 		anchor = 0
 		rec := owed[0].rec
-		data := eventData{BatchID: live[0], MessageID: WakeMessageID(rec.ID, rec.Version+1), Records: len(owed)}
+		covers := make([]string, len(owed))
+		for i, o := range owed {
+			covers[i] = o.rec.ID.String()
+		}
+		data := eventData{BatchID: live[0], MessageID: WakeMessageID(rec.ID, rec.Version+1), Records: len(owed), Covers: covers}
 		next, err := p.write(ctx, lease, rec, mend.EventWakeIntent, mend.StateSettled, rec.Attempts, rec.LastError, 0, data)
 		if err != nil {
 			return err
@@ -910,6 +907,58 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 	}
 	p.log.InfoContext(ctx, "queue woken", "queue", queue, "records", len(owed), "batch_id", w.BatchID, "message_id", w.MessageID, "epoch", term.Epoch)
 	return err
+}
+
+// resumable returns the index of an owed record whose last event is a wake
+// intent covering every owed record, or -1. Its message ID may be sent again:
+// if the cut-off run's publish landed, it came after every one of these
+// records was settled, so the queue's dedupe swallowing the re-send loses no
+// wake-up. An intent that does not cover some owed record (one settled by
+// this run or by another one after the cut) is not reused: its publish may
+// have landed before that record's batch was settled, so the re-send must
+// carry a new ID or the queue's dedupe would drop the only wake-up that
+// follows it. An intent without a list (written before Covers existed)
+// covers nothing.
+func (p *Planner) resumable(ctx context.Context, owed []owedRecord) (int, error) {
+	hs, ok := p.cfg.Store.(historyStore)
+	if !ok {
+		return -1, nil
+	}
+	for i, o := range owed {
+		if !o.cameSettled {
+			continue
+		}
+		evs, err := hs.RecordHistory(ctx, o.rec.Source.Queue, o.rec.ID)
+		if err != nil {
+			return -1, fmt.Errorf("planner: record %s: read history: %w", o.rec.ID, err)
+		}
+		last := evs[len(evs)-1]
+		if last.Seq != o.rec.Version || last.Kind != mend.EventWakeIntent {
+			continue
+		}
+		var d eventData
+		if json.Unmarshal(last.Data, &d) != nil {
+			continue
+		}
+		if coversAll(d.Covers, owed) {
+			return i, nil
+		}
+	}
+	return -1, nil
+}
+
+// coversAll reports whether every owed record's ID is in covers.
+func coversAll(covers []string, owed []owedRecord) bool {
+	set := make(map[string]bool, len(covers))
+	for _, id := range covers {
+		set[id] = true
+	}
+	for _, o := range owed {
+		if !set[o.rec.ID.String()] {
+			return false
+		}
+	}
+	return true
 }
 
 // firstStop returns the first error of errs that is not a conflict (a

@@ -2,6 +2,7 @@ package planner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/storage"
 )
 
 // stormQueue seeds n dead-lettered speculating batches and one live batch
@@ -77,6 +79,45 @@ func TestRunWakesOnce(t *testing.T) {
 // a wake intent, which is the broken variant of the negative control.
 type plainStore struct{ planner.Store }
 
+// cutAfterIntent runs a planner over recs that is killed right after its
+// wake-up publish (which lands when landed is set): the answer never comes
+// back and nothing is recorded after the intent. It returns the message ID
+// that was published.
+func cutAfterIntent(t *testing.T, b *bundle, h *fakeHost, l planner.Lease, recs []mend.Record, landed bool) string {
+	t.Helper()
+	ctx := context.Background()
+	cut := errors.New("process killed")
+	var first string
+	h.WakeFunc = func(w mend.WakeUp) error {
+		if first == "" {
+			first = w.MessageID
+			if landed {
+				h.mu.Lock()
+				h.sent[w.MessageID] = true
+				h.woken = append(h.woken, w)
+				h.mu.Unlock()
+			}
+			return cut
+		}
+		return nil
+	}
+	p := newPlanner(t, b, h, func(cfg *planner.Config) {
+		cfg.Hooks.OnWake = func(string, error) { panic(cut) }
+	})
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = p.Run(ctx, l)
+	}()
+	h.WakeFunc = nil
+	for _, rec := range recs {
+		got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
+		if got.State != mend.StateSettled {
+			t.Fatalf("record %s is %s after the cut; want settled", rec.ID, got.State)
+		}
+	}
+	return first
+}
+
 // TestCutAfterIntentResendsTheSameID: a run cut off after the wake intent
 // (the publish may or may not have landed) leaves every record settled;
 // the next run re-sends the wake-up under the same message ID, so a landed
@@ -99,38 +140,8 @@ func TestCutAfterIntentResendsTheSameID(t *testing.T) {
 			b := setup(t)
 			h := newFakeHost()
 			recs := stormQueue(t, b, h, "q", 3)
-			cut := errors.New("process killed")
-			var first string
-			h.WakeFunc = func(w mend.WakeUp) error {
-				if first == "" {
-					first = w.MessageID
-					if c.landed {
-						h.sent[w.MessageID] = true
-						h.woken = append(h.woken, w)
-					}
-					return cut
-				}
-				return nil
-			}
-			// The kill: the publish's answer never comes back, and the run
-			// ends with nothing recorded after the intent.
-			p := newPlanner(t, b, h, func(cfg *planner.Config) {
-				cfg.Hooks.OnWake = func(string, error) { panic(cut) }
-			})
 			l := b.lease(t, "q")
-			func() {
-				defer func() { _ = recover() }()
-				_, _ = p.Run(ctx, l)
-			}()
-			for _, rec := range recs {
-				got, _ := b.store.RecordGetByID(ctx, "q", rec.ID)
-				if got.State != mend.StateSettled {
-					t.Fatalf("record %s is %s after the cut; want settled", rec.ID, got.State)
-				}
-			}
-			// A new dead letter arrives before the next run.
-			h.batches["q/bnew"] = mend.Batch{ID: "q/bnew", State: mend.BatchSpeculating, Version: 1}
-			b.record(t, "q", "mnew", "q/bnew")
+			first := cutAfterIntent(t, b, h, l, recs, c.landed)
 			p2 := newPlanner(t, b, h, func(cfg *planner.Config) {
 				if c.blind {
 					cfg.Store = plainStore{b.store}
@@ -140,11 +151,115 @@ func TestCutAfterIntentResendsTheSameID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.Woken != 4 {
-				t.Fatalf("second run %+v; want all 4 woken", st)
+			if st.Woken != 3 {
+				t.Fatalf("second run %+v; want all 3 woken", st)
 			}
 			if len(h.woken) != c.messages || h.woken[0].MessageID != first {
 				t.Fatalf("published %v; want %d message(s), the first %s", h.woken, c.messages, first)
+			}
+		})
+	}
+}
+
+// reusingStore makes every wake intent it reads back claim to cover every
+// record: the broken variant of TestRecordSettledAfterTheCutGetsItsOwnWake,
+// a planner that re-sends any intent's message ID whatever was settled
+// since.
+type reusingStore struct{ *storage.DB }
+
+func (s reusingStore) RecordHistory(ctx context.Context, queue string, id mend.RecordID) ([]mend.Event, error) {
+	evs, err := s.DB.RecordHistory(ctx, queue, id)
+	if err != nil || len(evs) == 0 || evs[len(evs)-1].Kind != mend.EventWakeIntent {
+		return evs, err
+	}
+	var d map[string]any
+	if err := json.Unmarshal(evs[len(evs)-1].Data, &d); err != nil {
+		return nil, err
+	}
+	recs, err := s.DB.RecordsList(ctx, queue, 1000)
+	if err != nil {
+		return nil, err
+	}
+	var all []string
+	for _, r := range recs {
+		all = append(all, r.ID.String())
+	}
+	d["covers"] = all
+	evs[len(evs)-1].Data, err = json.Marshal(d)
+	return evs, err
+}
+
+// TestRecordSettledAfterTheCutGetsItsOwnWake: a run cut off after its
+// wake intent and publish, then a new dead letter whose batch the next
+// run fails. The first publish (landed or not) came before that batch was
+// failed, so the next run must not re-send its message ID, which the
+// queue's dedupe would swallow: it writes a new intent and publishes under
+// a new ID, after the new batch is failed. The negative control re-sends
+// the old ID (an intent taken to cover every record): when the first
+// publish landed, no wake-up follows the new batch's failure, and the
+// quiet queue would stay stuck.
+func TestRecordSettledAfterTheCutGetsItsOwnWake(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ landed, reuse bool }{
+		{landed: false}, {landed: true},
+		{landed: true, reuse: true}, // negative control
+	} {
+		t.Run(fmt.Sprintf("landed=%v/reuse=%v", c.landed, c.reuse), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			h := newFakeHost()
+			recs := stormQueue(t, b, h, "q", 3)
+			l := b.lease(t, "q")
+			first := cutAfterIntent(t, b, h, l, recs, c.landed)
+			h.batches["q/bnew"] = mend.Batch{ID: "q/bnew", State: mend.BatchSpeculating, Version: 1}
+			b.record(t, "q", "mnew", "q/bnew")
+			// Which publishes came after the new batch was failed: only
+			// those tell the queue's planner to look past it.
+			var after []string
+			h.WakeFunc = func(w mend.WakeUp) error {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if h.batches["q/bnew"].State == mend.BatchFailed && !h.sent[w.MessageID] {
+					after = append(after, w.MessageID)
+				}
+				return nil
+			}
+			p2 := newPlanner(t, b, h, func(cfg *planner.Config) {
+				if c.reuse {
+					cfg.Store = reusingStore{b.store}
+				}
+			})
+			st, err := p2.Run(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Woken != 4 {
+				t.Fatalf("second run %+v; want all 4 woken", st)
+			}
+			if c.reuse {
+				if len(after) != 0 {
+					t.Fatalf("the broken variant published %v after the new batch failed; the control shows nothing", after)
+				}
+				return
+			}
+			if len(after) != 1 || after[0] == first {
+				t.Fatalf("wake-ups that landed after q/bnew failed: %v (the cut run's was %s); want one, under a new ID", after, first)
+			}
+			var intents int
+			for _, rec := range recs {
+				evs, err := b.store.RecordHistory(ctx, "q", rec.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range evs {
+					if e.Kind == mend.EventWakeIntent {
+						intents++
+					}
+				}
+			}
+			if intents != 2 {
+				t.Fatalf("%d wake intents; want two (the cut run's and the new one)", intents)
 			}
 		})
 	}
