@@ -51,6 +51,7 @@ type scaleConfig struct {
 	Settle      time.Duration // the storm target: every record settled and woken within this of the first delivery
 	Bound       time.Duration // the storm is given up after this (the benchmark always ends)
 	RunLimit    int           // planner.Config.RunLimit (0: mend's default; -1: drain a queue per run)
+	Concurrency int           // reconcile.Config.Concurrency of each replica (0: mend's default)
 }
 
 func fullScale() scaleConfig {
@@ -98,6 +99,8 @@ func scaleFrom(tb testing.TB, env string, full, smoke scaleConfig) scaleConfig {
 			atoi(&c.IdlePasses)
 		case k == "run_limit":
 			atoi(&c.RunLimit)
+		case k == "concurrency":
+			atoi(&c.Concurrency)
 		case k == "intake_conns":
 			atoi(&c.IntakeConns)
 		case k == "intake_batch":
@@ -310,7 +313,7 @@ type scaleStats struct {
 	closeOnce   sync.Once
 }
 
-func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Duration, runLimit int, st *scaleStats) *replica {
+func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Duration, runLimit, concurrency int, st *scaleStats) *replica {
 	b.Helper()
 	ctx := context.Background()
 	store, err := storage.Open(ctx, storeDSN, storage.Options{})
@@ -351,7 +354,7 @@ func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Du
 	if err != nil {
 		b.Fatal(err)
 	}
-	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: interval,
+	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: interval, Concurrency: concurrency,
 		Hooks: reconcile.Hooks{
 			OnPass: func(reconcile.PassStats, time.Duration) { st.passes.Add(1) },
 			OnQueue: func(_ string, ps planner.Stats, _ time.Duration, err error) {
@@ -490,7 +493,7 @@ func startReplicas(b *testing.B, dbs stormDBs, cfg scaleConfig, n int, prefix st
 	st = &scaleStats{firstW: map[string]time.Time{}, want: int64(cfg.Storm), finishedAll: make(chan struct{})}
 	reps = make([]*replica, n)
 	for i := range n {
-		reps[i] = newReplica(b, cnt.DSN(b, dbs.mend.DSN), cnt.DSN(b, dbs.host.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, cfg.RunLimit, st)
+		reps[i] = newReplica(b, cnt.DSN(b, dbs.mend.DSN), cnt.DSN(b, dbs.host.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, cfg.RunLimit, cfg.Concurrency, st)
 	}
 	for _, r := range reps {
 		if _, err := r.rec.RunOnce(context.Background()); err != nil {

@@ -19,10 +19,13 @@ import (
 const (
 	IntervalDefault    = 10 * time.Second
 	ConcurrencyDefault = 4
-	QueueLimitDefault  = 1000
-	RetentionDefault   = 14 * 24 * time.Hour
-	PruneEveryDefault  = time.Hour
-	PruneLimitDefault  = 1000
+	// ClusterConcurrencyDefault: the planner runs in flight at once across
+	// every working replica (see Config.ClusterConcurrency).
+	ClusterConcurrencyDefault = 8
+	QueueLimitDefault         = 1000
+	RetentionDefault          = 14 * 24 * time.Hour
+	PruneEveryDefault         = time.Hour
+	PruneLimitDefault         = 1000
 	// QueueTimeoutDefault bounds one queue's planner run.
 	QueueTimeoutDefault = time.Minute
 	ProbeAfterDefault   = time.Second
@@ -73,6 +76,10 @@ type Hooks struct {
 	OnQueue func(queue string, st planner.Stats, d time.Duration, err error)
 	// OnPass runs after each pass.
 	OnPass func(ps PassStats, d time.Duration)
+	// OnSaturated runs when a pass has as many planner runs in flight as
+	// it may (limit: its share of ClusterConcurrency, or Concurrency) and
+	// waits for one to end before it takes the next queue.
+	OnSaturated func(inflight, limit int)
 }
 
 // Config configures a Reconciler. Store, Fence and Planner are required.
@@ -82,9 +89,21 @@ type Config struct {
 	Planner Runner
 	// Interval between passes. Zero means IntervalDefault (10 s).
 	Interval time.Duration
-	// Concurrency bounds how many queues are repaired at once. Zero means
-	// ConcurrencyDefault (4).
+	// Concurrency bounds how many queues this replica repairs at once. Zero
+	// means ConcurrencyDefault (4).
 	Concurrency int
+	// ClusterConcurrency bounds the planner runs in flight at once across
+	// every replica sharing mend's lease table, so that adding replicas
+	// (for availability) does not multiply the load a storm puts on the
+	// database. A pass with more than one queue to run holds a slot lease
+	// (ReplicaSlotName) and counts the live ones (one statement, again
+	// every second of the pass); with w working replicas it runs at most
+	// ceil(ClusterConcurrency / w) queues at once, at least 1 and at most
+	// Concurrency. It needs the Store to be a LeaseCounter; without one, or
+	// when negative, each replica runs Concurrency at once. Zero means
+	// ClusterConcurrencyDefault (8): one or two replicas run 4 each, as
+	// before, four replicas 2 each.
+	ClusterConcurrency int
 	// QueueLimit bounds how many due queues one pass looks at. Zero means
 	// QueueLimitDefault.
 	QueueLimit int
@@ -118,6 +137,8 @@ func (c Config) validate() error {
 		return bad(fmt.Sprintf("interval must be at least %s", minInterval))
 	case c.Concurrency < 0 || c.Concurrency > maxConcurrency:
 		return bad(fmt.Sprintf("concurrency must be between 1 and %d", maxConcurrency))
+	case c.ClusterConcurrency > maxConcurrency*ReplicaSlots:
+		return bad(fmt.Sprintf("cluster concurrency must be at most %d (negative: no cluster bound)", maxConcurrency*ReplicaSlots))
 	case c.QueueLimit < 0 || c.PruneLimit < 0 || c.PruneEvery < 0 || c.QueueTimeout < 0 || c.ProbeAfter < 0:
 		return bad("queue limit, prune limit, prune interval, queue timeout and probe delay must not be negative")
 	}
@@ -140,6 +161,12 @@ type PassStats struct {
 	// records possibly still due; while it is non-zero the next pass
 	// starts at once instead of after Interval.
 	More int
+	// Concurrency is how many runs the pass could have in flight when it
+	// took its last queue: its share of Config.ClusterConcurrency, or
+	// Config.Concurrency. Replicas is how many working replicas (this one
+	// included) the share was computed for; 0 when the pass did not count
+	// them (nothing to share: at most one queue, or no cluster bound).
+	Concurrency, Replicas int
 }
 
 // Reconciler finds queues with due records, takes each queue's lease and
@@ -152,6 +179,13 @@ type Reconciler struct {
 	stop      context.CancelFunc
 	done      chan struct{}
 	lastPrune time.Time // monotonic
+
+	// The replica slot this reconciler holds while its passes have work
+	// to share (budget.go).
+	holder    string
+	slotNames []string
+	slotMu    sync.Mutex
+	slot      *fence.Lease
 }
 
 // New returns a Reconciler.
@@ -167,11 +201,16 @@ func New(cfg Config) (*Reconciler, error) {
 	cfg.PruneLimit = cmp.Or(cfg.PruneLimit, PruneLimitDefault)
 	cfg.QueueTimeout = cmp.Or(cfg.QueueTimeout, QueueTimeoutDefault)
 	cfg.ProbeAfter = cmp.Or(cfg.ProbeAfter, ProbeAfterDefault)
+	cfg.ClusterConcurrency = cmp.Or(cfg.ClusterConcurrency, ClusterConcurrencyDefault)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Reconciler{cfg: cfg, log: log.With("component", "reconcile")}, nil
+	r := &Reconciler{cfg: cfg, log: log.With("component", "reconcile"), holder: holderOf(cfg.Fence)}
+	for j := range ReplicaSlots {
+		r.slotNames = append(r.slotNames, ReplicaSlotName(j))
+	}
+	return r, nil
 }
 
 // TryRepair repairs one queue if its lease is free: it takes the lease
@@ -224,7 +263,8 @@ func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, e
 
 // RunOnce runs one pass: every queue with due records (at most QueueLimit,
 // longest overdue first) gets one planner run if its lease is free, at
-// most Concurrency at a time, in a random order, each run bounded by the
+// most Concurrency at a time (or this replica's share of
+// ClusterConcurrency), in a random order, each run bounded by the
 // planner's RunLimit records and by QueueTimeout; then, at most once per
 // PruneEvery, done records older than Retention are pruned. The pass takes
 // each queue once and ends: a queue whose run stopped at RunLimit is
@@ -237,6 +277,14 @@ func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, e
 // again on the next pass. Returns an error only when the pass itself could
 // not run (listing due queues failed) or ctx ended.
 func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
+	defer r.dropSlot(ctx)
+	return r.pass(ctx)
+}
+
+// pass is RunOnce without giving the replica slot back at its end: the
+// loop keeps it from one pass with work to the next, and gives it back
+// after a pass with none to share, or when it stops.
+func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 	start := time.Now()
 	var ps PassStats
 	queues, err := r.cfg.Store.QueuesDue(ctx, r.cfg.QueueLimit)
@@ -244,25 +292,52 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 		return ps, fmt.Errorf("reconcile: list due queues: %w", err)
 	}
 	ps.Queues = len(queues)
+	sh := r.newShare(ctx, len(queues))
+	if sh.counter == nil {
+		r.dropSlot(ctx)
+	}
 	// Each replica takes due queues in its own random order, so replicas
 	// passing at the same moment spread over the queues instead of racing
 	// down the same list.
 	rand.Shuffle(len(queues), func(i, j int) { queues[i], queues[j] = queues[j], queues[i] })
 	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		slots = make(chan struct{}, r.cfg.Concurrency)
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		inflight int
+		// Each run ends with one send; at most Concurrency are in flight,
+		// so a send never blocks.
+		ended = make(chan struct{}, r.cfg.Concurrency)
 	)
 	for _, q := range queues {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		for ctx.Err() == nil {
+		drain:
+			for {
+				select {
+				case <-ended:
+					inflight--
+				default:
+					break drain
+				}
+			}
+			limit := sh.limit(ctx)
+			if inflight < limit {
+				break
+			}
+			if r.cfg.Hooks.OnSaturated != nil {
+				r.cfg.Hooks.OnSaturated(inflight, limit)
+			}
+			select {
+			case <-ended:
+				inflight--
+			case <-ctx.Done():
+			}
 		}
 		if ctx.Err() != nil {
 			break
 		}
+		inflight++
 		wg.Go(func() {
-			defer func() { <-slots }()
+			defer func() { ended <- struct{}{} }()
 			if prober, ok := r.cfg.Store.(DueProber); ok && time.Since(start) >= r.cfg.ProbeAfter {
 				// A failed probe is no answer: the run finds out itself.
 				if due, err := prober.QueueHasDue(ctx, q); err == nil && !due {
@@ -294,6 +369,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (PassStats, error) {
 		})
 	}
 	wg.Wait()
+	ps.Concurrency, ps.Replicas = sh.n, sh.replicas
 	if ctx.Err() != nil {
 		return ps, ctx.Err()
 	}
@@ -393,6 +469,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 
 func (r *Reconciler) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	defer r.dropSlot(ctx)
 	r.log.InfoContext(ctx, "reconciler started", "interval", r.cfg.Interval.String(), "concurrency", r.cfg.Concurrency)
 	// The first pass starts at a random point of the first interval, so
 	// replicas started together do not pass in step (one of them would
@@ -413,7 +490,7 @@ func (r *Reconciler) loop(ctx context.Context, done chan struct{}) {
 		// is followed at once: the next pass re-lists, so it also reaches
 		// whatever fell due meanwhile, and a storm drains at full speed.
 		start := time.Now()
-		ps, err := r.RunOnce(ctx)
+		ps, err := r.pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.WarnContext(ctx, "pass failed", "err", err)
 		}

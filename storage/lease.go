@@ -388,6 +388,25 @@ func (d *DB) LeaseGetMany(ctx context.Context, queues []string) ([]LeaseStatus, 
 // NOW(6) is the statement's start; after waiting for a takeover's lock the
 // read sees the new term and refuses. While this shared lock is held no
 // takeover can commit, so the transaction's writes precede any later term's.
+// LeasesLive returns how many of the named leases have a current term by
+// the database clock: LeaseGetMany's statement, counted. The reconcilers
+// count their replica slots with it (reconcile.LeaseCounter).
+//
+// Returns ErrInvalid for a bad name.
+func (d *DB) LeasesLive(ctx context.Context, names []string) (int, error) {
+	sts, err := d.LeaseGetMany(ctx, names)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, st := range sts {
+		if st.Live() {
+			n++
+		}
+	}
+	return n, nil
+}
+
 const sqlLeaseCheckStmt = `SELECT holder, epoch, expires_at > NOW(6) AS live
 FROM mend_leases WHERE queue = ? LOCK IN SHARE MODE`
 

@@ -41,6 +41,10 @@ type metrics struct {
 	queueRuns    *prometheus.CounterVec
 	plannerRun   prometheus.Histogram
 	reconcilePas prometheus.Histogram
+	// share is this replica's share of --cluster-concurrency, as of its
+	// last pass that counted the working replicas.
+	share    prometheus.Gauge
+	replicas prometheus.Gauge
 	// repairLatency is the repair SLO's histogram (planner.Hooks.OnRepaired).
 	repairLatency prometheus.Histogram
 	dangling      *prometheus.CounterVec
@@ -102,6 +106,10 @@ func newMetrics() *metrics {
 			Help: "How long one planner run over one queue took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		reconcilePas: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_reconcile_pass_duration_seconds",
 			Help: "How long one reconciler pass over all due queues took.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		share: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mend_reconcile_share",
+			Help: "Planner runs this replica may have in flight at once: its share of --cluster-concurrency (at most --concurrency), as of its last pass with queues to share."}),
+		replicas: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mend_reconcile_working_replicas",
+			Help: "Working replicas (this one included) that replica's last pass with queues to share divided --cluster-concurrency among."}),
 		repairLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_repair_latency_seconds",
 			Help:    "Repair latency: from a dead letter's failed_at to its record finished (wake-up durable, or done with nothing to wake), observed by the planner that finished it.",
 			Buckets: repairLatencyBuckets}),
@@ -116,7 +124,7 @@ func newMetrics() *metrics {
 		seen: map[string]bool{},
 	}
 	m.reg.MustRegister(m.settles, m.wakeups, m.parked, m.fenced, m.leaseAcq, m.leaseLost, m.renewFailed,
-		m.queueRuns, m.plannerRun, m.reconcilePas, m.repairLatency, m.dangling, m.attemptsFail, m.buildInfo,
+		m.queueRuns, m.plannerRun, m.reconcilePas, m.share, m.replicas, m.repairLatency, m.dangling, m.attemptsFail, m.buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	bi := readBuildInfo()
 	m.buildInfo.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
@@ -201,7 +209,13 @@ func (m *metrics) reconcileHooks() reconcile.Hooks {
 			}
 			m.queueRuns.WithLabelValues(result).Inc()
 		},
-		OnPass: func(_ reconcile.PassStats, d time.Duration) { m.reconcilePas.Observe(d.Seconds()) },
+		OnPass: func(ps reconcile.PassStats, d time.Duration) {
+			m.reconcilePas.Observe(d.Seconds())
+			if ps.Replicas > 0 {
+				m.share.Set(float64(ps.Concurrency))
+				m.replicas.Set(float64(ps.Replicas))
+			}
+		},
 	}
 }
 

@@ -26,6 +26,7 @@ type runConfig struct {
 	Interval               time.Duration
 	LeaseTTL               time.Duration
 	Concurrency            int
+	ClusterConcurrency     int
 	Holder                 string
 	MetricsAddr            string
 	Retention              time.Duration
@@ -44,6 +45,8 @@ func (c runConfig) validate() error {
 		return checkLeaseTTL(c.LeaseTTL)
 	case c.Concurrency < 1 || c.Concurrency > 256:
 		return usagef("--concurrency must be between 1 and 256, got %d", c.Concurrency)
+	case c.ClusterConcurrency > 256*reconcile.ReplicaSlots:
+		return usagef("--cluster-concurrency must be at most %d (negative: no cluster-wide bound), got %d", 256*reconcile.ReplicaSlots, c.ClusterConcurrency)
 	case checkRunIdentities(c.Holder, c.WakeTopic) != nil:
 		return checkRunIdentities(c.Holder, c.WakeTopic)
 	case checkHostDSNs(c.HostDSN, c.QueueDSN) != nil:
@@ -71,7 +74,8 @@ func newRunCmd(a *app) *cobra.Command {
 	f.BoolVar(&c.Once, "once", false, "repair what is due now (passes until the due queues are drained) and exit, for cron; exit 1 if any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
-	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues repaired at once")
+	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues this replica repairs at once, at most")
+	f.IntVar(&c.ClusterConcurrency, "cluster-concurrency", reconcile.ClusterConcurrencyDefault, "queues repaired at once by all the replicas sharing --dsn together: each working replica takes its share,\nat most --concurrency (negative: no cluster-wide bound)")
 	f.StringVar(&c.Holder, "holder", fence.DefaultHolder(), "this process's name in lease rows (unique per process)")
 	f.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9464 (empty: off)")
 	f.DurationVar(&c.Retention, "retention", reconcile.RetentionDefault, "how long done records are kept (negative: never prune)")
@@ -187,7 +191,7 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 		return fail(usagef("planner settings: %v", err))
 	}
 	s.rec, err = reconcile.New(reconcile.Config{Store: store, Fence: s.fence, Planner: s.planner,
-		Interval: c.Interval, Concurrency: c.Concurrency, Retention: c.Retention, Hooks: rh, Logger: log})
+		Interval: c.Interval, Concurrency: c.Concurrency, ClusterConcurrency: c.ClusterConcurrency, Retention: c.Retention, Hooks: rh, Logger: log})
 	if err != nil {
 		return fail(usagef("reconciler settings: %v", err))
 	}
@@ -237,7 +241,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	}
 	warnSameHolder(ctx, svc.store, c.Holder, clog)
 	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
-		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "db", redactDSN(c.DSN))
+		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "cluster_concurrency", c.ClusterConcurrency, "db", redactDSN(c.DSN))
 
 	sub, err := startSubscription(ctx, c, svc, log, m)
 	if err != nil {
@@ -312,6 +316,9 @@ func logPass(log *slog.Logger, ps reconcile.PassStats, d time.Duration) {
 		// summary once said done=0 after three records finished).
 		"done", r.Done + r.Woken, "done_without_wake", r.Done,
 		"waiting", r.Waiting, "parked", r.Parked, "attempts_failed", r.Failed, "pruned", ps.Pruned}
+	if ps.Replicas > 0 {
+		attrs = append(attrs, "share", ps.Concurrency, "working_replicas", ps.Replicas)
+	}
 	if d >= 0 {
 		attrs = append(attrs, "took", d.Round(time.Millisecond))
 	}

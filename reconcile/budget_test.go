@@ -1,0 +1,183 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
+	"github.com/mendq/mend/storage"
+)
+
+var _ reconcile.LeaseCounter = (*storage.DB)(nil)
+
+// gateRunner is a planner stand-in whose runs each say they started and
+// then wait for the gate to open.
+type gateRunner struct {
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func newGateRunner() *gateRunner {
+	return &gateRunner{started: make(chan struct{}, 64), gate: make(chan struct{})}
+}
+
+func (g *gateRunner) Run(ctx context.Context, _ planner.Lease) (planner.Stats, error) {
+	g.started <- struct{}{}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return planner.Stats{}, ctx.Err()
+	}
+	return planner.Stats{Settled: 1}, nil
+}
+
+// TestReplicasShareTheClusterBudget: with another replica working (its
+// slot lease live), a pass over six queues with Concurrency 4 and
+// ClusterConcurrency 4 runs two at a time, its half of the budget; alone
+// it runs four. The negative control turns the cluster bound off: the pass
+// runs four beside the other replica, the load doubling with the replicas.
+// The pass gives its slot back when it ends.
+func TestReplicasShareTheClusterBudget(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name          string
+		other         bool // another replica holds a slot
+		cluster       int
+		want, workers int
+	}{
+		{name: "beside another replica", other: true, cluster: 4, want: 2, workers: 2},
+		{name: "alone", cluster: 4, want: 4, workers: 1},
+		{name: "budget rounds up", other: true, cluster: 5, want: 3, workers: 2},
+		{name: "no cluster bound (negative control)", other: true, cluster: -1, want: 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			for i := range 6 {
+				b.record(t, fmt.Sprintf("q%d", i), "m")
+			}
+			if c.other {
+				other, err := fence.New(b.store, fence.Config{Holder: "other", TTL: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				le, err := other.TryAcquire(ctx, reconcile.ReplicaSlotName(7))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = le.Release(context.Background()) })
+			}
+			g := newGateRunner()
+			saturated := make(chan [2]int, 64)
+			r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: g,
+				Concurrency: 4, ClusterConcurrency: c.cluster,
+				Hooks: reconcile.Hooks{OnSaturated: func(inflight, limit int) { saturated <- [2]int{inflight, limit} }}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				ps  reconcile.PassStats
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				ps, err := r.RunOnce(ctx)
+				done <- result{ps, err}
+			}()
+			// The pass waits with every run it may have in flight still
+			// open: none can end before the gate opens.
+			if got := <-saturated; got != [2]int{c.want, c.want} {
+				t.Fatalf("the pass waited with %d runs in flight (limit %d); want %d", got[0], got[1], c.want)
+			}
+			close(g.gate)
+			res := <-done
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if res.ps.Ran != 6 || res.ps.Concurrency != c.want || res.ps.Replicas != c.workers {
+				t.Fatalf("pass %+v; want 6 run at %d at once among %d working replicas", res.ps, c.want, c.workers)
+			}
+			if n := len(g.started); n != 6 {
+				t.Fatalf("%d runs started; want 6", n)
+			}
+			live, err := b.store.LeasesLive(ctx, slotNames())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{true: 1, false: 0}[c.other]; live != want {
+				t.Fatalf("%d replica slots live after the pass; want %d (the pass gives its own back)", live, want)
+			}
+		})
+	}
+}
+
+// TestOneQueueTakesNoSlot: a pass with a single queue to run has nothing
+// to share and sends nothing for the budget.
+func TestOneQueueTakesNoSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.record(t, "q", "m")
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: &fakeRunner{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Ran != 1 || ps.Replicas != 0 || ps.Concurrency != reconcile.ConcurrencyDefault {
+		t.Fatalf("pass %+v; want one run, no replicas counted, the default concurrency", ps)
+	}
+	sts, err := b.store.LeaseGetMany(ctx, slotNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != 0 {
+		t.Fatalf("replica slots %+v; want none ever taken", sts)
+	}
+}
+
+// TestLoopGivesItsSlotBack: the loop keeps its slot from one pass with
+// work to the next and gives it back when it stops.
+func TestLoopGivesItsSlotBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	for i := range 3 {
+		b.record(t, fmt.Sprintf("q%d", i), "m")
+	}
+	g := newGateRunner()
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: g, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-g.started // a pass with three queues is running: it holds a slot
+	live, err := b.store.LeasesLive(ctx, slotNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live != 1 {
+		t.Fatalf("%d replica slots live during the pass; want 1", live)
+	}
+	r.Stop()
+	if live, err = b.store.LeasesLive(ctx, slotNames()); err != nil || live != 0 {
+		t.Fatalf("%d replica slots live after Stop (%v); want 0", live, err)
+	}
+}
+
+func slotNames() []string {
+	var names []string
+	for j := range reconcile.ReplicaSlots {
+		names = append(names, reconcile.ReplicaSlotName(j))
+	}
+	return names
+}
