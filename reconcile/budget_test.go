@@ -3,6 +3,8 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,8 +111,8 @@ func TestReplicasShareTheClusterBudget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := map[bool]int{true: 1, false: 0}[c.other]; live != want {
-				t.Fatalf("%d replica slots live after the pass; want %d (the pass gives its own back)", live, want)
+			if want := map[bool]int{true: 1, false: 0}[c.other]; len(live) != want {
+				t.Fatalf("replica slots live after the pass: %v; want %d (the pass gives its own back)", live, want)
 			}
 		})
 	}
@@ -165,12 +167,86 @@ func TestLoopGivesItsSlotBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live != 1 {
-		t.Fatalf("%d replica slots live during the pass; want 1", live)
+	if len(live) != 1 {
+		t.Fatalf("replica slots live during the pass: %v; want 1", live)
 	}
 	r.Stop()
-	if live, err = b.store.LeasesLive(ctx, slotNames()); err != nil || live != 0 {
-		t.Fatalf("%d replica slots live after Stop (%v); want 0", live, err)
+	if live, err = b.store.LeasesLive(ctx, slotNames()); err != nil || len(live) != 0 {
+		t.Fatalf("replica slots live after Stop: %v (%v); want none", live, err)
+	}
+}
+
+// orderRunner records the order the queues were run in.
+type orderRunner struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (o *orderRunner) Run(_ context.Context, lease planner.Lease) (planner.Stats, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.order = append(o.order, lease.Term().Queue)
+	return planner.Stats{Settled: 1}, nil
+}
+
+// TestPassRunsItsOwnQueuesFirst: with two replicas working, a pass runs
+// first the queues whose name hashes to its place among the live slots,
+// then the others', so the replicas start on different queues (a random
+// order alone puts its own 8 of 16 first once in 12,870 passes).
+func TestPassRunsItsOwnQueuesFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var queues []string
+	for i := range 16 {
+		queues = append(queues, fmt.Sprintf("q%02d", i))
+		b.record(t, queues[i], "m")
+	}
+	other, err := fence.New(b.store, fence.Config{Holder: "other", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := other.TryAcquire(ctx, reconcile.ReplicaSlotName(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = le.Release(context.Background()) })
+	o := &orderRunner{}
+	var rank int
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: o, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Replicas != 2 || len(o.order) != 16 {
+		t.Fatalf("pass %+v ran %v; want all 16 among 2 working replicas", ps, o.order)
+	}
+	// This replica ("test") tries slots from the one its name hashes to,
+	// skipping 07; its rank is its place beside 07 in slot order.
+	h := fnv.New32a()
+	h.Write([]byte("test"))
+	slot := int(h.Sum32() % reconcile.ReplicaSlots)
+	if slot == 7 {
+		slot = 8
+	}
+	if slot > 7 {
+		rank = 1
+	}
+	mine := func(q string) bool {
+		h := fnv.New32a()
+		h.Write([]byte(q))
+		return int(h.Sum32()%2) == rank
+	}
+	seenOther := false
+	for _, q := range o.order {
+		if !mine(q) {
+			seenOther = true
+		} else if seenOther {
+			t.Fatalf("order %v (rank %d of 2): queue %s, its own, came after another replica's", o.order, rank, q)
+		}
 	}
 }
 

@@ -292,14 +292,12 @@ func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 		return ps, fmt.Errorf("reconcile: list due queues: %w", err)
 	}
 	ps.Queues = len(queues)
-	sh := r.newShare(ctx, len(queues))
+	// Each replica takes due queues in its own order, its part of them
+	// first (see newShare).
+	sh := r.newShare(ctx, queues)
 	if sh.counter == nil {
 		r.dropSlot(ctx)
 	}
-	// Each replica takes due queues in its own random order, so replicas
-	// passing at the same moment spread over the queues instead of racing
-	// down the same list.
-	rand.Shuffle(len(queues), func(i, j int) { queues[i], queues[j] = queues[j], queues[i] })
 	var (
 		mu       sync.Mutex
 		wg       sync.WaitGroup

@@ -388,23 +388,24 @@ func (d *DB) LeaseGetMany(ctx context.Context, queues []string) ([]LeaseStatus, 
 // NOW(6) is the statement's start; after waiting for a takeover's lock the
 // read sees the new term and refuses. While this shared lock is held no
 // takeover can commit, so the transaction's writes precede any later term's.
-// LeasesLive returns how many of the named leases have a current term by
-// the database clock: LeaseGetMany's statement, counted. The reconcilers
-// count their replica slots with it (reconcile.LeaseCounter).
+// LeasesLive returns the names among names whose lease has a current term
+// by the database clock, in no particular order: LeaseGetMany's
+// statement. The reconcilers find the working replicas by their slots with
+// it (reconcile.LeaseCounter).
 //
 // Returns ErrInvalid for a bad name.
-func (d *DB) LeasesLive(ctx context.Context, names []string) (int, error) {
+func (d *DB) LeasesLive(ctx context.Context, names []string) ([]string, error) {
 	sts, err := d.LeaseGetMany(ctx, names)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	var live []string
 	for _, st := range sts {
 		if st.Live() {
-			n++
+			live = append(live, st.Term.Queue)
 		}
 	}
-	return n, nil
+	return live, nil
 }
 
 const sqlLeaseCheckStmt = `SELECT holder, epoch, expires_at > NOW(6) AS live
