@@ -47,6 +47,7 @@ type share struct {
 	// them, in slot order.
 	replicas, rank int
 	counted        time.Time
+	orderedFor     [2]int // replicas and rank when order last ordered the list
 }
 
 // newShare returns the share of a pass that lists queues, and orders them
@@ -56,7 +57,8 @@ type share struct {
 //
 // The order: the queues shuffled, so that replicas passing at the same
 // moment do not race down the same list; then, with w replicas working and
-// this one the r-th, the queues whose name hashes to r modulo w first. The
+// this one the r-th, the queues whose name hashes to r modulo w first
+// (order, again whenever the count changes during the pass). The
 // replicas thus start on different queues and every queue gets its first
 // run of the pass after about one run per queue in all, whatever w; each
 // then helps with the others' queues. Without the split each replica
@@ -74,20 +76,36 @@ func (r *Reconciler) newShare(ctx context.Context, queues []string) *share {
 	}
 	sh.counter = counter
 	sh.recount(ctx)
-	if sh.replicas > 1 {
-		w, rank := uint32(sh.replicas), uint32(sh.rank)
-		slices.SortStableFunc(queues, func(a, b string) int {
-			ma, mb := hashName(a)%w == rank, hashName(b)%w == rank
-			switch {
-			case ma == mb:
-				return 0
-			case ma:
-				return -1
-			}
-			return 1
-		})
-	}
+	sh.order(queues)
 	return sh
+}
+
+// order puts this replica's part of queues first, keeping the order within
+// each part, when the working replicas have changed since the last call:
+// with w replicas and this one the r-th, the queues whose name hashes to r
+// modulo w. A pass calls it on the queues it has not yet taken before it
+// takes each, so a replica that starts or stops during a long pass (the
+// replicas start theirs at random points of the interval) changes every
+// pass's split within about a second.
+func (sh *share) order(queues []string) {
+	if sh.replicas == sh.orderedFor[0] && sh.rank == sh.orderedFor[1] {
+		return
+	}
+	sh.orderedFor = [2]int{sh.replicas, sh.rank}
+	if sh.replicas < 2 {
+		return
+	}
+	w, rank := uint32(sh.replicas), uint32(sh.rank)
+	slices.SortStableFunc(queues, func(a, b string) int {
+		ma, mb := hashName(a)%w == rank, hashName(b)%w == rank
+		switch {
+		case ma == mb:
+			return 0
+		case ma:
+			return -1
+		}
+		return 1
+	})
 }
 
 func hashName(s string) uint32 {
@@ -99,7 +117,7 @@ func hashName(s string) uint32 {
 // limit returns how many runs the pass may have in flight now, counting
 // the replicas again once the last count is shareRecount old.
 func (sh *share) limit(ctx context.Context) int {
-	if sh.counter != nil && time.Since(sh.counted) >= shareRecount {
+	if sh.counter != nil && time.Since(sh.counted) >= sh.r.recountEvery {
 		sh.recount(ctx)
 	}
 	return sh.n

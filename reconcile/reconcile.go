@@ -186,6 +186,9 @@ type Reconciler struct {
 	slotNames []string
 	slotMu    sync.Mutex
 	slot      *fence.Lease
+	// recountEvery is shareRecount; tests set it to 0 (a count before
+	// every queue a pass takes).
+	recountEvery time.Duration
 }
 
 // New returns a Reconciler.
@@ -206,7 +209,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Reconciler{cfg: cfg, log: log.With("component", "reconcile"), holder: holderOf(cfg.Fence)}
+	r := &Reconciler{cfg: cfg, log: log.With("component", "reconcile"), holder: holderOf(cfg.Fence), recountEvery: shareRecount}
 	for j := range ReplicaSlots {
 		r.slotNames = append(r.slotNames, ReplicaSlotName(j))
 	}
@@ -306,7 +309,7 @@ func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 		// so a send never blocks.
 		ended = make(chan struct{}, r.cfg.Concurrency)
 	)
-	for _, q := range queues {
+	for i := range queues {
 		for ctx.Err() == nil {
 		drain:
 			for {
@@ -333,6 +336,11 @@ func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 		if ctx.Err() != nil {
 			break
 		}
+		// The working replicas changed since the list was ordered (one
+		// started or stopped during the pass): the rest of it is ordered
+		// again, this replica's new part first.
+		sh.order(queues[i:])
+		q := queues[i]
 		inflight++
 		wg.Go(func() {
 			defer func() { ended <- struct{}{} }()
