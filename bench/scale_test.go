@@ -42,7 +42,7 @@ type scaleConfig struct {
 	Finished    int           // finished (done) records spread over them
 	Storm       int           // dead letters in the storm
 	StormQueues int           // queues the storm hits
-	Replicas    []int         // reconciler counts, one run each
+	Replicas    []int         // reconciler counts, one run each, in this order
 	IdlePasses  int           // idle passes measured per replica
 	IntakeConns int           // intake workers delivering the storm
 	IntakeBatch int           // deliveries per intake call: 1 is Intake.Record, more is RecordMany (a subscription page)
@@ -55,7 +55,10 @@ type scaleConfig struct {
 }
 
 func fullScale() scaleConfig {
-	return scaleConfig{Queues: 10_000, Finished: 1_000_000, Storm: 100_000, StormQueues: 1_000, Replicas: []int{2, 4},
+	// Two and four replicas twice each, in the order 2, 4, 4, 2: the world
+	// grows by a storm each run, so that order cancels the drift, and two
+	// runs of each show the spread of runs alike.
+	return scaleConfig{Queues: 10_000, Finished: 1_000_000, Storm: 100_000, StormQueues: 1_000, Replicas: []int{2, 4, 4, 2},
 		IdlePasses: 20, IntakeConns: 16, IntakeBatch: subscribe.PageSizeDefault, Interval: reconcile.IntervalDefault,
 		Deadline: time.Minute, Settle: 2 * time.Minute, Bound: 20 * time.Minute}
 }
@@ -63,6 +66,7 @@ func fullScale() scaleConfig {
 func smokeScale() scaleConfig {
 	c := fullScale()
 	c.Queues, c.Finished, c.Storm, c.StormQueues, c.IdlePasses, c.Bound = 100, 10_000, 2_000, 20, 10, 5*time.Minute
+	c.Replicas = []int{2, 4}
 	return c
 }
 
@@ -414,10 +418,11 @@ func BenchmarkScale(b *testing.B) {
 	seedScaleWorld(b, raw, cfg)
 	fmt.Printf("mend-bench: scale world seeded in %s\n", time.Since(seedStart).Round(time.Millisecond))
 
-	for _, n := range cfg.Replicas {
+	for run, n := range cfg.Replicas {
+		// A count run twice is replicas=N#01 the second time.
 		b.Run("replicas="+strconv.Itoa(n), func(b *testing.B) {
 			for i := range b.N {
-				scaleRun(b, db, cfg, n, fmt.Sprintf("t%d%c-", n, 'a'+i))
+				scaleRun(b, db, cfg, n, fmt.Sprintf("t%d%d%c-", run, n, 'a'+i))
 			}
 		})
 	}
@@ -601,6 +606,7 @@ func scaleStorm(b *testing.B, dbs stormDBs, cfg scaleConfig, prefix string, cnt 
 		intakeEr error
 	)
 	b.StartTimer()
+	cpuBefore := readCPU()
 	stormStart := time.Now()
 	intakeTook := measure(cfg.IntakeConns, func(w int) {
 		for {
@@ -665,8 +671,14 @@ wait:
 		drained = left == 0
 	}
 	b.StopTimer()
+	cpuDuring := readCPU().since(cpuBefore)
 	stop()
 	storm := diff(cnt.snapshot(), before)
+	// What the machine's CPUs did during the storm: the server and every
+	// replica share them, and time the hypervisor gave elsewhere (steal)
+	// is time the storm did not get, the main source of run-to-run spread.
+	b.ReportMetric(cpuDuring.pct(cpuDuring.steal), "storm-steal-%")
+	b.ReportMetric(cpuDuring.pct(cpuDuring.idle), "storm-idle-%")
 	stormPasses, dials := st.passes.Load()-passesBefore, cnt.dials.Load()-dialsBefore
 	b.ReportMetric(float64(st.runs.Load()-runsBefore), "storm-runs")
 	b.ReportMetric(float64(st.empty.Load()-emptyBefore), "storm-empty-runs")
@@ -843,6 +855,46 @@ func explain(b *testing.B, db *sql.DB, text string) string {
 }
 
 // procMemory returns this process's resident set and its peak, in MiB.
+// cpuTimes are the machine's CPU counters from /proc/stat's first line, in
+// clock ticks; zero where it cannot be read.
+type cpuTimes struct{ total, idle, steal float64 }
+
+func readCPU() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}
+	}
+	var t cpuTimes
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		n, _ := strconv.ParseFloat(v, 64)
+		t.total += n
+		switch i {
+		case 3, 4:
+			t.idle += n
+		case 7:
+			t.steal += n
+		}
+	}
+	return t
+}
+
+func (t cpuTimes) since(before cpuTimes) cpuTimes {
+	return cpuTimes{total: t.total - before.total, idle: t.idle - before.idle, steal: t.steal - before.steal}
+}
+
+// pct is part as a percentage of t's total.
+func (t cpuTimes) pct(part float64) float64 {
+	if t.total <= 0 {
+		return 0
+	}
+	return 100 * part / t.total
+}
+
 func procMemory() (rss, peak float64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
