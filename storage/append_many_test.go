@@ -166,7 +166,7 @@ func TestRecordAppendMany(t *testing.T) {
 	// Another writer moved one record by exactly one version: the try's
 	// UPDATE misses it and the event it would insert has a taken seq. The
 	// try keeps nothing and the records are appended each alone.
-	movedByOne := func(t *testing.T, unguarded bool) ([]error, error, *bundle, []mend.Record) {
+	movedByOne := func(t *testing.T, unguarded bool) (*bundle, []mend.Record, []error, error) {
 		b := setup(t)
 		if unguarded {
 			storage.DropAppendTogetherGuard(b.store)
@@ -183,11 +183,11 @@ func TestRecordAppendMany(t *testing.T) {
 		if !unguarded && (len(missed) != 1 || !missed[0]) {
 			t.Fatalf("all-at-once try reported missed=%v; want one try that missed", missed)
 		}
-		return res, err, b, recs
+		return b, recs, res, err
 	}
 	t.Run("a record moved by one version: the others written once", func(t *testing.T) {
 		t.Parallel()
-		res, err, b, recs := movedByOne(t, false)
+		b, recs, res, err := movedByOne(t, false)
 		if err != nil || len(res) != 3 || res[0] != nil || !errors.Is(res[1], mend.ErrConflict) || res[2] != nil {
 			t.Fatalf("RecordAppendMany = %v, %v; want nil, ErrConflict, nil", res, err)
 		}
@@ -210,7 +210,7 @@ func TestRecordAppendMany(t *testing.T) {
 	})
 	t.Run("negative control: without the guard the same call is refused as an op id used twice", func(t *testing.T) {
 		t.Parallel()
-		res, err, _, _ := movedByOne(t, true)
+		_, _, res, err := movedByOne(t, true)
 		if err == nil {
 			t.Fatalf("RecordAppendMany without the guard = %v, nil; the test above would not catch a missing guard", res)
 		}
