@@ -118,6 +118,20 @@ func cutAfterIntent(t *testing.T, b *bundle, h *fakeHost, l planner.Lease, recs 
 	return first
 }
 
+// runAgain is the run after the cut: a new planner over store, under the
+// same lease, which must finish (wake) all woken records.
+func runAgain(t *testing.T, b *bundle, h *fakeHost, l planner.Lease, store planner.Store, woken int) {
+	t.Helper()
+	p := newPlanner(t, b, h, func(cfg *planner.Config) { cfg.Store = store })
+	st, err := p.Run(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Woken != woken {
+		t.Fatalf("second run %+v; want all %d woken", st, woken)
+	}
+}
+
 // TestCutAfterIntentResendsTheSameID: a run cut off after the wake intent
 // (the publish may or may not have landed) leaves every record settled;
 // the next run re-sends the wake-up under the same message ID, so a landed
@@ -136,24 +150,16 @@ func TestCutAfterIntentResendsTheSameID(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("landed=%v/blind=%v", c.landed, c.blind), func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			b := setup(t)
 			h := newFakeHost()
 			recs := stormQueue(t, b, h, "q", 3)
 			l := b.lease(t, "q")
 			first := cutAfterIntent(t, b, h, l, recs, c.landed)
-			p2 := newPlanner(t, b, h, func(cfg *planner.Config) {
-				if c.blind {
-					cfg.Store = plainStore{b.store}
-				}
-			})
-			st, err := p2.Run(ctx, l)
-			if err != nil {
-				t.Fatal(err)
+			var store planner.Store = b.store
+			if c.blind {
+				store = plainStore{b.store}
 			}
-			if st.Woken != 3 {
-				t.Fatalf("second run %+v; want all 3 woken", st)
-			}
+			runAgain(t, b, h, l, store, 3)
 			if len(h.woken) != c.messages || h.woken[0].MessageID != first {
 				t.Fatalf("published %v; want %d message(s), the first %s", h.woken, c.messages, first)
 			}
@@ -225,18 +231,11 @@ func TestRecordSettledAfterTheCutGetsItsOwnWake(t *testing.T) {
 				}
 				return nil
 			}
-			p2 := newPlanner(t, b, h, func(cfg *planner.Config) {
-				if c.reuse {
-					cfg.Store = reusingStore{b.store}
-				}
-			})
-			st, err := p2.Run(ctx, l)
-			if err != nil {
-				t.Fatal(err)
+			var store planner.Store = b.store
+			if c.reuse {
+				store = reusingStore{b.store}
 			}
-			if st.Woken != 4 {
-				t.Fatalf("second run %+v; want all 4 woken", st)
-			}
+			runAgain(t, b, h, l, store, 4)
 			if c.reuse {
 				if len(after) != 0 {
 					t.Fatalf("the broken variant published %v after the new batch failed; the control shows nothing", after)

@@ -64,15 +64,7 @@ func TestReplicasShareTheClusterBudget(t *testing.T) {
 				b.record(t, fmt.Sprintf("q%d", i), "m")
 			}
 			if c.other {
-				other, err := fence.New(b.store, fence.Config{Holder: "other", TTL: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
-				le, err := other.TryAcquire(ctx, reconcile.ReplicaSlotName(7))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = le.Release(context.Background()) })
+				otherReplica(t, b)
 			}
 			g := newGateRunner()
 			saturated := make(chan [2]int, 64)
@@ -197,22 +189,11 @@ func TestPassRunsItsOwnQueuesFirst(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	var queues []string
 	for i := range 16 {
-		queues = append(queues, fmt.Sprintf("q%02d", i))
-		b.record(t, queues[i], "m")
+		b.record(t, fmt.Sprintf("q%02d", i), "m")
 	}
-	other, err := fence.New(b.store, fence.Config{Holder: "other", TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	le, err := other.TryAcquire(ctx, reconcile.ReplicaSlotName(7))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = le.Release(context.Background()) })
+	otherReplica(t, b)
 	o := &orderRunner{}
-	var rank int
 	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: o, Concurrency: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -224,30 +205,67 @@ func TestPassRunsItsOwnQueuesFirst(t *testing.T) {
 	if ps.Replicas != 2 || len(o.order) != 16 {
 		t.Fatalf("pass %+v ran %v; want all 16 among 2 working replicas", ps, o.order)
 	}
-	// This replica ("test") tries slots from the one its name hashes to,
-	// skipping 07; its rank is its place beside 07 in slot order.
+	if rank := rankBesideOther(); !ownFirst(o.order, rank) {
+		t.Fatalf("order %v (rank %d of 2): some of its own queues came after another replica's", o.order, rank)
+	}
+}
+
+// otherReplicaSlot is the slot otherReplica holds.
+const otherReplicaSlot = 7
+
+// otherReplica makes another replica working: a holder "other" takes
+// replica slot 07 until the test ends.
+func otherReplica(t *testing.T, b *bundle) {
+	t.Helper()
+	le, err := otherFence(t, b).TryAcquire(context.Background(), reconcile.ReplicaSlotName(otherReplicaSlot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = le.Release(context.Background()) })
+}
+
+// otherFence is the other replica's fence, holder "other".
+func otherFence(t *testing.T, b *bundle) *fence.Fence {
+	t.Helper()
+	f, err := fence.New(b.store, fence.Config{Holder: "other", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func fnv32(s string) uint32 {
 	h := fnv.New32a()
-	h.Write([]byte("test"))
-	slot := int(h.Sum32() % reconcile.ReplicaSlots)
-	if slot == 7 {
-		slot = 8
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// rankBesideOther is the rank of this test's replica ("test", which tries
+// slots from the one its name hashes to, skipping the other's) beside
+// otherReplica's slot, in slot order.
+func rankBesideOther() int {
+	slot := int(fnv32("test") % reconcile.ReplicaSlots)
+	if slot == otherReplicaSlot {
+		slot++
 	}
-	if slot > 7 {
-		rank = 1
+	if slot > otherReplicaSlot {
+		return 1
 	}
-	mine := func(q string) bool {
-		h := fnv.New32a()
-		h.Write([]byte(q))
-		return int(h.Sum32()%2) == rank
-	}
+	return 0
+}
+
+// ownFirst reports whether order has every queue of rank's part (of two)
+// before any of the other's.
+func ownFirst(order []string, rank int) bool {
 	seenOther := false
-	for _, q := range o.order {
-		if !mine(q) {
+	for _, q := range order {
+		if int(fnv32(q)%2) != rank {
 			seenOther = true
 		} else if seenOther {
-			t.Fatalf("order %v (rank %d of 2): queue %s, its own, came after another replica's", o.order, rank, q)
+			return false
 		}
 	}
+	return true
 }
 
 func slotNames() []string {
@@ -292,21 +310,15 @@ func TestPassSplitsAgainWhenAReplicaJoins(t *testing.T) {
 			for i := range 15 {
 				b.record(t, fmt.Sprintf("q%02d", i), "m")
 			}
-			other, err := fence.New(b.store, fence.Config{Holder: "other", TTL: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var joined *fence.Lease
-			t.Cleanup(func() {
-				if joined != nil {
-					_ = joined.Release(context.Background())
-				}
-			})
+			other := otherFence(t, b)
 			j := &joinRunner{join: func() {
-				var err error
-				if joined, err = other.TryAcquire(ctx, reconcile.ReplicaSlotName(7)); err != nil {
+				// On the run's goroutine: no t.Fatal here.
+				le, err := other.TryAcquire(ctx, reconcile.ReplicaSlotName(otherReplicaSlot))
+				if err != nil {
 					t.Error(err)
+					return
 				}
+				t.Cleanup(func() { _ = le.Release(context.Background()) })
 			}}
 			r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: j, Concurrency: 1})
 			if err != nil {
@@ -322,28 +334,9 @@ func TestPassSplitsAgainWhenAReplicaJoins(t *testing.T) {
 			if len(j.order) != 15 {
 				t.Fatalf("pass %+v ran %v; want all 15", ps, j.order)
 			}
-			rank := 0
-			h := fnv.New32a()
-			h.Write([]byte("test"))
-			if slot := int(h.Sum32() % reconcile.ReplicaSlots); slot >= 7 {
-				rank = 1
-			}
-			mine := func(q string) bool {
-				h := fnv.New32a()
-				h.Write([]byte(q))
-				return int(h.Sum32()%2) == rank
-			}
 			// The first queue was taken alone; the rest after the join.
-			split := true
-			seenOther := false
-			for _, q := range j.order[1:] {
-				if !mine(q) {
-					seenOther = true
-				} else if seenOther {
-					split = false
-				}
-			}
-			if split != c.resort {
+			rank := rankBesideOther()
+			if split := ownFirst(j.order[1:], rank); split != c.resort {
 				t.Fatalf("order %v (rank %d of 2 after the first): own part first = %v; want %v", j.order, rank, split, c.resort)
 			}
 		})

@@ -62,3 +62,23 @@ func TestPassSummaryCountsFinishedRecords(t *testing.T) {
 		t.Fatalf("pass summary = %s; want done=4 (3 woken + 1 with nothing to wake)", buf.String())
 	}
 }
+
+// A pass that shared the cluster budget says its share and among how many
+// working replicas; one that did not count them says neither.
+func TestPassSummarySaysTheShare(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ps   reconcile.PassStats
+		want bool
+	}{
+		{reconcile.PassStats{Queues: 6, Concurrency: 2, Replicas: 4}, true},
+		{reconcile.PassStats{Queues: 1, Concurrency: 4}, false},
+	} {
+		var buf bytes.Buffer
+		logPass(slog.New(slog.NewTextHandler(&buf, nil)), c.ps, time.Second)
+		got := strings.Contains(buf.String(), " share=2 working_replicas=4 ")
+		if got != c.want || (!c.want && strings.Contains(buf.String(), "share=")) {
+			t.Fatalf("pass summary = %s; want share shown: %v", buf.String(), c.want)
+		}
+	}
+}

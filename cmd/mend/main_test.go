@@ -98,6 +98,7 @@ func TestRunRefusesBeforeConnecting(t *testing.T) {
 		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--wake-topic", "t\xff"}, "--wake-topic"},
 		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--wake-topic", strings.Repeat("w", 256)}, "--wake-topic"},
 		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--lease-ttl", "1s"}, "--lease-ttl"},
+		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", "same", "--cluster-concurrency", "5000"}, "--cluster-concurrency"},
 		{[]string{"doctor", "--dsn", nowhere, "--lease-ttl", "1s"}, "--lease-ttl"},
 		{[]string{"run", "--once", "--dsn", nowhere + "?%60sql_mode%60=%27%27", "--host-dsn", "same"}, "sql_mode"},
 		{[]string{"run", "--once", "--dsn", nowhere, "--host-dsn", nowhere + "?charset=gbk"}, "charset"},
