@@ -186,6 +186,7 @@ func (a *app) newRoot() *cobra.Command {
 		newLeaseCmd(a),
 		newDoctorCmd(a),
 		newVerifyCmd(a),
+		newConsoleCmd(a),
 		newDemoCmd(a),
 		newVersionCmd(a),
 	)

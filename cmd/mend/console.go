@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/console"
+	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
+)
+
+// consoleListenDefault is loopback: the console is reachable from another
+// machine only when the operator says so (see docs/console.md).
+const consoleListenDefault = "127.0.0.1:8089"
+
+// mend console is its own command, not a flag of run: it can run with a
+// read-only database user, on another host or port, with its own exposure
+// and authentication, and be stopped or restarted without touching the
+// replicas that repair.
+func newConsoleCmd(a *app) *cobra.Command {
+	f := a.newCommand("console", "serve the web console: queues, records, events, what would page",
+		"Serve mend's web console: an overview of every queue (what would page, records by state, leases, repair\n"+
+			"latency), a queue's records and lease history, a record's identity, dead letter and event timeline, and the\n"+
+			"parked records. Read-only unless --allow-actions, which needs --auth-file or --auth-header.\n"+
+			"Binds 127.0.0.1 unless --listen says otherwise; see docs/console.md before exposing it.", withDSN|withLog)
+	listen := f.String("listen", consoleListenDefault, "address to serve on (host:port)")
+	allow := f.Bool("allow-actions", false, "enable retry, resolve and ending a lease term (needs --auth-file or --auth-header)")
+	f.cmdLineOnly("allow-actions")
+	authFile := f.String("auth-file", "", "htpasswd file of bcrypt hashes (htpasswd -B): basic auth for every page")
+	authHeader := f.String("auth-header", "", "trust this header for the person's name (set by an authenticating proxy in front; loopback --listen only)")
+	pageSize := f.Int("page-size", console.PageSizeDefault, "rows per page")
+	queueDSN := f.String("queue-dsn", "", "DSN of the host's queue database: also show the subscription's lag per dead-letter topic")
+	group := f.String("group", subscribe.GroupDefault, "the subscription's consumer group (with --queue-dsn)")
+	return f.run(func(ctx context.Context, _ []string) error {
+		dsn, err := f.needDSN()
+		if err != nil {
+			return err
+		}
+		host, _, err := net.SplitHostPort(*listen)
+		if err != nil {
+			return usagef("--listen %q: want host:port (%v)", *listen, err)
+		}
+		loopback := host == "localhost"
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+			loopback = true
+		}
+		if *authFile != "" && *authHeader != "" {
+			return usagef("--auth-file and --auth-header: choose one")
+		}
+		if *authHeader != "" && !loopback {
+			return usagef("--auth-header trusts whoever can reach the console to name themselves: bind --listen to loopback and put the authenticating proxy in front")
+		}
+		if *pageSize < 1 || *pageSize > 1000 {
+			return usagef("--page-size must be 1 to 1000")
+		}
+		var auth console.Authenticator
+		switch {
+		case *authFile != "":
+			ba, err := console.LoadBasicAuth(*authFile)
+			if err != nil {
+				return usagef("--auth-file: %v", err)
+			}
+			auth = ba
+		case *authHeader != "":
+			auth = console.ProxyHeader{Name: *authHeader}
+		}
+		if *allow && auth == nil {
+			return usagef("--allow-actions needs --auth-file or --auth-header: an action records who took it")
+		}
+		a.scrub.addDSN(dsn)
+		a.scrub.addDSN(*queueDSN)
+		if *queueDSN != "" {
+			if _, err := checkDSN("--queue-dsn", *queueDSN); err != nil {
+				return err
+			}
+			if err := mend.ValidateIdentity("group", *group, true); err != nil {
+				return usagef("--group: %v", err)
+			}
+		}
+		log := f.logger()
+		if !loopback && auth == nil {
+			log.Warn("the console is served beyond this machine without authentication: anyone who reaches it reads every dead letter", "listen", *listen)
+		}
+		store, err := storage.Open(ctx, dsn, storage.Options{})
+		if err != nil {
+			return fmt.Errorf("open mend's database: %w", err)
+		}
+		defer store.Close()
+		cfg := console.Config{Store: store, AllowActions: *allow, Auth: auth, PageSize: *pageSize, Logger: log, Redact: a.scrub.clean}
+		if *queueDSN != "" {
+			qdsn, grp := *queueDSN, *group
+			cfg.Lag = func(ctx context.Context) ([]console.TopicLag, error) {
+				ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				lag, err := subscriptionLag(ctx, qdsn, grp)
+				if err != nil {
+					return nil, err
+				}
+				now := time.Now()
+				out := make([]console.TopicLag, len(lag))
+				for i, l := range lag {
+					out[i] = console.TopicLag{Topic: l.Topic, Rows: l.Rows, Age: l.Age(now)}
+				}
+				return out, nil
+			}
+		}
+		srv, err := console.New(cfg)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", *listen, err)
+		}
+		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		log.Info("console serving", "url", "http://"+ln.Addr().String()+"/", "actions", *allow)
+		done := make(chan error, 1)
+		go func() { done <- hs.Serve(ln) }()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return hs.Shutdown(sctx)
+	})
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The console's exposure rules are refused as usage errors before any
+// database is opened.
+func TestConsoleRefusesUnsafeSetups(t *testing.T) {
+	t.Parallel()
+	const dsn = "u:secret@tcp(127.0.0.1:1)/mend"
+	hashFile := filepath.Join(t.TempDir(), "htpasswd")
+	if err := os.WriteFile(hashFile, []byte("alice:plaintext\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"actions without auth", []string{"--allow-actions"}, nil, "--allow-actions needs --auth-file or --auth-header"},
+		{"proxy header beyond loopback", []string{"--auth-header", "X-Forwarded-User", "--listen", "0.0.0.0:8089"}, nil, "bind --listen to loopback"},
+		{"both auth kinds", []string{"--auth-header", "X-User", "--auth-file", hashFile}, nil, "choose one"},
+		{"auth file without bcrypt", []string{"--auth-file", hashFile}, nil, "not a bcrypt hash"},
+		{"bad listen", []string{"--listen", "8089"}, nil, "want host:port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			args := append([]string{"console", "--dsn", dsn}, tc.args...)
+			code := Main(context.Background(), args, &out, &errOut, func(k string) string { return tc.env[k] })
+			if code != exitUsage || !strings.Contains(errOut.String(), tc.want) {
+				t.Errorf("mend %v: exit %d, stderr %q; want exit %d and %q", args, code, errOut.String(), exitUsage, tc.want)
+			}
+			if strings.Contains(errOut.String(), "secret") {
+				t.Errorf("stderr shows the DSN's password: %q", errOut.String())
+			}
+		})
+	}
+	// --allow-actions has no environment twin: MEND_ALLOW_ACTIONS=true
+	// without auth is not refused as actions-without-auth; the command goes
+	// on to open the (unreachable) database and fails there.
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), []string{"console", "--dsn", dsn}, &out, &errOut,
+		func(k string) string { return map[string]string{"MEND_ALLOW_ACTIONS": "true"}[k] })
+	if code != exitFailure || strings.Contains(errOut.String(), "--allow-actions needs") {
+		t.Errorf("MEND_ALLOW_ACTIONS=true: exit %d, stderr %q; want the env ignored (exit %d opening the database)", code, errOut.String(), exitFailure)
+	}
+	if !strings.HasPrefix(consoleListenDefault, "127.0.0.1:") {
+		t.Errorf("the default listen address %q is not loopback", consoleListenDefault)
+	}
+}

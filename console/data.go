@@ -1,0 +1,61 @@
+package console
+
+import (
+	"context"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/storage"
+)
+
+// Store is every read and write the console makes, in one place, so the
+// console follows the storage package when its status numbers change. The
+// reads are bounded (pages, LIMITs, recent index ranges); the writes are the
+// calls mend retry, mend resolve and mend lease release make.
+// *storage.DB implements it.
+type Store interface {
+	ConsoleQueueNames(ctx context.Context, after string, limit int) ([]string, bool, error)
+	ConsoleQueueStatus(ctx context.Context, queues []string) ([]storage.QueueStatus, error)
+	ConsoleQueueLatency(ctx context.Context, queues []string, window time.Duration) (map[string]storage.QueueLatencySummary, bool, error)
+	ConsolePerMinute(ctx context.Context, minutes int) ([]storage.Minute, error)
+	ConsoleAlerts(ctx context.Context, p storage.ConsoleAlertParams) (storage.ConsoleAlerts, error)
+	ConsoleQueueRecords(ctx context.Context, queue string, state mend.State, after storage.RecordCursor, limit int) ([]mend.Record, error)
+	ConsoleRecordEvents(ctx context.Context, queue string, id mend.RecordID, limit int) ([]mend.Event, error)
+	ConsoleParked(ctx context.Context, f storage.ParkedFilter) ([]mend.Record, error)
+	RepairLatency(ctx context.Context, window time.Duration, worst int) (storage.RepairLatency, error)
+	LeaseHistory(ctx context.Context, queue string, limit int) ([]storage.LeaseTerm, error)
+	LeaseGet(ctx context.Context, queue string) (storage.LeaseStatus, error)
+	RecordFind(ctx context.Context, id mend.RecordID) (mend.Record, error)
+
+	RecordRetry(ctx context.Context, p storage.RetryParams) (mend.Record, error)
+	RecordResolve(ctx context.Context, p storage.ResolveParams) (mend.Record, error)
+	LeaseEndByOperator(ctx context.Context, queue string, epoch int64) (mend.Term, error)
+}
+
+// TopicLag is the subscription's lag on one dead-letter topic, as mend
+// status --queue-dsn shows it.
+type TopicLag struct {
+	Topic string
+	Rows  int64         // dead letters above the group's watermarks
+	Age   time.Duration // how long the oldest of them has waited
+}
+
+// alertParams are the suggested alert rules of docs/operations.md:
+// MendRepairStuck (due for over 10 minutes), MendRepairSLO (a repair in the
+// last 15 minutes slower than 10), MendRecordsParked (any parked record,
+// paging after 15 minutes).
+var alertParams = storage.ConsoleAlertParams{
+	OverdueAfter: 10 * time.Minute,
+	SLOWindow:    15 * time.Minute,
+	SLOBound:     10 * time.Minute,
+	Limit:        1000,
+}
+
+const (
+	parkedPagesAfter = 15 * time.Minute
+	lagPagesAfter    = 10 * time.Minute
+	latencyWindow    = storage.RepairLatencyWindowDefault
+	chartMinutes     = 60
+	leaseHistoryRows = 20
+	recordEventsMax  = 500
+)

@@ -1,0 +1,486 @@
+package console
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/storage"
+)
+
+// httpError is an error with the status it answers.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps storage's errors to HTTP statuses.
+func statusOf(err error) int {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		return he.status
+	case errors.Is(err, mend.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, mend.ErrInvalid), errors.Is(err, mend.ErrLeaseLost), errors.Is(err, mend.ErrConflict):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
+
+// layout is what every page's frame shows.
+type layout struct {
+	Title     string
+	User      string
+	ActionsOn bool
+	Refresh   int // seconds; 0: no reload
+	Nav       string
+}
+
+type pageFunc func(r *http.Request) (name string, data any, err error)
+
+func (s *Server) page(fn pageFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name, data, err := fn(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.render(w, http.StatusOK, name, data)
+	}
+}
+
+func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := s.tmpl.ExecuteTemplate(&buf, name, data); err != nil {
+		s.log.Error("render", "page", name, "err", err)
+		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type errorPage struct {
+	layout
+	Status  int
+	Message string
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	st := statusOf(err)
+	if st >= 500 {
+		s.log.Error("page failed", "path", r.URL.Path, "err", err)
+	}
+	msg := err.Error()
+	if s.cfg.Redact != nil {
+		msg = s.cfg.Redact(msg)
+	}
+	s.render(w, st, "error", errorPage{layout: s.frame(r, http.StatusText(st), ""), Status: st, Message: msg})
+}
+
+func (s *Server) frame(r *http.Request, title, nav string) layout {
+	l := layout{Title: title, User: userOf(r), ActionsOn: s.cfg.AllowActions, Nav: nav}
+	if s.cfg.Refresh > 0 {
+		l.Refresh = int(s.cfg.Refresh / time.Second)
+	}
+	return l
+}
+
+// ---- overview ----
+
+type queueRow struct {
+	storage.QueueStatus
+	Open     int64
+	Latency  storage.QueueLatencySummary
+	LeaseTxt string
+}
+
+type alertRow struct {
+	Rule   string
+	Queue  string
+	Detail string
+	Page   bool // pages now (else: will page if it lasts)
+}
+
+type overviewPage struct {
+	layout
+	Alerts      []alertRow
+	AlertsMore  bool
+	Latency     storage.RepairLatency
+	Queues      []queueRow
+	LatencyPart bool
+	After       string
+	Next        string
+	Lag         []TopicLag
+	LagOn       bool
+	LagErr      string
+	Chart       chart
+}
+
+func (s *Server) overview(r *http.Request) (string, any, error) {
+	ctx := r.Context()
+	st := s.cfg.Store
+	p := overviewPage{layout: s.frame(r, "mend console", "overview"), After: r.URL.Query().Get("after")}
+	al, err := st.ConsoleAlerts(ctx, alertParams)
+	if err != nil {
+		return "", nil, err
+	}
+	p.AlertsMore = al.Truncated
+	for _, q := range al.Overdue {
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairStuck", q.Queue, fmt.Sprintf("%d record(s) due for over %s, the oldest for %s", q.Count, dur(alertParams.OverdueAfter), dur(q.Age)), true})
+	}
+	for _, q := range al.SlowRepairs {
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairSLO", q.Queue, fmt.Sprintf("%d repair(s) in the last %s took over %s, the slowest %s", q.Count, dur(alertParams.SLOWindow), dur(alertParams.SLOBound), dur(q.Age)), true})
+	}
+	for _, q := range al.Parked {
+		p.Alerts = append(p.Alerts, alertRow{"MendRecordsParked", q.Queue, fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed", q.Count, dur(q.Age)), q.Age >= parkedPagesAfter})
+	}
+	if p.Latency, err = st.RepairLatency(ctx, latencyWindow, 0); err != nil {
+		return "", nil, err
+	}
+	names, more, err := st.ConsoleQueueNames(ctx, p.After, s.cfg.PageSize)
+	if err != nil {
+		return "", nil, err
+	}
+	if more && len(names) > 0 {
+		p.Next = names[len(names)-1]
+	}
+	qs, err := st.ConsoleQueueStatus(ctx, names)
+	if err != nil {
+		return "", nil, err
+	}
+	lat, part, err := st.ConsoleQueueLatency(ctx, names, latencyWindow)
+	if err != nil {
+		return "", nil, err
+	}
+	p.LatencyPart = part
+	for _, q := range qs {
+		row := queueRow{QueueStatus: q, Latency: lat[q.Queue]}
+		row.Open = q.Counts[mend.StatePending] + q.Counts[mend.StateWaiting] + q.Counts[mend.StateSettled]
+		if q.Lease != nil {
+			row.LeaseTxt = leaseWord(*q.Lease)
+		}
+		p.Queues = append(p.Queues, row)
+	}
+	if s.cfg.Lag != nil {
+		p.LagOn = true
+		lag, err := s.cfg.Lag(ctx)
+		if err != nil {
+			// The queue database is the host's: its outage must not hide
+			// mend's own state.
+			p.LagErr = err.Error()
+			if s.cfg.Redact != nil {
+				p.LagErr = s.cfg.Redact(p.LagErr)
+			}
+		}
+		p.Lag = lag
+		for _, l := range lag {
+			if l.Age > lagPagesAfter {
+				p.Alerts = append(p.Alerts, alertRow{"MendSubscriptionLagging", "", fmt.Sprintf("topic %s: %d dead letter(s) not released, the oldest for %s", l.Topic, l.Rows, dur(l.Age)), true})
+			}
+		}
+	}
+	mins, err := st.ConsolePerMinute(ctx, chartMinutes)
+	if err != nil {
+		return "", nil, err
+	}
+	p.Chart = makeChart(mins)
+	return "overview", p, nil
+}
+
+// leaseWord is the lease vocabulary of mend status and mend lease list.
+func leaseWord(l storage.LeaseStatus) string {
+	switch {
+	case l.Term.Epoch == 0:
+		return "never held"
+	case l.Live():
+		return "held"
+	case l.Ended != "":
+		return l.Ended
+	}
+	return storage.LeaseEndedExpired
+}
+
+// ---- queue ----
+
+type queuePage struct {
+	layout
+	Queue   string
+	State   string
+	States  []string
+	Records []mend.Record
+	Next    string
+	Lease   *storage.LeaseStatus
+	LeaseW  string
+	History []storage.LeaseTerm
+	Status  storage.QueueStatus
+}
+
+var allStates = []string{"pending", "waiting", "settled", "parked", "done"}
+
+func (s *Server) queue(r *http.Request) (string, any, error) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	name := q.Get("name")
+	if err := mend.ValidateIdentity("queue", name, true); err != nil {
+		return "", nil, badRequest("%v", err)
+	}
+	state := mend.State(q.Get("state"))
+	if state != "" && !state.Valid() {
+		return "", nil, badRequest("state %q is not one of %s", state, strings.Join(allStates, ", "))
+	}
+	after, err := parseCursor(q.Get("after"))
+	if err != nil {
+		return "", nil, err
+	}
+	p := queuePage{layout: s.frame(r, "queue "+name, ""), Queue: name, State: string(state), States: allStates}
+	st := s.cfg.Store
+	if p.Records, err = st.ConsoleQueueRecords(ctx, name, state, after, s.cfg.PageSize); err != nil {
+		return "", nil, err
+	}
+	if len(p.Records) == s.cfg.PageSize {
+		last := p.Records[len(p.Records)-1]
+		p.Next = cursor(last.CreatedAt, last.ID)
+	}
+	sts, err := st.ConsoleQueueStatus(ctx, []string{name})
+	if err != nil {
+		return "", nil, err
+	}
+	p.Status = sts[0]
+	if p.Status.Lease != nil {
+		p.Lease, p.LeaseW = p.Status.Lease, leaseWord(*p.Status.Lease)
+	}
+	if p.History, err = st.LeaseHistory(ctx, name, leaseHistoryRows); err != nil {
+		return "", nil, err
+	}
+	return "queue", p, nil
+}
+
+// cursor is a page's start: after the record created at t with id.
+func cursor(t time.Time, id mend.RecordID) string {
+	return strconv.FormatInt(t.UnixMicro(), 10) + "." + id.String()
+}
+
+func parseCursor(s string) (storage.RecordCursor, error) {
+	var c storage.RecordCursor
+	if s == "" {
+		return c, nil
+	}
+	us, idStr, ok := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || n <= 0 {
+		return c, badRequest("bad page cursor %q", s)
+	}
+	id, err := mend.ParseRecordID(idStr)
+	if err != nil {
+		return c, badRequest("bad page cursor: %v", err)
+	}
+	return storage.RecordCursor{CreatedAt: time.UnixMicro(n).UTC(), ID: id}, nil
+}
+
+// ---- record ----
+
+type eventView struct {
+	mend.Event
+	DataText string
+}
+
+type recordPage struct {
+	layout
+	R         mend.Record
+	Fields    []identField
+	Payload   payloadView
+	FailErr   payloadView
+	LastError payloadView
+	Events    []eventView
+	EventsMax bool
+	Settled   string // the batch outcome the repair settled, from the settled event
+	WakeIDs   []string
+	Retryable string // why a retry cannot help, or ""
+}
+
+type identField struct {
+	Name string
+	V    identView
+}
+
+func (s *Server) record(r *http.Request) (string, any, error) {
+	ctx := r.Context()
+	rec, err := s.findRecord(r)
+	if err != nil {
+		return "", nil, err
+	}
+	evs, err := s.cfg.Store.ConsoleRecordEvents(ctx, rec.Source.Queue, rec.ID, recordEventsMax)
+	if err != nil {
+		return "", nil, err
+	}
+	p := recordPage{layout: s.frame(r, "record "+rec.ID.String(), ""), R: rec,
+		Payload: viewPayload(rec.Snapshot.Payload), FailErr: viewPayload([]byte(rec.Snapshot.LastError)),
+		LastError: viewPayload([]byte(rec.LastError)), EventsMax: len(evs) == recordEventsMax, Retryable: noTarget(rec)}
+	p.Fields = []identField{
+		{"queue", viewIdent(rec.Source.Queue)}, {"topic", viewIdent(rec.Source.Topic)},
+		{"partition", viewIdent(rec.Source.Partition)}, {"message ID", viewIdent(rec.Source.MessageID)},
+		{"original topic", viewIdent(rec.Snapshot.OriginalTopic)}, {"batch", viewIdent(rec.Target.BatchID)},
+	}
+	for _, ev := range evs {
+		var d struct {
+			Outcome   string `json:"outcome"`
+			Divergent bool   `json:"divergent"`
+			MessageID string `json:"message_id"`
+		}
+		_ = json.Unmarshal(ev.Data, &d)
+		if ev.Kind == mend.EventSettled && d.Outcome != "" {
+			p.Settled = d.Outcome
+			if d.Divergent {
+				p.Settled += " (divergent: the host's batch had settled differently)"
+			}
+		}
+		if (ev.Kind == mend.EventWoken || ev.Kind == mend.EventWakeIntent) && d.MessageID != "" && !contains(p.WakeIDs, d.MessageID) {
+			p.WakeIDs = append(p.WakeIDs, d.MessageID)
+		}
+		p.Events = append(p.Events, eventView{Event: ev, DataText: prettyJSON(ev.Data)})
+	}
+	return "record", p, nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) findRecord(r *http.Request) (mend.Record, error) {
+	id, err := mend.ParseRecordID(r.PathValue("id"))
+	if err != nil {
+		return mend.Record{}, badRequest("%v", err)
+	}
+	return s.cfg.Store.RecordFind(r.Context(), id)
+}
+
+// noTarget is mend retry's refusal: a record that names nothing to repair
+// would only fail again.
+func noTarget(r mend.Record) string {
+	if r.Target.BatchID == "" || r.Target.Desired == mend.OutcomeNone {
+		return "its dead letter names no batch to repair (undecodable or not mend's topic); a retry would only fail again"
+	}
+	return ""
+}
+
+func prettyJSON(raw json.RawMessage) string {
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+// ---- parked ----
+
+type parkedPage struct {
+	layout
+	Queue   string
+	Reason  string
+	Records []mend.Record
+	Next    string
+	Query   string
+}
+
+func (s *Server) parked(r *http.Request) (string, any, error) {
+	q := r.URL.Query()
+	f := storage.ParkedFilter{Queue: q.Get("queue"), ReasonContains: q.Get("reason"), Limit: s.cfg.PageSize}
+	if f.Queue != "" {
+		if err := mend.ValidateIdentity("queue", f.Queue, true); err != nil {
+			return "", nil, badRequest("%v", err)
+		}
+	}
+	if len(f.ReasonContains) > 1000 {
+		return "", nil, badRequest("reason filter is longer than 1000 bytes")
+	}
+	var err error
+	if f.After, err = parseCursor(q.Get("after")); err != nil {
+		return "", nil, err
+	}
+	p := parkedPage{layout: s.frame(r, "parked records", "parked"), Queue: f.Queue, Reason: f.ReasonContains}
+	if p.Records, err = s.cfg.Store.ConsoleParked(r.Context(), f); err != nil {
+		return "", nil, err
+	}
+	if len(p.Records) == f.Limit {
+		last := p.Records[len(p.Records)-1]
+		v := url.Values{"after": {cursor(last.UpdatedAt, last.ID)}}
+		if f.Queue != "" {
+			v.Set("queue", f.Queue)
+		}
+		if f.ReasonContains != "" {
+			v.Set("reason", f.ReasonContains)
+		}
+		p.Next = "/parked?" + v.Encode()
+	}
+	return "parked", p, nil
+}
+
+// ---- display of stored bytes ----
+
+// identView shows an identity value byte for byte: the text when every
+// character is printable, and the hex of the bytes when any is not.
+type identView struct {
+	Text      string
+	Printable bool
+	Hex       string
+	Empty     bool
+}
+
+func viewIdent(s string) identView {
+	v := identView{Text: quoteUnprintable([]byte(s)), Printable: printable([]byte(s)), Empty: s == ""}
+	if !v.Printable {
+		v.Hex = hex.EncodeToString([]byte(s))
+	}
+	return v
+}
+
+// payloadView shows a dead letter's bytes: as text with every invalid or
+// control byte written \xNN, and as a hex dump when any was.
+type payloadView struct {
+	Text      any // a string, escaped by html/template (see renderPayload)
+	Printable bool
+	Dump      string
+	Size      int
+}
+
+// renderPayload turns a dead letter's bytes into what the template prints.
+// It returns a plain string, which html/template escapes. (The escaping
+// test swaps in a template.HTML variant to show it would catch one.)
+var renderPayload = func(b []byte) any { return quoteUnprintable(b) }
+
+// maxShownPayload bounds the bytes of a payload a page shows.
+const maxShownPayload = 64 << 10
+
+func viewPayload(b []byte) payloadView {
+	v := payloadView{Size: len(b)}
+	if len(b) > maxShownPayload {
+		b = b[:maxShownPayload]
+	}
+	v.Text, v.Printable = renderPayload(b), printable(b)
+	if !v.Printable {
+		v.Dump = hex.Dump(b)
+	}
+	return v
+}

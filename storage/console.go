@@ -1,0 +1,531 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mendq/mend"
+)
+
+// This file holds the read queries only mend console runs. Every one is
+// bounded: by a LIMIT, by a page of queue names, or by an index range of
+// recent rows. None reads mend_events beyond one record's primary-key range.
+
+// Slot lease prefixes: mend's own leases (a replica's reconcile slot, the
+// subscription's slot) live in mend_leases beside the queues' but are not
+// queues, so the console leaves them out of its queue lists.
+const (
+	SlotPrefixReconcile = "mend-reconcile/"
+	SlotPrefixSubscribe = "mend-subscribe/"
+)
+
+// IsSlotLease reports whether name is one of mend's internal slot leases
+// rather than a queue.
+func IsSlotLease(name string) bool {
+	return strings.HasPrefix(name, SlotPrefixReconcile) || strings.HasPrefix(name, SlotPrefixSubscribe)
+}
+
+const consoleNotSlot = `queue NOT LIKE 'mend-reconcile/%' AND queue NOT LIKE 'mend-subscribe/%'`
+
+// The DISTINCT reads the (queue, source_key) index's first column only (a
+// loose index scan), from the page's first name on.
+const sqlConsoleRecordQueues = `-- name: ConsoleRecordQueues
+SELECT DISTINCT queue FROM mend_records WHERE queue > ? AND ` + consoleNotSlot + `
+ORDER BY queue LIMIT ?`
+
+const sqlConsoleLeaseQueues = `-- name: ConsoleLeaseQueues
+SELECT queue FROM mend_leases WHERE queue > ? AND ` + consoleNotSlot + `
+ORDER BY queue LIMIT ?`
+
+// ConsoleQueueNames returns up to limit queue names after after (bytewise),
+// in order: queues with records or a lease row, without mend's slot leases.
+// more says whether names follow the last one returned.
+//
+// Returns ErrInvalid for a limit below 1.
+func (d *DB) ConsoleQueueNames(ctx context.Context, after string, limit int) (names []string, more bool, err error) {
+	if limit < 1 {
+		return nil, false, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
+	}
+	var fromRecords, fromLeases [][]byte
+	if err := d.db.SelectContext(ctx, &fromRecords, sqlConsoleRecordQueues, after, limit+1); err != nil {
+		return nil, false, fmt.Errorf("storage: console queue names: %w", translate(err))
+	}
+	if err := d.db.SelectContext(ctx, &fromLeases, sqlConsoleLeaseQueues, after, limit+1); err != nil {
+		return nil, false, fmt.Errorf("storage: console queue names: %w", translate(err))
+	}
+	seen := map[string]bool{}
+	for _, q := range append(fromRecords, fromLeases...) {
+		if s := string(q); !seen[s] {
+			seen[s] = true
+			names = append(names, s)
+		}
+	}
+	sort.Strings(names)
+	if len(names) > limit {
+		return names[:limit], true, nil
+	}
+	return names, false, nil
+}
+
+// The same numbers as StatusCounts and OldestOpen, for the named queues
+// only: their rows are read through the indexes that start with queue.
+const sqlConsoleQueueCounts = `-- name: ConsoleQueueCounts
+SELECT queue, state, COUNT(*) AS n,
+	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
+	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us,
+	COALESCE(MAX(CASE WHEN next_attempt_at IS NOT NULL THEN TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) END), -1) AS oldest_open_us
+FROM mend_records WHERE queue IN (%s)
+GROUP BY queue, state`
+
+// ConsoleQueueStatus is Status and OldestOpen for the named queues alone
+// (one page of the console's overview), in the order given. A queue with
+// neither records nor a lease row comes back with empty counts.
+//
+// Returns ErrInvalid for a bad queue name.
+func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) ([]QueueStatus, error) {
+	if len(queues) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(queues))
+	byQueue := make(map[string]*QueueStatus, len(queues))
+	out := make([]QueueStatus, len(queues))
+	for i, q := range queues {
+		if err := mend.ValidateIdentity("queue", q, true); err != nil {
+			return nil, err
+		}
+		args[i] = q
+		out[i] = QueueStatus{Queue: q, Counts: map[mend.State]int64{}}
+	}
+	for i := range out {
+		byQueue[out[i].Queue] = &out[i]
+	}
+	var rows []struct {
+		Queue        []byte `db:"queue"`
+		State        string `db:"state"`
+		N            int64  `db:"n"`
+		Due          int64  `db:"due"`
+		OldestDueUS  int64  `db:"oldest_due_us"`
+		OldestOpenUS int64  `db:"oldest_open_us"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueCounts, placeholders(len(queues))), args...); err != nil {
+		return nil, fmt.Errorf("storage: console queue status: %w", translate(err))
+	}
+	for _, r := range rows {
+		s := byQueue[string(r.Queue)]
+		if s == nil {
+			continue
+		}
+		s.Counts[mend.State(r.State)] += r.N
+		s.Due += r.Due
+		if r.Due > 0 {
+			s.OldestDue = max(s.OldestDue, time.Duration(r.OldestDueUS)*time.Microsecond)
+		}
+		if r.OldestOpenUS >= 0 {
+			s.OldestOpen = max(s.OldestOpen, time.Duration(r.OldestOpenUS)*time.Microsecond)
+		}
+	}
+	leases, err := d.LeaseGetMany(ctx, queues)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range leases {
+		if s := byQueue[l.Term.Queue]; s != nil {
+			ls := l
+			s.Lease = &ls
+		}
+	}
+	return out, nil
+}
+
+// The latencies of the named queues' repairs finished within the window,
+// newest first, through the (state, updated_at) index's range.
+const sqlConsoleQueueLatency = `-- name: ConsoleQueueLatency
+SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
+FROM mend_records
+WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL AND queue IN (%s)
+ORDER BY updated_at DESC
+LIMIT ?`
+
+// QueueLatencySummary is one queue's repair latency over a window.
+type QueueLatencySummary struct {
+	Count    int64
+	P50, P99 time.Duration
+}
+
+// ConsoleQueueLatencyLimit bounds the repairs ConsoleQueueLatency reads for
+// one page of queues.
+const ConsoleQueueLatencyLimit = 20000
+
+// ConsoleQueueLatency returns p50 and p99 (nearest rank, as RepairLatency)
+// of each named queue's repairs finished within window, from at most
+// ConsoleQueueLatencyLimit of the newest; truncated says the limit was hit
+// (the figures then cover the newest repairs only). Queues without repairs
+// in the window are absent.
+func (d *DB) ConsoleQueueLatency(ctx context.Context, queues []string, window time.Duration) (out map[string]QueueLatencySummary, truncated bool, err error) {
+	out = map[string]QueueLatencySummary{}
+	if len(queues) == 0 {
+		return out, false, nil
+	}
+	if window <= 0 {
+		return nil, false, &mend.ValidationError{Field: "window", Reason: "must be positive"}
+	}
+	args := []any{window.Microseconds()}
+	for _, q := range queues {
+		args = append(args, q)
+	}
+	args = append(args, ConsoleQueueLatencyLimit)
+	var rows []struct {
+		Queue []byte `db:"queue"`
+		US    int64  `db:"us"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueLatency, placeholders(len(queues))), args...); err != nil {
+		return nil, false, fmt.Errorf("storage: console queue latency: %w", translate(err))
+	}
+	by := map[string][]int64{}
+	for _, r := range rows {
+		by[string(r.Queue)] = append(by[string(r.Queue)], r.US)
+	}
+	rank := func(us []int64, p float64) time.Duration {
+		i := int(math.Ceil(p*float64(len(us)))) - 1
+		return time.Duration(us[max(i, 0)]) * time.Microsecond
+	}
+	for q, us := range by {
+		slices.Sort(us)
+		out[q] = QueueLatencySummary{Count: int64(len(us)), P50: rank(us, 0.5), P99: rank(us, 0.99)}
+	}
+	return out, len(rows) == ConsoleQueueLatencyLimit, nil
+}
+
+// Records recorded within the window were also last updated within it
+// (updated_at >= created_at), so the (state, updated_at) index's ranges
+// bound the read to the window's rows.
+const sqlConsoleRecordedPerMinute = `-- name: ConsoleRecordedPerMinute
+SELECT FLOOR(TIMESTAMPDIFF(SECOND, created_at, NOW(6)) / 60) AS ago, COUNT(*) AS n
+FROM mend_records
+WHERE state IN ('pending', 'waiting', 'settled', 'parked', 'done')
+	AND updated_at >= NOW(6) - INTERVAL ? SECOND AND created_at >= NOW(6) - INTERVAL ? SECOND
+GROUP BY ago`
+
+const sqlConsoleDonePerMinute = `-- name: ConsoleDonePerMinute
+SELECT FLOOR(TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) / 60) AS ago, COUNT(*) AS n,
+	COALESCE(MAX(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0)), 0) AS max_us,
+	COALESCE(AVG(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0)), 0) AS avg_us
+FROM mend_records
+WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND
+GROUP BY ago`
+
+// Minute is one minute of the console's chart; Ago 0 is the current minute.
+type Minute struct {
+	Ago      int
+	Recorded int64 // records recorded (created) in the minute
+	Done     int64 // records finished in the minute (repaired, or resolved by hand)
+	// LatencyAvg and LatencyMax are the repair latencies of the minute's
+	// finished records that carried a failure time.
+	LatencyAvg, LatencyMax time.Duration
+}
+
+// ConsolePerMinute returns one Minute for each of the last minutes minutes
+// by the database clock, oldest first.
+//
+// Returns ErrInvalid for minutes outside 1..1440.
+func (d *DB) ConsolePerMinute(ctx context.Context, minutes int) ([]Minute, error) {
+	if minutes < 1 || minutes > 1440 {
+		return nil, &mend.ValidationError{Field: "minutes", Reason: "must be 1 to 1440"}
+	}
+	out := make([]Minute, minutes)
+	for i := range out {
+		out[i].Ago = minutes - 1 - i
+	}
+	at := func(ago int64) *Minute {
+		if ago < 0 || ago >= int64(minutes) {
+			return nil
+		}
+		return &out[minutes-1-int(ago)]
+	}
+	secs := minutes * 60
+	var rec []struct {
+		Ago int64 `db:"ago"`
+		N   int64 `db:"n"`
+	}
+	if err := d.db.SelectContext(ctx, &rec, sqlConsoleRecordedPerMinute, secs, secs); err != nil {
+		return nil, fmt.Errorf("storage: console recorded per minute: %w", translate(err))
+	}
+	for _, r := range rec {
+		if m := at(r.Ago); m != nil {
+			m.Recorded += r.N
+		}
+	}
+	var done []struct {
+		Ago   int64   `db:"ago"`
+		N     int64   `db:"n"`
+		MaxUS int64   `db:"max_us"`
+		AvgUS float64 `db:"avg_us"`
+	}
+	if err := d.db.SelectContext(ctx, &done, sqlConsoleDonePerMinute, secs); err != nil {
+		return nil, fmt.Errorf("storage: console finished per minute: %w", translate(err))
+	}
+	for _, r := range done {
+		if m := at(r.Ago); m != nil {
+			m.Done += r.N
+			m.LatencyMax = time.Duration(r.MaxUS) * time.Microsecond
+			m.LatencyAvg = time.Duration(r.AvgUS) * time.Microsecond
+		}
+	}
+	return out, nil
+}
+
+// The longest-overdue records through the (next_attempt_at, queue) index:
+// an index-only read of the rows that are due and overdue past the bound.
+const sqlConsoleOverdue = `-- name: ConsoleOverdue
+SELECT queue, TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6)) AS us
+FROM mend_records
+WHERE next_attempt_at <= NOW(6) - INTERVAL ? MICROSECOND
+ORDER BY next_attempt_at
+LIMIT ?`
+
+// Parked rows through the (state, updated_at) index, at most the limit's
+// worth of the longest-parked.
+const sqlConsoleParkedByQueue = `-- name: ConsoleParkedByQueue
+SELECT queue, COUNT(*) AS n, MAX(TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6))) AS us
+FROM (SELECT queue, state_since FROM mend_records WHERE state = 'parked' ORDER BY updated_at LIMIT ?) p
+GROUP BY queue`
+
+// Repairs finished within the window that took longer than the bound.
+const sqlConsoleSlowRepairs = `-- name: ConsoleSlowRepairs
+SELECT queue, COUNT(*) AS n, MAX(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at)) AS us
+FROM mend_records
+WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL
+	AND TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at) > ?
+GROUP BY queue`
+
+// QueueAge is a queue with a count and the largest age of its rows that
+// matched; used for the console's paging conditions.
+type QueueAge struct {
+	Queue string
+	Count int64
+	Age   time.Duration
+}
+
+// ConsoleAlertParams bounds the console's paging reads. The defaults are
+// the suggested alert rules of docs/operations.md.
+type ConsoleAlertParams struct {
+	OverdueAfter time.Duration // MendRepairStuck: due for longer than this
+	SLOWindow    time.Duration // MendRepairSLO: finished within this window ...
+	SLOBound     time.Duration // ... and slower than this
+	Limit        int           // rows read per condition
+}
+
+// ConsoleAlerts is what would page now, per condition, worst first.
+type ConsoleAlerts struct {
+	Overdue     []QueueAge // records due for longer than OverdueAfter
+	Parked      []QueueAge // parked records, Age the longest parked
+	SlowRepairs []QueueAge // repairs in the SLO window slower than SLOBound
+	// Truncated says a condition read Limit rows: there may be more queues.
+	Truncated bool
+}
+
+// ConsoleAlerts reads the paging conditions the console shows at the top
+// of every page, each bounded by p.Limit rows.
+//
+// Returns ErrInvalid for non-positive bounds.
+func (d *DB) ConsoleAlerts(ctx context.Context, p ConsoleAlertParams) (ConsoleAlerts, error) {
+	var out ConsoleAlerts
+	if p.OverdueAfter <= 0 || p.SLOWindow <= 0 || p.SLOBound <= 0 || p.Limit < 1 {
+		return out, &mend.ValidationError{Field: "alert params", Reason: "bounds and limit must be positive"}
+	}
+	var overdue []struct {
+		Queue []byte `db:"queue"`
+		US    int64  `db:"us"`
+	}
+	if err := d.db.SelectContext(ctx, &overdue, sqlConsoleOverdue, p.OverdueAfter.Microseconds(), p.Limit); err != nil {
+		return out, fmt.Errorf("storage: console overdue: %w", translate(err))
+	}
+	out.Truncated = len(overdue) == p.Limit
+	idx := map[string]int{}
+	for _, r := range overdue {
+		q := string(r.Queue)
+		i, ok := idx[q]
+		if !ok {
+			i = len(out.Overdue)
+			idx[q] = i
+			out.Overdue = append(out.Overdue, QueueAge{Queue: q})
+		}
+		out.Overdue[i].Count++
+		out.Overdue[i].Age = max(out.Overdue[i].Age, time.Duration(r.US)*time.Microsecond)
+	}
+	grouped := func(name, query string, args ...any) ([]QueueAge, error) {
+		var rows []struct {
+			Queue []byte `db:"queue"`
+			N     int64  `db:"n"`
+			US    int64  `db:"us"`
+		}
+		if err := d.db.SelectContext(ctx, &rows, query, args...); err != nil {
+			return nil, fmt.Errorf("storage: console %s: %w", name, translate(err))
+		}
+		res := make([]QueueAge, len(rows))
+		var total int64
+		for i, r := range rows {
+			res[i] = QueueAge{Queue: string(r.Queue), Count: r.N, Age: time.Duration(r.US) * time.Microsecond}
+			total += r.N
+		}
+		if total >= int64(p.Limit) {
+			out.Truncated = true
+		}
+		sort.Slice(res, func(i, j int) bool {
+			if res[i].Age != res[j].Age {
+				return res[i].Age > res[j].Age
+			}
+			return res[i].Queue < res[j].Queue
+		})
+		return res, nil
+	}
+	var err error
+	if out.Parked, err = grouped("parked", sqlConsoleParkedByQueue, p.Limit); err != nil {
+		return out, err
+	}
+	if out.SlowRepairs, err = grouped("slow repairs", sqlConsoleSlowRepairs, p.SLOWindow.Microseconds(), p.SLOBound.Microseconds()); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// Newest first from a cursor (the last row's created_at and record_id), so
+// a page never repeats or skips a record that arrived meanwhile.
+const sqlConsoleQueueRecords = `-- name: ConsoleQueueRecords
+SELECT ` + recordColumns + ` FROM mend_records
+WHERE queue = ? AND (? = '' OR state = ?)
+	AND (created_at < ? OR (created_at = ? AND record_id > ?))
+ORDER BY created_at DESC, record_id
+LIMIT ?`
+
+// The first page's cursors: the ends of DATETIME's range (a zero time.Time
+// would be 0000-00-00, which strict SQL modes refuse).
+var (
+	cursorFirst = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+	cursorLast  = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+)
+
+// RecordCursor is where a page of ConsoleQueueRecords starts: after the
+// record with this creation time and ID. The zero cursor is the first page.
+type RecordCursor struct {
+	CreatedAt time.Time
+	ID        mend.RecordID
+}
+
+// ConsoleQueueRecords returns up to limit of queue's records newest first,
+// only those in state unless it is empty, starting after cursor.
+//
+// Returns ErrInvalid for a bad queue, an unknown state or a limit outside
+// 1..1000.
+func (d *DB) ConsoleQueueRecords(ctx context.Context, queue string, state mend.State, after RecordCursor, limit int) ([]mend.Record, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return nil, err
+	}
+	if state != "" && !state.Valid() {
+		return nil, &mend.ValidationError{Field: "state", Reason: fmt.Sprintf("%q is not a record state (pending, waiting, settled, parked, done)", state)}
+	}
+	if limit < 1 || limit > 1000 {
+		return nil, &mend.ValidationError{Field: "limit", Reason: "must be 1 to 1000"}
+	}
+	from := after.CreatedAt.UTC()
+	if after.CreatedAt.IsZero() {
+		from = cursorLast // before every stored time: the first page
+	}
+	var rows []recordRow
+	err := d.db.SelectContext(ctx, &rows, sqlConsoleQueueRecords, queue, string(state), string(state),
+		from, from, after.ID[:], limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: console queue records: %w", translate(err))
+	}
+	recs := make([]mend.Record, 0, len(rows))
+	for i := range rows {
+		rec, err := rows[i].record()
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+// One record's events by its primary key range, bounded.
+const sqlConsoleRecordEvents = `-- name: ConsoleRecordEvents
+SELECT ` + eventColumns + ` FROM mend_events WHERE record_id = ? AND queue = ? ORDER BY seq LIMIT ?`
+
+// ConsoleRecordEvents is RecordHistory bounded to the first limit events;
+// an empty result is not an error (the record may have been pruned since).
+func (d *DB) ConsoleRecordEvents(ctx context.Context, queue string, id mend.RecordID, limit int) ([]mend.Event, error) {
+	if err := mend.ValidateIdentity("queue", queue, true); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
+	}
+	var rows []eventRow
+	if err := d.db.SelectContext(ctx, &rows, sqlConsoleRecordEvents, id[:], queue, limit); err != nil {
+		return nil, fmt.Errorf("storage: console record events: %w", translate(err))
+	}
+	evs := make([]mend.Event, len(rows))
+	for i := range rows {
+		evs[i] = rows[i].event()
+	}
+	return evs, nil
+}
+
+// The parked records across queues, least recently changed first, from a
+// cursor: the (state, updated_at) index's range.
+const sqlConsoleParked = `-- name: ConsoleParked
+SELECT ` + recordColumns + ` FROM mend_records
+WHERE state = 'parked' AND (? = '' OR queue = ?) AND (? = '' OR LOCATE(?, last_error) > 0)
+	AND (updated_at > ? OR (updated_at = ? AND record_id > ?))
+ORDER BY updated_at, record_id
+LIMIT ?`
+
+// ParkedFilter is the selection retry and resolve take, for the console's
+// parked page.
+type ParkedFilter struct {
+	Queue          string // only this queue, when set
+	ReasonContains string // only records whose park reason contains it, byte for byte
+	After          RecordCursor
+	Limit          int // 1..1000
+}
+
+// ConsoleParked returns parked records across queues, longest parked first
+// (by their last change), after f.After; After.CreatedAt holds the last
+// row's updated_at.
+//
+// Returns ErrInvalid for a bad queue or limit.
+func (d *DB) ConsoleParked(ctx context.Context, f ParkedFilter) ([]mend.Record, error) {
+	if f.Queue != "" {
+		if err := mend.ValidateIdentity("queue", f.Queue, true); err != nil {
+			return nil, err
+		}
+	}
+	if f.Limit < 1 || f.Limit > 1000 {
+		return nil, &mend.ValidationError{Field: "limit", Reason: "must be 1 to 1000"}
+	}
+	from := f.After.CreatedAt.UTC()
+	if f.After.CreatedAt.IsZero() {
+		from = cursorFirst // after no stored time: the first page
+	}
+	var rows []recordRow
+	err := d.db.SelectContext(ctx, &rows, sqlConsoleParked, f.Queue, f.Queue, f.ReasonContains, []byte(f.ReasonContains),
+		from, from, f.After.ID[:], f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("storage: console parked: %w", translate(err))
+	}
+	recs := make([]mend.Record, 0, len(rows))
+	for i := range rows {
+		rec, err := rows[i].record()
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
