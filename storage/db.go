@@ -154,7 +154,7 @@ func SessionConfig(dsn string, opts Options) (*mysql.Config, error) {
 }
 
 func (o Options) pool() mysqlx.Pool {
-	return mysqlx.Pool{Field: "dsn", MultiStatements: true, ReadCommitted: true,
+	return mysqlx.Pool{Field: "dsn", MultiStatements: true,
 		LockWait: max(o.LockWait, 0), IdleTimeout: max(o.SessionIdleTimeout, 0), IOTimeout: max(o.IOTimeout, 0)}
 }
 
