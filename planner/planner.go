@@ -338,8 +338,10 @@ type eventData struct {
 	// the events of a coalesced wake-up).
 	Records int `json:"records,omitempty"`
 	// Covers lists, on a wake intent, the records whose settlement the
-	// wake-up it names follows: a later run may send that message ID again
-	// only for these (see wakeAll).
+	// wake-up it names follows, each at the version it was owed at
+	// ("<record id>/v<version>", coverKey): a later run may send that
+	// message ID again only for these records at these versions (see
+	// resumable).
 	Covers []string `json:"covers,omitempty"`
 }
 

@@ -156,7 +156,7 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 		rec := owed[0].rec
 		covers := make([]string, len(owed))
 		for i, o := range owed {
-			covers[i] = o.rec.ID.String()
+			covers[i] = coverKey(o.rec.ID, o.rec.Version)
 		}
 		data := eventData{BatchID: live[0], MessageID: WakeMessageID(rec.ID, rec.Version+1), Records: len(owed), Covers: covers}
 		next, err := p.write(ctx, lease, rec, mend.EventWakeIntent, mend.StateSettled, rec.Attempts, rec.LastError, 0, data)
@@ -221,8 +221,9 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 // this run or by another one after the cut) is not reused: its publish may
 // have landed before that record's batch was settled, so the re-send must
 // carry a new ID or the queue's dedupe would drop the only wake-up that
-// follows it. An intent without a list (written before Covers existed)
-// covers nothing.
+// follows it. Covers names records at versions (coverKey), so a covered
+// record settled again since is not covered. An intent without a list
+// (written before Covers existed), or listing bare IDs, covers nothing.
 func (p *Planner) resumable(ctx context.Context, owed []owedRecord) (int, error) {
 	hs, ok := p.cfg.Store.(historyStore)
 	if !ok {
@@ -244,21 +245,37 @@ func (p *Planner) resumable(ctx context.Context, owed []owedRecord) (int, error)
 		if json.Unmarshal(last.Data, &d) != nil {
 			continue
 		}
-		if coversAll(d.Covers, owed) {
+		if coversAll(d.Covers, owed, i) {
 			return i, nil
 		}
 	}
 	return -1, nil
 }
 
-// coversAll reports whether every owed record's ID is in covers.
-func coversAll(covers []string, owed []owedRecord) bool {
+// coverKey names a record at the version it was owed a wake-up at, as a
+// wake intent's covers list it: "<record id>/v<version>".
+func coverKey(id mend.RecordID, version int64) string {
+	return id.String() + "/v" + strconv.FormatInt(version, 10)
+}
+
+// coversAll reports whether every owed record, at the version it is owed
+// at now, is in covers; owed[anchor] carries the intent, one version past
+// the one it was covered at. A record that moved since the intent was
+// written (parked, retried and settled again, say) is at another version
+// and is not covered, though its ID is: the intent's publish may have
+// landed before its new settlement. An intent that lists bare record IDs
+// (written before covers named versions) covers nothing.
+func coversAll(covers []string, owed []owedRecord, anchor int) bool {
 	set := make(map[string]bool, len(covers))
-	for _, id := range covers {
-		set[id] = true
+	for _, c := range covers {
+		set[c] = true
 	}
-	for _, o := range owed {
-		if !set[o.rec.ID.String()] {
+	for i, o := range owed {
+		v := o.rec.Version
+		if i == anchor {
+			v--
+		}
+		if !set[coverKey(o.rec.ID, v)] {
 			return false
 		}
 	}

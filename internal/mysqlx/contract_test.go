@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -358,6 +361,41 @@ func TestSessionContract(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
+	// CheckSession compares what a session reports with what mend sent,
+	// for every variable mend forces, on every server but vtgate: a
+	// session that holds another value (a proxy resetting it, an
+	// init_connect) is refused naming it. The sessions here are set to the
+	// other value by their own configuration.
+	t.Run("CheckSession compares what the session reports", func(t *testing.T) {
+		ctx := t.Context()
+		p := mysqlx.Pool{Field: "dsn", LockWait: 3 * time.Second, IdleTimeout: 7 * time.Second}
+		cfg, err := mysqlx.Config(d.DSN, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mysqlx.Resolve(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := mysqlx.CheckSession(ctx, openRaw(t, cfg), cfg); err != nil {
+			t.Fatalf("CheckSession on mend's own session: %v", err)
+		}
+		for name, other := range map[string]string{
+			"sql_mode":                 "'NO_ENGINE_SUBSTITUTION'",
+			"wait_timeout":             "100",
+			"lock_wait_timeout":        "100",
+			"innodb_lock_wait_timeout": "100",
+			"sql_select_limit":         "18446744073709551614",
+		} {
+			c := cfg.Clone()
+			c.Params[name] = other
+			err := mysqlx.CheckSession(ctx, openRaw(t, c), cfg)
+			var se *mysqlx.SessionError
+			if !errors.As(err, &se) || se.Variable != name {
+				t.Errorf("a session whose %s is %s: %v; want a SessionError naming it", name, other, err)
+			}
+		}
+	})
+
 	for name, row := range contract {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
@@ -436,4 +474,40 @@ func openRaw(t *testing.T, cfg *mysql.Config) *sql.DB {
 	db := sql.OpenDB(connector)
 	t.Cleanup(func() { _ = db.Close() })
 	return db
+}
+
+// TestNoSessionDependentFunctions: the harmless rows of the contract
+// (lc_time_names, group_concat_max_len, default_week_format) hold because
+// no statement of mend's uses the functions they change. This fails the
+// day one does, so the row is revisited.
+func TestNoSessionDependentFunctions(t *testing.T) {
+	t.Parallel()
+	banned := []string{"DATE_FORMAT(", "DAYNAME(", "MONTHNAME(", "GROUP_CONCAT(", "WEEK(", "YEARWEEK(", "FOUND_ROWS("}
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case e.IsDir() && (strings.HasPrefix(e.Name(), ".") || e.Name() == "docs" || e.Name() == "bench" || e.Name() == "testdata"):
+			return filepath.SkipDir
+		case e.IsDir(), strings.HasSuffix(path, "_test.go"):
+			return nil
+		case !strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, ".sql"):
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		up := strings.ToUpper(string(b))
+		for _, f := range banned {
+			if strings.Contains(up, f) {
+				t.Errorf("%s uses %s, whose result depends on a session variable mend does not force: force it (docs/operations.md)", path, strings.TrimSuffix(f, "("))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
