@@ -27,7 +27,7 @@ func TestAppendManyRefusesMixedTerms(t *testing.T) {
 	stale.Epoch--
 	stale.Holder = "an earlier holder"
 	for name, fences := range map[string][2]*mend.Term{
-		"a stale term after the current one": {&term, &stale},
+		"a stale term after the current one":  {&term, &stale},
 		"an unfenced item after a fenced one": {&term, nil},
 		"a fenced item after an unfenced one": {nil, &term},
 	} {
