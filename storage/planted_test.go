@@ -23,9 +23,8 @@ func TestAppendManyRefusesMixedTerms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := term
-	stale.Epoch--
-	stale.Holder = "an earlier holder"
+	stale := term // the same epoch under another holder: never the current term
+	stale.Holder = "another holder"
 	for name, fences := range map[string][2]*mend.Term{
 		"a stale term after the current one":  {&term, &stale},
 		"an unfenced item after a fenced one": {&term, nil},
