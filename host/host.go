@@ -130,9 +130,11 @@ type DB struct {
 // Open connects to the submit queue's application database (appDSN) and its
 // queue database (queueDSN; empty or equal to appDSN means the same
 // database, one pool) and checks that both answer. DSNs are go-sql-driver
-// DSNs naming a database. Every session is mend's (see mysqlx.Config):
-// autocommit=1, utf8mb4, a strict sql_mode, UTC, client-side
-// interpolation, multiStatements off, lock waits bounded by the lease TTL;
+// DSNs naming a database. Every session is mend's (see mysqlx.Config and
+// mysqlx.Resolve): autocommit=1, READ COMMITTED, no sql_select_limit,
+// utf8mb4, a strict sql_mode, UTC, client-side interpolation,
+// multiStatements off, lock waits bounded by the lease TTL, and the rest of
+// docs/operations.md's session contract, whatever the server's globals;
 // a DSN parameter that would set any of these, or anything mend does not
 // know to be harmless, is refused with a *mysqlx.ParamError before any
 // connection is made. Open creates nothing: the host's tables must exist.

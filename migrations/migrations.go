@@ -141,6 +141,9 @@ func (s Set) runOnce(ctx context.Context, dsn string, fn func(*migrate.Migrate) 
 	if err != nil {
 		return err
 	}
+	if err := mysqlx.Resolve(ctx, cfg); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return fmt.Errorf("dsn: %w", err)

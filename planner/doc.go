@@ -56,16 +56,19 @@
 // in one fenced transaction (Store's optional RecordAppendMany: one packet
 // and COMMIT), so the anchor's intent never outlives a record it woke
 // unmarked; a store without it marks them one by one, the anchor last.
-// The intent lists the records it covers (data.covers). A run that finds
-// an owed record already settled whose last event is a wake_intent
-// covering every record the run owes makes it the anchor again and
+// The intent lists the records it covers, each at the version it was
+// owed at (data.covers: "<record>/v<version>"). A run that finds an owed
+// record already settled whose last event is a wake_intent covering every
+// record the run owes, each at the version it is owed at now, makes it the anchor again and
 // re-sends the same message ID, which the message queue's dedupe coalesces
 // if the first publish landed; a lone such record gives the same ID
 // through the one-record rule. An intent that does not cover some owed
 // record (one settled after the cut, by this run or another) is never
 // re-sent: its publish may have landed before that record's batch was
 // settled, and a re-send the dedupe swallows would leave no wake-up after
-// it. The run writes a new intent instead, and so a new ID
+// it; nor is one covering a record only by its ID, at an older version (a
+// record parked, retried and settled again since: TestCoversNameVersions).
+// The run writes a new intent instead, and so a new ID
 // (TestRecordSettledAfterTheCutGetsItsOwnWake). A failed publish records wake_failed on every record,
 // each moving its version, so the next wake-up's ID is new.
 //

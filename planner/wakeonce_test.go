@@ -188,7 +188,11 @@ func (s reusingStore) RecordHistory(ctx context.Context, queue string, id mend.R
 	}
 	var all []string
 	for _, r := range recs {
-		all = append(all, r.ID.String())
+		v := r.Version // covers name records at versions; the anchor one before its intent
+		if r.ID == id {
+			v--
+		}
+		all = append(all, fmt.Sprintf("%s/v%d", r.ID, v))
 	}
 	d["covers"] = all
 	evs[len(evs)-1].Data, err = json.Marshal(d)

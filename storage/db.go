@@ -145,7 +145,9 @@ func NormalizeDSN(dsn string) (*mysql.Config, error) {
 // sql_mode, time_zone '+00:00', UTC times, client-side interpolation,
 // multiStatements on (the store sends a write transaction's statements
 // together, see batchTx), the lock waits of Options.LockWait, the idle
-// timeout and the I/O timeouts. Open adds READ COMMITTED.
+// timeout and the I/O timeouts. Open adds what depends on the server
+// (mysqlx.Resolve): READ COMMITTED, sql_select_limit at its maximum and the
+// rest of the session contract.
 func SessionConfig(dsn string, opts Options) (*mysql.Config, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -154,7 +156,7 @@ func SessionConfig(dsn string, opts Options) (*mysql.Config, error) {
 }
 
 func (o Options) pool() mysqlx.Pool {
-	return mysqlx.Pool{Field: "dsn", MultiStatements: true, ReadCommitted: true,
+	return mysqlx.Pool{Field: "dsn", MultiStatements: true,
 		LockWait: max(o.LockWait, 0), IdleTimeout: max(o.SessionIdleTimeout, 0), IOTimeout: max(o.IOTimeout, 0)}
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -339,6 +340,11 @@ UPDATE mend_records SET version = ?, batch_id = ?, desired_outcome = ?, epoch = 
 WHERE record_id = ? AND queue = ? AND version = ?
 	AND EXISTS (SELECT 1 FROM mend_leases WHERE queue = ? AND holder = ? AND epoch = ? AND expires_at > NOW(6))`
 
+// sqlRebuildTermLive asks whether term is still the queue's live lease by
+// the database clock, after a rewrite that changed no row.
+const sqlRebuildTermLive = `-- name: RebuildTermLive
+SELECT COUNT(*) FROM mend_leases WHERE queue = ? AND holder = ? AND epoch = ? AND expires_at > NOW(6)`
+
 // ErrNotDerivable is returned by RebuildRecord for a record whose events
 // cannot rebuild it: a malformed log, or events from before migration 0013.
 var ErrNotDerivable = fmt.Errorf("%w: the projection cannot be derived from the events", mend.ErrInvalid)
@@ -347,12 +353,14 @@ var ErrNotDerivable = fmt.Errorf("%w: the projection cannot be derived from the 
 // (the columns Verify compares), under term, the lease of the record's
 // queue, in one fenced transaction: it reads the lease row LOCK IN SHARE
 // MODE, the record FOR UPDATE and its events, folds, and writes only if
-// something differs. It returns the divergences it repaired (none: the
-// record already matched). The snapshot columns and source identity are
-// never written; a source_key divergence is returned but not repaired.
+// something it writes differs. It returns the divergences it found (none:
+// the record already matched). The snapshot columns and source identity
+// are never written; a source_key divergence is returned but not
+// repaired, and alone it writes nothing.
 //
 // Returns an error matching mend.ErrFenced if term is not the queue's
-// current lease (nothing written), mend.ErrNotFound if the queue holds no
+// current lease (nothing written; a rewrite that changes no row is fenced
+// only if the term has really ended by the database clock), mend.ErrNotFound if the queue holds no
 // such record, and ErrNotDerivable if the events cannot rebuild it.
 func (d *DB) RebuildRecord(ctx context.Context, term mend.Term, id mend.RecordID) ([]Divergence, error) {
 	if err := validateTerm(term); err != nil {
@@ -389,8 +397,8 @@ func (d *DB) RebuildRecord(ctx context.Context, term mend.Term, id mend.RecordID
 			return fmt.Errorf("record %s: %w", id, ErrNotDerivable)
 		}
 		fixed = r.compare(f)
-		if len(fixed) == 0 {
-			return nil
+		if !slices.ContainsFunc(fixed, func(d Divergence) bool { return d.Column != "source_key" }) {
+			return nil // nothing the rewrite writes differs (source_key is never written)
 		}
 		res, err := tx.ExecContext(ctx, sqlRebuildWrite, f.version, []byte(f.batchID), f.desired, f.epoch,
 			f.state, f.attempts, f.lastError, f.nextAttemptAt, f.createdAt, f.updatedAt, f.stateSince,
@@ -400,7 +408,17 @@ func (d *DB) RebuildRecord(ctx context.Context, term mend.Term, id mend.RecordID
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return err
-		} else if n != 1 {
+		} else if n == 1 {
+			return nil
+		}
+		// No row changed: the term expired by the database clock since the
+		// lease was read, or the row already held every value written
+		// (the server counts only changed rows). Only the first is fenced.
+		var live int
+		if err := tx.GetContext(ctx, &live, sqlRebuildTermLive, term.Queue, term.Holder, term.Epoch); err != nil {
+			return fmt.Errorf("read lease: %w", err)
+		}
+		if live == 0 {
 			return fmt.Errorf("%w: term of %q at epoch %d on queue %q expired by the database clock during the rebuild",
 				mend.ErrFenced, term.Holder, term.Epoch, term.Queue)
 		}

@@ -25,9 +25,12 @@ import (
 // it), with the settings mend's other pools use, and checks that it
 // answers. The DSN never appears in an error.
 func Open(ctx context.Context, queueDSN string) (*sql.DB, error) {
-	// The session rules of every mend pool (mysqlx.Config): DSN settings
-	// that would change them are refused; autocommit, utf8mb4, strict mode
-	// and UTC are forced; no multi-statements. A hung server cannot hold a
+	// The session rules of every mend pool (mysqlx.Config, Resolve): DSN
+	// settings that would change them are refused; autocommit, READ
+	// COMMITTED (a dead letter whose move rolls back is never read), no
+	// sql_select_limit (every partition is joined), utf8mb4, strict mode
+	// and UTC are forced, whatever the server's globals; no
+	// multi-statements. A hung server cannot hold a
 	// page forever: the I/O is bounded like the host adapter's.
 	db, err := mysqlx.Open(ctx, queueDSN, mysqlx.Pool{Field: "queue_dsn", IOTimeout: ioTimeout}, 2*ConcurrencyDefault)
 	if err != nil {

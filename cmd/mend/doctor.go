@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
@@ -166,7 +167,13 @@ func checkTopology(ctx context.Context, db *sql.DB) check {
 	return check{Name: "topology", Status: checkOK, Detail: "a single primary; no statement-based binary log"}
 }
 
+// openConfig opens a small pool of mend's sessions on cfg (from
+// mysqlx.Config), resolved for its server as mysqlx.Open resolves every
+// pool's (isolation level, sql_select_limit, ...).
 func openConfig(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
+	if err := mysqlx.Resolve(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, err)
+	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, err

@@ -121,8 +121,8 @@ func TestDoctorHost(t *testing.T) {
 				t.Errorf("%s: %s %s (fix: %s)", c.Name, c.Status, c.Detail, c.Fix)
 			}
 		}
-		if len(checks) != 1+len(hostAppTables)+1+len(hostQueueTables) {
-			t.Errorf("got %d checks, want one per database and table: %+v", len(checks), checks)
+		if len(checks) != 2+len(hostAppTables)+2+len(hostQueueTables) {
+			t.Errorf("got %d checks, want one per database, its session settings and table: %+v", len(checks), checks)
 		}
 		if after := snapshot(t, db); after != before {
 			t.Errorf("doctor changed the host database: %s, then %s", before, after)

@@ -119,7 +119,8 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 		return fail("cannot read the current user: "+err.Error(), "")
 	}
 	grantee := quoteAccount(user)
-	out := []check{{Name: label, Status: checkOK, Detail: fmt.Sprintf("%s/%s as %s", cfg.Addr, cfg.DBName, grantee)}}
+	out := []check{{Name: label, Status: checkOK, Detail: fmt.Sprintf("%s/%s as %s", cfg.Addr, cfg.DBName, grantee)},
+		sessionCheck(ctx, label+" session settings", db, c)}
 	for _, t := range tables {
 		out = append(out, checkHostTable(ctx, db, label, cfg.DBName, grantee, t))
 	}

@@ -9,6 +9,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,18 +66,7 @@ func checkHostDSNs(appDSN, queueDSN string) error {
 // sessionChecks reports, for doctor, whether a session of db holds what
 // mend forces through cfg, and what the server's globals mean for mend.
 func sessionChecks(ctx context.Context, db *sql.DB, cfg *mysql.Config) []check {
-	var out []check
-	if err := mysqlx.CheckSession(ctx, db, cfg); err != nil {
-		var se *mysqlx.SessionError
-		fix := ""
-		if errors.As(err, &se) {
-			fix = "connect mend to the server directly, or configure the proxy to keep each session's own settings"
-		}
-		out = append(out, check{Name: "session settings", Status: checkFail, Detail: err.Error(), Fix: fix})
-	} else {
-		out = append(out, check{Name: "session settings", Status: checkOK,
-			Detail: "a session as mend run opens it holds autocommit=1, utf8mb4, a strict sql_mode, UTC and the lock waits mend sets from the lease TTL"})
-	}
+	out := []check{sessionCheck(ctx, "session settings", db, cfg)}
 	for _, f := range mysqlx.CheckServer(ctx, db) {
 		if f.Name == "binlog_format" {
 			continue // the topology check reports it (storage.CheckTopology)
@@ -97,4 +88,21 @@ func sessionChecks(ctx context.Context, db *sql.DB, cfg *mysql.Config) []check {
 // refuse is refused here too.
 func hostDoctorConfig(flagName, dsn string) (*mysql.Config, error) {
 	return mysqlx.Config(dsn, mysqlx.Pool{Field: strings.TrimPrefix(flagName, "--")})
+}
+
+// sessionCheck reports, as the check named name, whether a session of db
+// (a pool opened on cfg, resolved) reads back every variable mend forced
+// through cfg, naming them; doctor runs it on every pool mend run opens.
+func sessionCheck(ctx context.Context, name string, db *sql.DB, cfg *mysql.Config) check {
+	if err := mysqlx.CheckSession(ctx, db, cfg); err != nil {
+		var se *mysqlx.SessionError
+		fix := ""
+		if errors.As(err, &se) {
+			fix = "connect mend to the server directly, or configure the proxy to keep each session's own settings"
+		}
+		return check{Name: name, Status: checkFail, Detail: err.Error(), Fix: fix}
+	}
+	vars := slices.Sorted(maps.Keys(cfg.Params))
+	return check{Name: name, Status: checkOK,
+		Detail: "a session as mend run opens it reads back what mend forced: " + strings.Join(vars, ", ")}
 }

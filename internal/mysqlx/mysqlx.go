@@ -1,7 +1,7 @@
 // Package mysqlx holds what mend's SQL packages (storage, the reference
 // host adapter, the migrator) share about talking to MySQL: the one
-// constructor of every pool mend opens (Config and Open: what a session is
-// forced to be, and which DSN parameters are refused), the checks of a
+// constructor of every pool mend opens (Config, Resolve and Open: what a
+// session is forced to be, and which DSN parameters are refused), the checks of a
 // session and of the server's globals that mend doctor reports (CheckSession,
 // CheckServer), translation of driver errors by error number, and the
 // transaction runner with bounded deadlock retries and ambiguous-commit
@@ -18,7 +18,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -43,32 +42,15 @@ const (
 
 // IsolationVariables are the names the session's isolation level goes by:
 // MySQL 8 knows only transaction_isolation, MariaDB 10.6-10.11 only
-// tx_isolation (11.1 added transaction_isolation as a synonym).
+// tx_isolation (11.1 added transaction_isolation as a synonym). Resolve
+// sets the first the server has, once per connection, on connect, instead
+// of before every transaction (which the driver does, one round trip
+// each, when sql.TxOptions names a level).
 var IsolationVariables = []string{"transaction_isolation", "tx_isolation"}
 
 // ErrUnknownSystemVariable is error 1193, what a server answers when asked
 // for a session variable it does not have.
 const ErrUnknownSystemVariable = 1193
-
-// IsolationVariable asks the server behind connector which name its
-// session isolation variable has, so that it can be set once per
-// connection, on connect, instead of before every transaction (which the
-// driver does, one round trip each, when sql.TxOptions names a level).
-func IsolationVariable(ctx context.Context, connector driver.Connector) (string, error) {
-	db := sql.OpenDB(connector)
-	defer db.Close()
-	var level string
-	for _, name := range IsolationVariables {
-		err := db.QueryRowContext(ctx, "SELECT @@SESSION."+name).Scan(&level)
-		if err == nil {
-			return name, nil
-		}
-		if ErrNumber(err) != ErrUnknownSystemVariable {
-			return "", err
-		}
-	}
-	return "", fmt.Errorf("the server knows neither %s", strings.Join(IsolationVariables, " nor "))
-}
 
 // ErrNumber returns the MySQL error number inside err, or 0.
 func ErrNumber(err error) uint16 {

@@ -135,6 +135,12 @@ func TestConfigRefuses(t *testing.T) {
 		{"collation=gbk_chinese_ci", "collation", mysqlx.Pool{}},
 		{"collation=latin1_swedish_ci", "collation", mysqlx.Pool{}},
 		{"clientFoundRows=true", "clientFoundRows", mysqlx.Pool{}},
+		// The driver's parameters that change what a value means.
+		{"columnsWithAlias=true", "columnsWithAlias", mysqlx.Pool{}},
+		{"timeTruncate=1h", "timeTruncate", mysqlx.Pool{}},
+		{"timeTruncate=1us", "timeTruncate", mysqlx.Pool{MultiStatements: true}},
+		{"completion_type=2", "completion_type", mysqlx.Pool{}},
+		{"max_sort_length=4", "max_sort_length", mysqlx.Pool{}},
 		{"allowAllFiles=true", "allowAllFiles", mysqlx.Pool{MultiStatements: true}},
 		{"multiStatements=true", "multiStatements", mysqlx.Pool{Field: "app_dsn"}},
 	}

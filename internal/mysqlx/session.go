@@ -36,8 +36,11 @@ const (
 
 // Pool says what a pool is for, and so what its sessions get. Every pool
 // mend opens (the store, the host's application and queue databases, the
-// import's dead-letter reader, doctor's probes) goes through Config and Open
-// with one of these.
+// import's dead-letter reader, the subscription's, doctor's probes, the
+// migrator) goes through Config and Resolve (Open does both) with one of
+// these. What a Pool chooses are only the timeouts and multiStatements:
+// every other forced variable, the isolation level included, is the same on
+// every pool.
 type Pool struct {
 	// Field names the DSN in errors ("dsn", "app_dsn", "queue_dsn").
 	Field string
@@ -45,9 +48,6 @@ type Pool struct {
 	// own store needs it (it sends a write transaction's statements in one
 	// packet); every other pool has it off, explicitly.
 	MultiStatements bool
-	// ReadCommitted makes every transaction READ COMMITTED, set once per
-	// session (Open asks the server which variable name it has).
-	ReadCommitted bool
 	// LockWait, when positive, bounds every row lock wait
 	// (innodb_lock_wait_timeout) and metadata lock wait
 	// (lock_wait_timeout) of the pool's sessions, in whole seconds rounded
@@ -103,6 +103,7 @@ var forcedVariables = map[string]bool{
 	"innodb_lock_wait_timeout": true, "lock_wait_timeout": true, "wait_timeout": true, "interactive_timeout": true,
 	"sql_select_limit": true, "sql_safe_updates": true, "foreign_key_checks": true, "unique_checks": true,
 	"sql_log_bin": true, "binlog_format": true, "max_statement_time": true, "max_execution_time": true,
+	"sql_auto_is_null": true, "completion_type": true, "div_precision_increment": true, "max_sort_length": true,
 }
 
 // harmlessVariables are the only session variables a DSN may set: they
@@ -150,8 +151,11 @@ func variableName(key string) string {
 //     so "1,sql_mode=”" would be a second assignment;
 //   - charset other than utf8mb4, collation other than a utf8mb4_ one;
 //   - clientFoundRows=true (a no-op upsert would read as an insert),
-//     allowAllFiles=true, and multiStatements=true on any pool but the
-//     store's.
+//     columnsWithAlias=true (result columns renamed table.column),
+//     timeTruncate (every time sent truncated), allowAllFiles=true, and
+//     multiStatements=true on any pool but the store's. The driver's
+//     other parameters that would change what a value means (parseTime,
+//     loc, interpolateParams, charset, collation) are forced below.
 //
 // A DSN without a database, or one the driver cannot parse, is a
 // *mend.ValidationError. Then it forces: autocommit=1; character_set_client,
@@ -159,8 +163,9 @@ func variableName(key string) string {
 // utf8mb4 collation, else SessionCollation); a strict sql_mode;
 // time_zone '+00:00'; parseTime, loc=UTC and client-side interpolation;
 // multiStatements exactly as p says; and p's lock wait, idle and I/O
-// timeouts. The isolation level is added by Open (its variable's name
-// depends on the server).
+// timeouts. READ COMMITTED, sql_select_limit and the other variables
+// whose name or acceptance depends on the server are added by Resolve,
+// which Open calls.
 func Config(dsn string, p Pool) (*mysql.Config, error) {
 	field := p.Field
 	if field == "" {
@@ -178,6 +183,12 @@ func Config(dsn string, p Pool) (*mysql.Config, error) {
 	}
 	if cfg.ClientFoundRows {
 		return refuse("clientFoundRows", "is true, which makes create-if-absent unable to tell an insert from a duplicate; remove it")
+	}
+	if cfg.ColumnsWithAlias {
+		return refuse("columnsWithAlias", "is true, which renames every result column to table.column, so mend's reads no longer find their columns; remove it")
+	}
+	if tt, ok := driverParam(cfg, "timeTruncate"); ok {
+		return refuse("timeTruncate", fmt.Sprintf("is %s, which makes the driver truncate every time mend sends (a dead letter's failed_at, a lease's expiry) before the server sees it; remove it", tt))
 	}
 	if cfg.AllowAllFiles {
 		return refuse("allowAllFiles", "is true, which lets a statement read any file of this host; remove it")
@@ -260,27 +271,23 @@ func driverParam(cfg *mysql.Config, name string) (string, bool) {
 	return v[0], true
 }
 
-// Open opens a pool of p's sessions on dsn (see Config), pings it, sets the
-// isolation level if p asks for it, and checks one session: every value
-// mend forced must hold there (a proxy or server that ignores the SET is
-// refused with a *SessionError). The pool's idle connections are capped
-// at maxIdle.
+// Open opens a pool of p's sessions on dsn (Config, then Resolve), and
+// checks one session: every value mend forced must hold there (a proxy or
+// server that ignores the SET is refused with a *SessionError). The pool's
+// idle connections are capped at maxIdle.
 func Open(ctx context.Context, dsn string, p Pool, maxIdle int) (*sql.DB, error) {
 	cfg, err := Config(dsn, p)
 	if err != nil {
 		return nil, err
 	}
 	field := cmpField(p.Field)
-	if p.ReadCommitted {
-		probe, err := mysql.NewConnector(cfg)
-		if err != nil {
-			return nil, &mend.ValidationError{Field: field, Reason: err.Error()}
+	if err := Resolve(ctx, cfg); err != nil {
+		var ve *mend.ValidationError
+		if errors.As(err, &ve) {
+			ve.Field = field
+			return nil, ve
 		}
-		name, err := IsolationVariable(ctx, probe)
-		if err != nil {
-			return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, Translate(err))
-		}
-		cfg.Params[name] = "'READ-COMMITTED'"
+		return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, Translate(err))
 	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -294,6 +301,120 @@ func Open(ctx context.Context, dsn string, p Pool, maxIdle int) (*sql.DB, error)
 		return nil, errors.Join(fmt.Errorf("connect to %s: %w", cfg.Addr, Translate(err)), db.Close())
 	}
 	return db, nil
+}
+
+// SelectLimitMax is the largest sql_select_limit, the value that means "no
+// limit". mend sets it explicitly: SET SESSION sql_select_limit = DEFAULT
+// copies the server's global, which is the very value to escape.
+const SelectLimitMax = "18446744073709551615"
+
+// serverForced are the session variables Resolve forces on a MySQL or
+// MariaDB server (not through vtgate), beside the isolation level and the
+// statement time limit, each with the value every session gets
+// (docs/operations.md, "What mend forces on its sessions", says why each).
+var serverForced = map[string]string{
+	// A global limit cuts every unbounded SELECT short, silently.
+	"sql_select_limit": SelectLimitMax,
+	// With 0, InnoDB may skip checking a secondary UNIQUE key.
+	"unique_checks": "1",
+	// Foreign keys of a host's schema hold for mend's writes too.
+	"foreign_key_checks": "1",
+	// With 1, "col IS NULL" matches the row last inserted.
+	"sql_auto_is_null": "0",
+	// With 1, an UPDATE or DELETE whose WHERE uses no key column fails.
+	"sql_safe_updates": "0",
+	// CHAIN would open a transaction after every COMMIT that the
+	// following autocommit statements then run in, uncommitted; RELEASE
+	// would drop the connection after every COMMIT.
+	"completion_type": "'NO_CHAIN'",
+	// The lease views' seconds_left divides.
+	"div_precision_increment": "4",
+	// ORDER BY compares only the first max_sort_length bytes of a string
+	// when it sorts without an index; mend's keys are shorter than this.
+	"max_sort_length": "1024",
+}
+
+// statementTimers are the variables that abort a statement that runs
+// longer than their value, by engine: MySQL's max_execution_time (SELECT
+// only, milliseconds), MariaDB's max_statement_time (every statement,
+// seconds). Resolve sets the one the server has to 0: mend bounds its
+// statements with their context and the driver's I/O timeout.
+var statementTimers = []string{"max_execution_time", "max_statement_time"}
+
+// Resolve adds to cfg (from Config) what depends on the server it reaches,
+// asking it on one connection of its own: READ COMMITTED under the name
+// the server's isolation variable has (transaction_isolation on MySQL,
+// tx_isolation on MariaDB 10.6-11.0), and, unless the server is vtgate,
+// the variables of serverForced and the server's statement time limit set
+// to 0. Through vtgate (IsVTGate) only the isolation level is added: vtgate
+// keeps or refuses other session variables itself (see VTGateOwn), and
+// mend's tested contract there is the one Config forces.
+func Resolve(ctx context.Context, cfg *mysql.Config) error {
+	probe := cfg.Clone()
+	probe.Params = nil // connect as plainly as possible: only read here
+	connector, err := mysql.NewConnector(probe)
+	if err != nil {
+		return &mend.ValidationError{Field: "dsn", Reason: err.Error()}
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT @@version").Scan(&version); err != nil {
+		return err
+	}
+	iso, err := firstVariable(ctx, db, IsolationVariables)
+	if err != nil {
+		return err
+	}
+	if iso == "" {
+		return fmt.Errorf("the server knows neither %s", strings.Join(IsolationVariables, " nor "))
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params[iso] = "'READ-COMMITTED'"
+	if IsVTGate(version) {
+		return nil
+	}
+	for k, v := range serverForced {
+		cfg.Params[k] = v
+	}
+	for _, name := range statementTimers {
+		ok, err := hasVariable(ctx, db, name)
+		if err != nil {
+			return err
+		}
+		if ok {
+			cfg.Params[name] = "0"
+		}
+	}
+	return nil
+}
+
+// firstVariable returns the first of names the server has as a session
+// variable, or "" if it has none of them.
+func firstVariable(ctx context.Context, db *sql.DB, names []string) (string, error) {
+	for _, name := range names {
+		ok, err := hasVariable(ctx, db, name)
+		if err != nil || ok {
+			return name, err
+		}
+	}
+	return "", nil
+}
+
+// hasVariable reports whether the server has a session variable name.
+func hasVariable(ctx context.Context, db *sql.DB, name string) (bool, error) {
+	var v sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT @@SESSION."+name).Scan(&v)
+	switch {
+	case err == nil:
+		return true, nil
+	case ErrNumber(err) == ErrUnknownSystemVariable:
+		return false, nil
+	}
+	return false, err
 }
 
 func cmpField(f string) string {
@@ -347,6 +468,9 @@ func IsVTGate(version string) bool { return strings.HasSuffix(version, "-Vitess"
 // depends on the connection's collation, only on its character set, which
 // is checked as everywhere.
 func CheckSession(ctx context.Context, db *sql.DB, cfg *mysql.Config) error {
+	if !slices.ContainsFunc(IsolationVariables, func(n string) bool { return cfg.Params[n] != "" }) {
+		return errors.New("mysqlx: the session configuration names no isolation level: pass it through Resolve first")
+	}
 	names := make([]string, 0, len(cfg.Params))
 	for k := range cfg.Params {
 		names = append(names, k)
@@ -371,6 +495,10 @@ func CheckSession(ctx context.Context, db *sql.DB, cfg *mysql.Config) error {
 		switch {
 		case vtgate && VTGateOwn[n] != "":
 			continue
+		case vtgate && n == "sql_mode":
+			if strictMode(got[i].String) {
+				continue // vtgate reports the mode in its own normal form
+			}
 		case vtgate && n == "collation_connection":
 			if strings.HasPrefix(strings.ToLower(got[i].String), SessionCharset+"_") {
 				continue
@@ -391,11 +519,25 @@ func sameSetting(name, got, sent string) bool {
 	case "autocommit":
 		return got == "1" || strings.EqualFold(got, "ON")
 	case "sql_mode":
+		// Every mode mend sent must be among those the session reports
+		// (a server may add its own, such as MariaDB's SIMULTANEOUS_ASSIGNMENT).
+		have := strings.Split(strings.ToUpper(got), ",")
+		for m := range strings.SplitSeq(strings.ToUpper(want), ",") {
+			if !slices.Contains(have, m) {
+				return false
+			}
+		}
 		return strictMode(got)
 	case "transaction_isolation", "tx_isolation":
 		return strings.EqualFold(got, want)
 	case "net_read_timeout", "net_write_timeout", "long_query_time":
 		return true // the DSN's own harmless settings
+	}
+	if a, err := strconv.ParseUint(got, 10, 64); err == nil {
+		// Exactly: as floats, 2^64-1 and 2^64-2 would be the same.
+		if b, err := strconv.ParseUint(want, 10, 64); err == nil {
+			return a == b
+		}
 	}
 	if a, err := strconv.ParseFloat(got, 64); err == nil {
 		b, err := strconv.ParseFloat(want, 64)
