@@ -72,7 +72,7 @@ func (r Range) Judge(version uint, dirty bool, cols []Column) Verdict {
 	v := Verdict{Version: version, Dirty: dirty}
 	switch {
 	case dirty:
-		v.Detail = fmt.Sprintf("mend's schema is dirty at version %d: a migration failed half way", version)
+		v.Detail = fmt.Sprintf("mend's schema version %d is DIRTY: a migration failed half way", version)
 		v.Fix = "repair the schema by hand to match a version, then run: mend migrate force <that version> (docs/operations.md, 'Dirty schema')"
 	case version == 0:
 		v.Detail = "no mend schema in this database"
