@@ -5,6 +5,12 @@
 // a file of two statements that fails half way would leave the schema between
 // versions and golang-migrate's "dirty" flag set. The migration bookkeeping
 // table is mend_schema_migrations, so mend's versions never mix with a host's.
+//
+// Every migration follows the compatibility rule in rule.go (expand, or a
+// contract that says so on its first line) and runs online on both engines,
+// so a binary keeps working while a newer one migrates under it; compat.go
+// is how a binary judges a schema against its range (docs/operations.md,
+// "Upgrading").
 package migrations
 
 import (

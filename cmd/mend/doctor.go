@@ -17,7 +17,6 @@ import (
 
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/internal/mysqlx"
-	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
 
@@ -213,27 +212,20 @@ func checkServer(ctx context.Context, db *sql.DB) check {
 }
 
 // checkSchema reads the version without golang-migrate, whose reader
-// creates its bookkeeping table in whatever database it opens.
+// creates its bookkeeping table in whatever database it opens, and judges
+// it against this binary's schema range (schemarange.go): a newer schema
+// made by expand migrations only is a warning, not a failure.
 func checkSchema(ctx context.Context, db *sql.DB) check {
-	latest, err := migrations.Mend.Latest()
-	if err != nil {
-		return check{Name: "schema", Status: checkFail, Detail: err.Error()}
-	}
-	v, dirty, err := storage.ReadSchemaVersion(ctx, db)
+	v, err := judgeSchema(ctx, db)
 	switch {
 	case err != nil:
 		return check{Name: "schema", Status: checkFail, Detail: "cannot read the schema version: " + err.Error()}
-	case dirty:
-		return check{Name: "schema", Status: checkFail, Detail: fmt.Sprintf("version %d is DIRTY: a migration failed half way", v),
-			Fix: "repair the schema by hand to match a version, then run: mend migrate force <that version> (docs/operations.md, 'Dirty schema')"}
-	case v == 0:
-		return check{Name: "schema", Status: checkFail, Detail: "no mend schema in this database", Fix: "run: mend migrate up"}
-	case v < latest:
-		return check{Name: "schema", Status: checkFail, Detail: fmt.Sprintf("version %d, this binary needs %d", v, latest), Fix: "run: mend migrate up"}
-	case v > latest:
-		return check{Name: "schema", Status: checkFail, Detail: fmt.Sprintf("version %d is newer than this binary knows (%d)", v, latest), Fix: "run a newer mend binary"}
+	case !v.OK:
+		return check{Name: "schema", Status: checkFail, Detail: v.Detail, Fix: v.Fix}
+	case v.Newer:
+		return check{Name: "schema", Status: checkWarn, Detail: v.Detail, Fix: v.Fix}
 	}
-	return check{Name: "schema", Status: checkOK, Detail: fmt.Sprintf("version %d of %d, clean", v, latest)}
+	return check{Name: "schema", Status: checkOK, Detail: v.Detail}
 }
 
 func strictMode(mode string) bool {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/fence"
-	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
 	"github.com/mendq/mend/storage"
@@ -314,7 +313,7 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // readiness reports whether mend run can do its work: mend's database
-// answers and holds the schema this binary needs, clean, and the host's
+// answers and holds a schema this binary runs on, clean, and the host's
 // databases answer. A replica whose every pass would fail is not ready.
 func readiness(db *sql.DB, hosts ...pool) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
@@ -326,19 +325,14 @@ func readiness(db *sql.DB, hosts ...pool) func(ctx context.Context) error {
 				return fmt.Errorf("host database (%s) unreachable: %w", h.flag, err)
 			}
 		}
-		v, dirty, err := storage.ReadSchemaVersion(ctx, db)
+		// A schema newer than this binary by expand migrations only is
+		// ready (watchSchema logs it once); see schemarange.go.
+		v, err := judgeSchema(ctx, db)
 		if err != nil {
 			return err
 		}
-		latest, err := migrations.Mend.Latest()
-		if err != nil {
-			return err
-		}
-		switch {
-		case dirty:
-			return fmt.Errorf("mend's schema is dirty at version %d (see mend migrate)", v)
-		case v != latest:
-			return fmt.Errorf("mend's schema is at version %d, this binary needs %d (run mend migrate up)", v, latest)
+		if !v.OK {
+			return schemaError(v)
 		}
 		return nil
 	}

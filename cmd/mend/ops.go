@@ -199,9 +199,14 @@ func newMigrateCmd(a *app) *cobra.Command {
 
 // refuseIfAtRisk says what reverting from cur to target would lose, and
 // refuses while a replica holds a lease or a repair is still owed, unless
-// force. `mend migrate down --yes` once deleted every record while a
+// force. Reverting expand steps that drop no table (a rollback's
+// migrate down) loses no record and is not refused. `mend migrate down --yes` once deleted every record while a
 // replica ran, a queue still waiting among them.
 func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.Migration, cur, target uint, force bool) error {
+	if !revertDropsTables(list, cur, target) { // schemarange.go
+		fmt.Fprintf(a.stderr, "mend migrate: reverting to %d drops no table: records, events and leases stay, and replicas of a binary that runs on %d keep working\n", target, target)
+		return nil
+	}
 	cfg, err := storage.NormalizeDSN(dsn)
 	if err != nil {
 		return usagef("--dsn: %v", err)

@@ -240,6 +240,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		defer func() { err = errors.Join(err, ms.stop()) }()
 	}
 	warnSameHolder(ctx, svc.store, c.Holder, clog)
+	defer startSchemaWatch(ctx, svc.store.SQL(), c.Interval, clog)() // schemarange.go
 	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
 		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "cluster_concurrency", c.ClusterConcurrency, "db", redactDSN(c.DSN))
 

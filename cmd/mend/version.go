@@ -20,6 +20,10 @@ type buildInfo struct {
 	Revision  string `json:"revision"`
 	Modified  bool   `json:"modified"`
 	GoVersion string `json:"go_version"`
+	// The schema versions the binary runs on (schemarange.go); newer
+	// schemas made by expand migrations only too.
+	SchemaOldest uint `json:"schema_oldest"`
+	SchemaNewest uint `json:"schema_newest"`
 }
 
 func readBuildInfo() buildInfo {
@@ -41,27 +45,34 @@ func readBuildInfo() buildInfo {
 	if bi.Version == "" {
 		bi.Version = "devel"
 	}
+	if r, err := schemaRange(); err == nil {
+		bi.SchemaOldest, bi.SchemaNewest = r.Oldest, r.Newest
+	}
 	return bi
 }
 
-// line is the version as one line: mend v1.2.3, revision abc, go1.26.
+// line is the version as one line: mend v1.2.3, revision abc, go1.26,
+// schema 13 to 14.
 func (bi buildInfo) line() string {
 	mod := ""
 	if bi.Modified {
 		mod = " (modified)"
 	}
-	return fmt.Sprintf("mend %s, revision %s%s, %s", bi.Version, bi.Revision, mod, bi.GoVersion)
+	return fmt.Sprintf("mend %s, revision %s%s, %s, schema %d to %d", bi.Version, bi.Revision, mod, bi.GoVersion, bi.SchemaOldest, bi.SchemaNewest)
 }
 
 func newVersionCmd(a *app) *cobra.Command {
 	f := a.newCommand("version", "print the binary's version (also: mend -v, mend --version)",
-		"Print the binary's version, VCS revision and Go version.", withJSON)
+		"Print the binary's version, VCS revision and Go version, and the schema versions it runs on: from the oldest\n"+
+			"its statements need to the latest migration it embeds (and newer ones made by expand migrations only;\n"+
+			"docs/operations.md, 'Upgrading').", withJSON)
 	return f.run(func(context.Context, []string) error {
 		bi := readBuildInfo()
 		if f.json {
 			return writeJSON(a.stdout, bi)
 		}
 		fmt.Fprintln(a.stdout, bi.line())
+		fmt.Fprintf(a.stdout, "runs on mend schema %d to %d, and on newer schemas whose newer migrations are expand-only\n", bi.SchemaOldest, bi.SchemaNewest)
 		return nil
 	})
 }

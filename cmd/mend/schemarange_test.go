@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/storage"
+)
+
+// The binary's schema range as doctor, /readyz and mend run see it: too
+// old names this binary's migrate up; newer by an expand migration keeps
+// working (a warning, ready, a pass runs, one log line); newer by a
+// contract names what is gone and a binary that knows the schema.
+func TestSchemaRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r, err := schemaRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Oldest != storage.SchemaOldest || r.Newest < r.Oldest {
+		t.Fatalf("range %s; want %d to the latest migration", r, storage.SchemaOldest)
+	}
+	next := r.Newest + 1
+	// plant moves a migrated schema past this binary: one DDL of a
+	// migration this binary does not know, and its version recorded.
+	plant := func(t *testing.T, db *mysqltest.DB, ddl string) {
+		t.Helper()
+		for _, q := range []string{ddl, fmt.Sprintf("UPDATE mend_schema_migrations SET version = %d", next)} {
+			if _, err := db.SQL(t).Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	readyz := func(t *testing.T, db *mysqltest.DB) (int, string) {
+		t.Helper()
+		h := newHTTPHandler(newMetrics(), readiness(db.SQL(t)), &scrubber{})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	for _, tc := range []struct {
+		name      string
+		setup     func(t *testing.T, db *mysqltest.DB)
+		status    string
+		ready     int
+		detail    []string // in doctor's detail and fix, and /readyz's body unless ready
+		runs      bool     // mend run --once succeeds
+		newerLogs int      // "newer than this binary" warnings in mend run's log
+	}{
+		{name: "older than the range", status: checkFail, ready: 503,
+			setup: func(t *testing.T, db *mysqltest.DB) {
+				opsMust(t, "migrate", "up", fmt.Sprint(r.Oldest-1), "--dsn", db.DSN)
+			},
+			detail: []string{fmt.Sprintf("version %d; this binary runs on schema %s", r.Oldest-1, r), "mend migrate up` with this binary"}},
+		{name: "the latest", status: checkOK, ready: 200, runs: true,
+			setup:  func(t *testing.T, db *mysqltest.DB) { opsMust(t, "migrate", "up", "--dsn", db.DSN) },
+			detail: []string{fmt.Sprintf("version %d, clean", r.Newest)}},
+		{name: "newer by an expand migration", status: checkWarn, ready: 200, runs: true, newerLogs: 1,
+			setup: func(t *testing.T, db *mysqltest.DB) {
+				opsMust(t, "migrate", "up", "--dsn", db.DSN)
+				plant(t, db, "ALTER TABLE mend_events ADD COLUMN note BLOB NULL, ADD COLUMN n INT NOT NULL DEFAULT 0")
+			},
+			detail: []string{fmt.Sprintf("version %d, newer than this binary", next), "expand-only", fmt.Sprintf("knows schema %d", next)}},
+		{name: "newer by a contract that drops a column", status: checkFail, ready: 503,
+			setup: func(t *testing.T, db *mysqltest.DB) {
+				opsMust(t, "migrate", "up", "--dsn", db.DSN)
+				plant(t, db, "ALTER TABLE mend_events DROP COLUMN actor")
+			},
+			detail: []string{"column mend_events.actor is gone", fmt.Sprintf("run a mend binary that knows schema %d", next)}},
+		{name: "newer by a required column", status: checkFail, ready: 503,
+			setup: func(t *testing.T, db *mysqltest.DB) {
+				opsMust(t, "migrate", "up", "--dsn", db.DSN)
+				plant(t, db, "ALTER TABLE mend_records ADD COLUMN owner VARBINARY(64) NOT NULL")
+			},
+			detail: []string{"mend_records.owner is NOT NULL without a default", fmt.Sprintf("knows schema %d", next)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := mysqltest.NewDB(t, sqtest.Apply)
+			tc.setup(t, db)
+			c := checkSchema(ctx, db.SQL(t))
+			text := c.Detail + " / " + c.Fix
+			if c.Status != tc.status {
+				t.Errorf("doctor's schema check = %s %q; want %s", c.Status, text, tc.status)
+			}
+			code, body := readyz(t, db)
+			if code != tc.ready {
+				t.Errorf("/readyz = %d %q; want %d", code, body, tc.ready)
+			}
+			for _, want := range tc.detail {
+				if !strings.Contains(text, want) {
+					t.Errorf("doctor's schema check %q lacks %q", text, want)
+				}
+				if code != 200 && !strings.Contains(body, want) {
+					t.Errorf("/readyz %q lacks %q", body, want)
+				}
+			}
+			res := opsRun(t, nil, "run", "--once", "--dsn", db.DSN, "--host-dsn=same", "--subscribe=false")
+			if ran := res.code == exitOK; ran != tc.runs {
+				t.Errorf("mend run --once = exit %d, want success %v:\n%s", res.code, tc.runs, res.stderr)
+			}
+			if n := strings.Count(res.stderr, "newer than this binary; it keeps working"); n != tc.newerLogs {
+				t.Errorf("mend run logged the newer schema %d times; want %d:\n%s", n, tc.newerLogs, res.stderr)
+			}
+		})
+	}
+}
+
+// Judge on its own, without a server: the boundaries of the range.
+func TestJudgeBoundaries(t *testing.T) {
+	t.Parallel()
+	r := migrations.Range{Oldest: 13, Newest: 14}
+	var all []migrations.Column
+	for table, cols := range migrations.SchemaManifest() {
+		for _, c := range cols {
+			all = append(all, migrations.Column{Table: table, Name: c})
+		}
+	}
+	for _, tc := range []struct {
+		v       uint
+		dirty   bool
+		ok, new bool
+	}{{0, false, false, false}, {12, false, false, false}, {13, false, true, false}, {14, false, true, false},
+		{14, true, false, false}, {15, false, true, true}, {40, false, true, true}} {
+		got := r.Judge(tc.v, tc.dirty, all)
+		if got.OK != tc.ok || got.Newer != tc.new {
+			t.Errorf("Judge(%d, dirty %v) = ok %v newer %v (%s); want %v %v", tc.v, tc.dirty, got.OK, got.Newer, got.Detail, tc.ok, tc.new)
+		}
+	}
+	if got := r.Judge(15, false, nil); got.OK || !strings.Contains(got.Detail, "table mend_records is gone") {
+		t.Errorf("Judge on a schema without mend's tables = %+v; want a refusal naming them", got)
+	}
+}
