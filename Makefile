@@ -65,6 +65,8 @@ test-all: ## Run make test once per engine: MySQL, then MariaDB
 # itself after LOAD_LIMIT, should the trap never run).
 LOAD_CPUS ?= 0
 LOAD_LIMIT ?= 3h
+# The hog takes half of every core, so each package gets more than TEST_TIMEOUT's 8 minutes.
+LOAD_TEST_TIMEOUT ?= 20m
 .PHONY: test-under-load
 test-under-load: ## Run make test (ENGINE=, PKGS=, TESTFLAGS= as there) while stress-ng keeps every CPU busy; the hog stops on exit
 	@command -v stress-ng >/dev/null || { echo "test-under-load: stress-ng is not installed (Debian: apt-get install stress-ng)"; exit 1; }
@@ -72,7 +74,7 @@ test-under-load: ## Run make test (ENGINE=, PKGS=, TESTFLAGS= as there) while st
 	trap 'kill -TERM -- -$$hog 2>/dev/null || true; wait $$hog 2>/dev/null || true' EXIT; \
 	echo "test-under-load: stress-ng --cpu $(LOAD_CPUS) (session $$hog) keeps the CPUs busy"; \
 	start=$$(date +%s); status=0; \
-	$(MAKE) --no-print-directory test || status=$$?; \
+	$(MAKE) --no-print-directory test TEST_TIMEOUT=$(LOAD_TEST_TIMEOUT) || status=$$?; \
 	echo "test-under-load: ENGINE=$(or $(ENGINE),default) took $$(( $$(date +%s) - start ))s under the hog; exit $$status"; \
 	exit $$status
 
