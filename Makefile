@@ -71,7 +71,7 @@ LOAD_TEST_TIMEOUT ?= 20m
 test-under-load: ## Run make test (ENGINE=, PKGS=, TESTFLAGS= as there) while stress-ng keeps every CPU busy; the hog stops on exit
 	@command -v stress-ng >/dev/null || { echo "test-under-load: stress-ng is not installed (Debian: apt-get install stress-ng)"; exit 1; }
 	@setsid stress-ng --cpu $(LOAD_CPUS) --timeout $(LOAD_LIMIT) --quiet & hog=$$!; \
-	trap 'kill -TERM -- -$$hog 2>/dev/null || true; wait $$hog 2>/dev/null || true' EXIT; \
+	trap 'kill -TERM -- -$$hog 2>/dev/null || true; wait $$hog 2>/dev/null || true' EXIT; trap 'exit 130' INT TERM HUP; \
 	echo "test-under-load: stress-ng --cpu $(LOAD_CPUS) (session $$hog) keeps the CPUs busy"; \
 	start=$$(date +%s); status=0; \
 	$(MAKE) --no-print-directory test TEST_TIMEOUT=$(LOAD_TEST_TIMEOUT) || status=$$?; \
