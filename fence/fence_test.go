@@ -502,22 +502,39 @@ func TestWriterLoop(t *testing.T) {
 		rec := b.record(t, "q")
 		hook, paused, resume := pause()
 		clockA := newManualClock() // moves only when stepped: the pause is reached however slow the machine
-		a := newFence(t, b.store, fence.WithBeforeRenew(fence.Config{Holder: "a", TTL: 500 * time.Millisecond, RenewEvery: 20 * time.Millisecond, NowFunc: clockA.Now}, hook))
+		// A minute: the term ends when the test ends it, once the loop has
+		// written (a 500 ms term ran out before a loaded machine's first write).
+		a := newFence(t, b.store, fence.WithBeforeRenew(fence.Config{Holder: "a", TTL: time.Minute, RenewEvery: 20 * time.Millisecond, NowFunc: clockA.Now}, hook))
 		la := acquire(t, a, "q")
 		t.Cleanup(resume)
 		term := la.Term()
 		waitClosed(t, paused, hang, "the keepalive pausing")
 		loopErr := make(chan error, 1)
 		var writes atomic.Int64
+		wrote := make(chan struct{})
 		go func() {
 			for {
 				if err := b.write(context.Background(), b.store, rec.ID, "q", &term); err != nil {
 					loopErr <- err
 					return
 				}
-				writes.Add(1)
+				if writes.Add(1) == 1 {
+					close(wrote)
+				}
 			}
 		}()
+		select {
+		case <-wrote:
+		case err := <-loopErr:
+			t.Fatalf("the loop's first write under a live term = %v", err)
+		case <-time.After(hang):
+			t.Fatal("the loop never wrote")
+		}
+		// The term ends (as an operator ending it would; the database's
+		// clock would end it the same way, later) and B takes the queue.
+		if err := b.store.LeaseRelease(t.Context(), term); err != nil {
+			t.Fatal(err)
+		}
 		lb := acquire(t, newFence(t, b.store, fence.Config{Holder: "b", TTL: time.Minute, RetryEvery: 10 * time.Millisecond}), "q")
 		var err error
 		select {
