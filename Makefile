@@ -57,6 +57,27 @@ test-all: ## Run make test once per engine: MySQL, then MariaDB
 	$(MAKE) test ENGINE=mysql
 	$(MAKE) test ENGINE=mariadb
 
+# make test-under-load (issue 28): make test while Debian's stress-ng keeps every CPU busy, as a
+# loaded CI runner or a laptop compiling beside the suite would. Tests decide on hooks, manual
+# clocks and the database clock, so a slow machine only makes them slower. ENGINE, PKGS and
+# TESTFLAGS pass through; LOAD_CPUS=0 (stress-ng's "all online CPUs") sets the hog's workers.
+# The hog runs in its own session and is stopped on exit however the run ends (and gives up by
+# itself after LOAD_LIMIT, should the trap never run).
+LOAD_CPUS ?= 0
+LOAD_LIMIT ?= 3h
+# The hog takes half of every core, so each package gets more than TEST_TIMEOUT's 8 minutes.
+LOAD_TEST_TIMEOUT ?= 20m
+.PHONY: test-under-load
+test-under-load: ## Run make test (ENGINE=, PKGS=, TESTFLAGS= as there) while stress-ng keeps every CPU busy; the hog stops on exit
+	@command -v stress-ng >/dev/null || { echo "test-under-load: stress-ng is not installed (Debian: apt-get install stress-ng)"; exit 1; }
+	@setsid stress-ng --cpu $(LOAD_CPUS) --timeout $(LOAD_LIMIT) --quiet & hog=$$!; \
+	trap 'kill -TERM -- -$$hog 2>/dev/null || true; wait $$hog 2>/dev/null || true' EXIT; trap 'exit 130' INT TERM HUP; \
+	echo "test-under-load: stress-ng --cpu $(LOAD_CPUS) (session $$hog) keeps the CPUs busy"; \
+	start=$$(date +%s); status=0; \
+	$(MAKE) --no-print-directory test TEST_TIMEOUT=$(LOAD_TEST_TIMEOUT) || status=$$?; \
+	echo "test-under-load: ENGINE=$(or $(ENGINE),default) took $$(( $$(date +%s) - start ))s under the hog; exit $$status"; \
+	exit $$status
+
 # The packages make test-vitess runs through vtgate with -race (see docs/scaling.md), and the
 # tests of ./itest/ it runs there without -race, as make test does not either: all of them (the
 # porcupine suites of the store and the fence, the planner/reconciler end-to-end scenarios on the

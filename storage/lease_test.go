@@ -45,6 +45,11 @@ func leaseHistory(t *testing.T, db *sql.DB, queue string) []historyRow {
 	return out
 }
 
+// hang bounds this package's waits: it catches a hang and nothing else,
+// so a loaded machine cannot fail a test by being slow. What each test
+// decides on comes from hooks or the database clock.
+const hang = 2 * time.Minute
+
 // poll calls f until it returns nil or the deadline passes, and fails the
 // test with f's last error then.
 func poll(t *testing.T, timeout time.Duration, f func() error) {
@@ -67,7 +72,7 @@ func poll(t *testing.T, timeout time.Duration, f func() error) {
 func acquireWhenFree(t *testing.T, store *storage.DB, queue, holder string, ttl time.Duration) mend.Term {
 	t.Helper()
 	var term mend.Term
-	poll(t, 10*time.Second, func() error {
+	poll(t, hang, func() error {
 		var err error
 		term, err = store.LeaseAcquire(context.Background(), queue, holder, ttl)
 		return err
@@ -262,7 +267,7 @@ func TestLeaseRenewRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, 5*time.Second, func() error {
+		poll(t, hang, func() error {
 			if st, err := b.store.LeaseGet(ctx, "q"); err != nil || st.Live() {
 				return fmt.Errorf("lease still live: %+v, %v", st, err)
 			}
@@ -361,7 +366,7 @@ func TestFencedAppend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		poll(t, 5*time.Second, func() error {
+		poll(t, hang, func() error {
 			_, err := b.store.RecordAppend(ctx, fenced(rec, term))
 			if errors.Is(err, mend.ErrFenced) && strings.Contains(err.Error(), "expired") {
 				return nil
@@ -396,35 +401,19 @@ func TestFencedAppend(t *testing.T) {
 	})
 }
 
-// trxStates describes the server's open transactions, for failure messages.
-func trxStates(ctx context.Context, db *sql.DB) string {
-	rows, err := db.QueryContext(ctx, `SELECT CONCAT(t.trx_state, ' ', COALESCE(p.state, ''), ' ', COALESCE(LEFT(p.info, 60), ''))
-		FROM information_schema.innodb_trx t LEFT JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id`)
-	if err != nil {
-		return err.Error()
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if rows.Scan(&s) == nil {
-			out = append(out, s)
-		}
-	}
-	return fmt.Sprintf("%q", out)
-}
-
 // leaseStatementsAtServer counts this database's statements of a lease
-// acquire (LeaseEnsure or LeaseLock, by their name comments) that the server
-// is running now. It reads the processlist, which is live. The earlier
-// version counted LOCK WAIT rows of information_schema.innodb_trx, a cache
-// InnoDB refreshes only after 100 ms without a reader: polled every 5 ms it
-// stayed frozen on a snapshot taken before the acquire began to wait, and
-// the test stalled until its deadline (1 run in 4).
+// acquire that the server is running now (see mysqltest.Statements: live,
+// and not failed by other tests' binary statements). The acquire is one
+// packet of several statements (sqlLeaseLock); the server shows each as
+// the text from that statement on, so the one waiting for the lease row,
+// the INSERT, no longer carries the packet's name comment: it is matched
+// by its own text. The earlier version counted LOCK WAIT rows of
+// information_schema.innodb_trx, a cache InnoDB refreshes only after 100 ms
+// without a reader: polled every 5 ms it stayed frozen on a snapshot taken
+// before the acquire began to wait, and the test stalled until its deadline
+// (1 run in 4).
 func leaseStatementsAtServer(ctx context.Context, db *sql.DB) (int, error) {
-	return mysqltest.CountProcesslist(ctx, db, `SELECT COUNT(*) FROM information_schema.processlist
-		WHERE db = DATABASE() AND command = 'Query'
-		AND (info LIKE '%name: LeaseEnsure%' OR info LIKE '%name: LeaseLock%')`)
+	return mysqltest.CountStatements(ctx, db, "name: LeaseLock", "INSERT INTO mend_leases")
 }
 
 // TestFencedWriteInFlight holds a fenced append open just before its commit,
@@ -446,9 +435,10 @@ func TestFencedWriteInFlight(t *testing.T) {
 			<-proceed
 		}
 	})
-	// Long enough that A's fence check surely runs inside the term, even on
-	// a loaded machine; the test then waits for it to run out.
-	termA, err := b.store.LeaseAcquire(ctx, "q", "a", time.Second)
+	// Long enough that A's fence check runs inside the term unless the
+	// machine stalls this goroutine for seconds; the test then waits for
+	// it to run out by the database clock.
+	termA, err := b.store.LeaseAcquire(ctx, "q", "a", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,11 +453,11 @@ func TestFencedWriteInFlight(t *testing.T) {
 	case <-entered:
 	case err := <-aDone:
 		t.Fatalf("A's fenced append returned %v before reaching its commit", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("A's fenced append did not reach its commit in 10s")
+	case <-time.After(hang):
+		t.Fatalf("A's fenced append did not reach its commit in %s", hang)
 	}
 	// A's transaction holds the lease row shared; let its term run out.
-	poll(t, 5*time.Second, func() error {
+	poll(t, hang, func() error {
 		if st, err := b.store.LeaseGet(ctx, "q"); err != nil || st.Live() {
 			return fmt.Errorf("term still live: %+v, %v", st, err)
 		}
@@ -485,14 +475,14 @@ func TestFencedWriteInFlight(t *testing.T) {
 	raw := b.db.SQL(t)
 	// The acquire's statement is at the server while A holds the lease row
 	// shared: it can only be waiting for that lock.
-	poll(t, 10*time.Second, func() error {
+	poll(t, hang, func() error {
 		select {
 		case r := <-bDone:
 			t.Fatalf("acquire returned %v, %v while a fenced write of the old term was in flight", r.term, r.err)
 		default:
 		}
 		if n, err := leaseStatementsAtServer(ctx, raw); err != nil || n == 0 {
-			return fmt.Errorf("no acquire statement at the server (%d, %v); transactions: %s", n, err, trxStates(ctx, raw))
+			return fmt.Errorf("no acquire statement at the server (%d, %v); statements: %s", n, err, mysqltest.DescribeStatements(ctx, raw))
 		}
 		return nil
 	})

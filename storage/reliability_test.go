@@ -17,11 +17,11 @@ import (
 )
 
 // atServer counts this database's statements named name (by their "--
-// name:" comment) that the server is running now. The processlist is live;
-// information_schema.innodb_trx is a cache that fast polling freezes.
+// name:" comment) that the server is running now (see
+// mysqltest.Statements: live, unlike information_schema.innodb_trx, and
+// not failed by other tests' binary statements).
 func atServer(ctx context.Context, db *sql.DB, name string) (int, error) {
-	return mysqltest.CountProcesslist(ctx, db, `SELECT COUNT(*) FROM information_schema.processlist
-		WHERE db = DATABASE() AND command = 'Query' AND info LIKE CONCAT('%name: ', ?, '%')`, name)
+	return mysqltest.CountStatements(ctx, db, "name: "+name)
 }
 
 // holdCommit makes store stop just before committing op, once, until the
@@ -47,8 +47,8 @@ func waitOrFail(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
 	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: not after 10s", what)
+	case <-time.After(hang):
+		t.Fatalf("%s: not after %s", what, hang)
 	}
 }
 
@@ -104,7 +104,7 @@ func TestOpLookupWaitsForACommitInFlight(t *testing.T) {
 				return
 			}
 			raw := b.db.SQL(t)
-			poll(t, 10*time.Second, func() error {
+			poll(t, hang, func() error {
 				select {
 				case r := <-lDone:
 					t.Fatalf("lookup answered %+v, %v while the op's commit was in flight", r.ev, r.err)
@@ -316,7 +316,7 @@ func TestLeaseEndedShowsExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 5*time.Second, func() error {
+	poll(t, hang, func() error {
 		if st, err := b.store.LeaseGet(ctx, "lost"); err != nil || st.Live() {
 			return fmt.Errorf("term still live: %+v, %v", st, err)
 		}

@@ -33,7 +33,7 @@ const (
 // Timeouts. Generous because shared machines and the race detector are slow;
 // polling returns as soon as the server answers.
 const (
-	readyTimeout = 2 * time.Minute
+	readyTimeout = 5 * time.Minute // InnoDB alone took 45 s to initialise beside a CPU hog (issue 28)
 	stopTimeout  = 30 * time.Second
 	pingTimeout  = 2 * time.Second
 )

@@ -23,7 +23,7 @@ import (
 // Timeouts for the server's lifecycle. They are generous because shared CI machines and the
 // race detector slow everything down; the polling returns as soon as the server answers.
 const (
-	readyTimeout = 2 * time.Minute  // initialisation plus first ping, or a restart
+	readyTimeout = 5 * time.Minute  // initialisation plus first ping, or a restart; minutes beside a CPU hog
 	stopTimeout  = 30 * time.Second // SIGTERM grace before SIGKILL
 	pauseTimeout = 5 * time.Second  // until the process is seen stopped
 )

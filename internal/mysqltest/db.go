@@ -77,7 +77,11 @@ var shared struct {
 // Each after func runs once the server is stopped, when the tests passed; an
 // error fails the run. Packages that start goroutines pass a leak check:
 // mysqltest.Main(m, func() error { return goleak.Find() }).
+//
+// The driver's own log lines are kept from the output and printed only if
+// the package failed (see driverLog).
 func Main(m *testing.M, after ...func() error) {
+	driver := quietDriver()
 	code := m.Run()
 	shared.mu.Lock()
 	if shared.srv != nil {
@@ -99,6 +103,9 @@ func Main(m *testing.M, after ...func() error) {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
+	}
+	if code != 0 {
+		driver.flush()
 	}
 	os.Exit(code)
 }
