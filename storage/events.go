@@ -272,7 +272,7 @@ func (r *eventRow) event() mend.Event {
 // reporting "not found" for an operation about to land. In READ COMMITTED
 // an absent key takes no gap lock, so the read blocks no later writer.
 const sqlOpLookup = `-- name: OpLookup
-SELECT ` + eventColumns + ` FROM mend_events WHERE queue = ? AND op_id = ? LOCK IN SHARE MODE`
+SELECT ` + freshRead + eventColumns + ` FROM mend_events WHERE queue = ? AND op_id = ? LOCK IN SHARE MODE`
 
 // OpLookup returns the event an operation wrote, to resolve an ambiguous
 // outcome: found means the operation committed. It waits for a transaction
@@ -307,7 +307,7 @@ func (d *DB) OpLookup(ctx context.Context, queue, opID string) (mend.Event, erro
 }
 
 const sqlRecordHistory = `-- name: RecordHistory
-SELECT ` + eventColumns + ` FROM mend_events WHERE record_id = ? AND queue = ? ORDER BY seq`
+SELECT ` + freshRead + eventColumns + ` FROM mend_events WHERE record_id = ? AND queue = ? ORDER BY seq`
 
 // RecordHistory returns a record's events in order, oldest first.
 //
@@ -331,7 +331,7 @@ func (d *DB) RecordHistory(ctx context.Context, queue string, id mend.RecordID) 
 }
 
 const sqlRecordsDue = `-- name: RecordsDue
-SELECT ` + recordColumns + ` FROM mend_records
+SELECT ` + freshRead + recordColumns + ` FROM mend_records
 WHERE queue = ? AND next_attempt_at <= NOW(6)
 ORDER BY next_attempt_at, record_id
 LIMIT ?`

@@ -330,7 +330,7 @@ func (r leaseRow) status() LeaseStatus {
 
 // leaseSelect is the select list of a lease row with the time left and how
 // its latest term ended, from mend_leases l joined with mend_lease_history h.
-const leaseSelect = `SELECT l.queue, l.holder, l.epoch, l.acquired_at, l.renewed_at, l.expires_at, l.transitions,
+const leaseSelect = `SELECT ` + freshRead + `l.queue, l.holder, l.epoch, l.acquired_at, l.renewed_at, l.expires_at, l.transitions,
 	TIMESTAMPDIFF(MICROSECOND, NOW(6), l.expires_at) AS remaining_us, COALESCE(h.ended_how, '') AS ended_how
 FROM mend_leases l LEFT JOIN mend_lease_history h ON h.queue = l.queue AND h.epoch = l.epoch`
 

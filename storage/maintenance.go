@@ -13,7 +13,7 @@ import (
 )
 
 const sqlQueuesDue = `-- name: QueuesDue
-SELECT queue, MIN(next_attempt_at) AS oldest FROM mend_records
+SELECT ` + freshRead + `queue, MIN(next_attempt_at) AS oldest FROM mend_records
 WHERE next_attempt_at <= NOW(6)
 GROUP BY queue
 ORDER BY oldest, queue
@@ -48,7 +48,7 @@ func (d *DB) QueuesDue(ctx context.Context, limit int) ([]string, error) {
 }
 
 const sqlQueueHasDue = `-- name: QueueHasDue
-SELECT 1 FROM mend_records WHERE queue = ? AND next_attempt_at <= NOW(6) LIMIT 1`
+SELECT ` + freshRead + `1 FROM mend_records WHERE queue = ? AND next_attempt_at <= NOW(6) LIMIT 1`
 
 // QueueHasDue reports whether queue has a record due by the database
 // clock: one probe of the (queue, next_attempt_at) index. The reconciler

@@ -346,7 +346,7 @@ func (c *createArgs) size() int {
 }
 
 const sqlRecordGetBySource = `-- name: RecordGetBySource
-SELECT ` + recordColumns + ` FROM mend_records WHERE queue = ? AND source_key = ?`
+SELECT ` + freshRead + recordColumns + ` FROM mend_records WHERE queue = ? AND source_key = ?`
 
 func getBySource(ctx context.Context, q sqlx.QueryerContext, src mend.SourceID) (mend.Record, error) {
 	key := src.Key()
@@ -379,7 +379,7 @@ func (d *DB) RecordGet(ctx context.Context, src mend.SourceID) (mend.Record, err
 }
 
 const sqlRecordGetByID = `-- name: RecordGetByID
-SELECT ` + recordColumns + ` FROM mend_records WHERE queue = ? AND record_id = ?`
+SELECT ` + freshRead + recordColumns + ` FROM mend_records WHERE queue = ? AND record_id = ?`
 
 // RecordGetByID returns a record of queue by its ID. Reads never cross
 // queues: the ID of another queue's record is not found.

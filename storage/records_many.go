@@ -75,8 +75,10 @@ const createManyRead = `SELECT ` + recordColumns + ` FROM mend_records WHERE `
 // result per item of ps, in order.
 //
 // Through vtgate (Vitess), where a transaction must stay on one shard, each
-// queue's items are one transaction instead: an error can then leave some
-// queues' records created and others not, which a retry of the whole batch
+// shard's items are one transaction instead (vtgate names each queue's
+// shard under mend's vindex, in one round trip that no tablet serves; when
+// it cannot, each queue's items are one): an error can then leave some
+// shards' records created and others not, which a retry of the whole batch
 // repairs (creation is idempotent per source identity).
 //
 // Every item gets RecordCreate's guarantees: the first writer's record is
@@ -142,19 +144,11 @@ func (d *DB) RecordCreateMany(ctx context.Context, ps []CreateParams) ([]mend.Cr
 		pos[it] = i
 	}
 	// Through vtgate every transaction must stay on one shard, so each
-	// queue's items are a transaction of their own (the items are sorted by
-	// queue); elsewhere the whole batch is one.
+	// shard's items are a transaction of their own (each queue's items on
+	// one shard, the queues in order); elsewhere the whole batch is one.
 	groups := [][]*item{items}
 	if d.vtgate {
-		groups = nil
-		for start := 0; start < len(items); {
-			end := start + 1
-			for end < len(items) && items[end].c.p.Source.Queue == items[start].c.p.Source.Queue {
-				end++
-			}
-			groups = append(groups, items[start:end])
-			start = end
-		}
+		groups = d.groupByShard(ctx, items)
 	}
 	for _, group := range groups {
 		var chunks [][]*item

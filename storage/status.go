@@ -94,7 +94,7 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 }
 
 const sqlRecordFind = `-- name: RecordFind
-SELECT ` + recordColumns + ` FROM mend_records WHERE record_id = ?`
+SELECT ` + freshRead + recordColumns + ` FROM mend_records WHERE record_id = ?`
 
 // RecordFind returns a record by its ID alone, for operators who have an ID
 // from a log line or a view and do not know its queue. The repair path
@@ -120,7 +120,7 @@ func (d *DB) RecordFind(ctx context.Context, id mend.RecordID) (mend.Record, err
 }
 
 const sqlRecordsList = `-- name: RecordsList
-SELECT ` + recordColumns + ` FROM mend_records WHERE queue = ?
+SELECT ` + freshRead + recordColumns + ` FROM mend_records WHERE queue = ?
 ORDER BY created_at DESC, record_id
 LIMIT ?`
 

@@ -176,3 +176,56 @@ func bindExample(q string) string {
 	}
 	return out.String()
 }
+
+// TestVitessIntakeCommitsOncePerShard shows RecordCreateMany through vtgate committing once per
+// shard, not once per queue: 40 queues over both shards are created in two transactions, each
+// on one shard (vtgate runs --transaction-mode=SINGLE, so a group that crossed shards would
+// fail), and every record is there once with its created event. Its control is the count a
+// per-queue split would give (40), which the assertion of at most two commits refuses.
+func TestVitessIntakeCommitsOncePerShard(t *testing.T) {
+	b, _ := vitessSetup(t)
+	ctx := context.Background()
+	var commits []string
+	storage.SetBeforeCommit(b.store, func(op string) { commits = append(commits, op) })
+	const queues = 40
+	var ps []mend.CreateParams
+	for i := range queues {
+		for m := range 2 {
+			ps = append(ps, mend.CreateParams{
+				Source:   src(fmt.Sprintf("shard-queue-%02d", i), fmt.Sprintf("m%d", m)),
+				Snapshot: mend.Snapshot{Payload: []byte(`{}`)},
+				Target:   mend.Target{BatchID: "b1", Desired: mend.OutcomeFailed},
+				OpID:     mend.NewOpID(), Actor: "test",
+			})
+		}
+	}
+	res, err := b.store.RecordCreateMany(ctx, ps)
+	if err != nil {
+		t.Fatalf("RecordCreateMany of %d records over %d queues: %v", len(ps), queues, err)
+	}
+	for i, r := range res {
+		if r.Err != nil || !r.Created {
+			t.Fatalf("item %d: created %v, err %v; want created", i, r.Created, r.Err)
+		}
+	}
+	n := 0
+	for _, op := range commits {
+		if op == "RecordCreateMany" {
+			n++
+		}
+	}
+	if n < 1 || n > len(vitessdb.ShardNames) {
+		t.Fatalf("RecordCreateMany committed %d times for %d queues on %d shards; want one commit per shard (a commit per queue would be %d)",
+			n, queues, len(vitessdb.ShardNames), queues)
+	}
+	for _, p := range ps {
+		rec, err := b.store.RecordGet(ctx, p.Source)
+		if err != nil {
+			t.Fatalf("RecordGet %s: %v", p.Source, err)
+		}
+		evs, err := b.store.RecordHistory(ctx, p.Source.Queue, rec.ID)
+		if err != nil || len(evs) != 1 || evs[0].Kind != mend.EventCreated {
+			t.Fatalf("history of %s: %v, %v; want its one created event", p.Source, evs, err)
+		}
+	}
+}

@@ -33,8 +33,8 @@ func checkEngine(ctx context.Context, db *sql.DB) []check {
 		checks = append(checks, check{Name: "vtgate", Status: checkWarn,
 			Detail: "connected through vtgate (" + version + "), which keeps " + strings.Join(names, " and ") +
 				" as its own instead of setting them on the tablets' sessions: " + strings.Join(notes, "; "),
-			Fix: "run vttablet with --queryserver-config-transaction-timeout below mend's --lease-ttl, and with --enable-consolidator=false, " +
-				"without which reads outside a transaction can return a result older than a committed write (docs/scaling.md)"})
+			Fix: "run vttablet with --queryserver-config-transaction-timeout below mend's --lease-ttl; the tablets' query consolidator may stay on " +
+				"(mend's reads outside a transaction turn it off per statement with a /*vt+ CONSOLIDATOR=disabled */ directive; docs/operations.md)"})
 		return checks
 	}
 	if e.MariaDB() {

@@ -24,10 +24,11 @@
 // fails, so a suite that passes has written every transaction on one shard. Reads are exempt
 // (vtgate opens a read-only session on another shard for them); their routes are checked by
 // storage's TestVitessEveryStatementRoute. ShardOf says where a key lands under a vindex. The tablets run with
-// --enable-consolidator=false (bin/vtcombo is a wrapper that adds it; the binary is
-// bin/vtcombo.bin): the consolidator hands a read the result of an identical one already in
-// flight, which can be older than a write committed in between, and mend's record store is then
-// not linearizable (docs/scaling.md).
+// the query consolidator on, vttablet's default (bin/vtcombo is a wrapper that states it; the
+// binary is bin/vtcombo.bin): the consolidator hands a read the result of an identical one
+// already in flight, which can be older than a write committed in between, so mend's reads carry
+// a per-statement directive that turns it off (storage/vitess.go), and itest's
+// TestConsolidatorNeedsTheDirective shows reads without it caught here (docs/scaling.md).
 //
 // # Failure handling
 //
