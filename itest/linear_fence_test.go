@@ -567,7 +567,7 @@ func TestFenceLinearizable(t *testing.T) {
 		dir := keepEvidence(t, proofEvidence{
 			Model: fenceModel.ToModel(), Info: info, History: run.history, Result: res, Summary: summary,
 			Checked: func(i int) bool { return !freeOp(run.history[i]) },
-			JSON:    mergeJSON(fenceDatabaseEvidence(t, direct, queues, records), map[string]any{
+			JSON: mergeJSON(fenceDatabaseEvidence(t, direct, queues, records), map[string]any{
 				"epoch_inversions.json": violations,
 				"faults.json":           faultLog(run.start, faults.chaos, faults.cutter),
 				"routes.json":           faults.routes,
