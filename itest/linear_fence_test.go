@@ -446,15 +446,9 @@ func epochOrder(t *testing.T, s *storage.DB, records map[string][]mend.SourceID)
 	return events, violations
 }
 
-// fenceSetup creates the queues' shared records and one store per
-// contender, routed directly, through a toxiproxy under chaos, or through a
-// driver network that cuts connections at COMMIT.
-func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*storage.DB, []string, map[string][]mend.SourceID, *linFaults) {
+// fenceRecords creates two shared records in each queue.
+func fenceRecords(t *testing.T, direct *storage.DB, queues []string) map[string][]mend.SourceID {
 	t.Helper()
-	quietDriver()
-	db := mysqltest.NewDB(t, migrations.Up)
-	direct := openRealStore(t)(db.DSN).(realStore).db
-	queues := []string{"fq1", "fq2"}
 	records := map[string][]mend.SourceID{}
 	for _, q := range queues {
 		for i := range 2 {
@@ -465,6 +459,19 @@ func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*st
 			records[q] = append(records[q], src)
 		}
 	}
+	return records
+}
+
+// fenceSetup creates the queues' shared records and one store per
+// contender, routed directly, through a toxiproxy under chaos, or through a
+// driver network that cuts connections at COMMIT.
+func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*storage.DB, []string, map[string][]mend.SourceID, *linFaults) {
+	t.Helper()
+	quietDriver()
+	db := mysqltest.NewDB(t, migrations.Up)
+	direct := openRealStore(t)(db.DSN).(realStore).db
+	queues := []string{"fq1", "fq2"}
+	records := fenceRecords(t, direct, queues)
 	routes, faults := linRoutes(t, db, contenders, openRealStore(t))
 	stores := make([]*storage.DB, len(routes))
 	for i, r := range routes {
@@ -543,6 +550,41 @@ func fenceDatabaseEvidence(t *testing.T, s *storage.DB, queues []string, records
 	return out
 }
 
+// fenceVerdict is what judgeFenceRun found.
+type fenceVerdict struct {
+	res        porcupine.CheckResult
+	violations []string // epoch inversions in the event log
+	summary    string   // the PROOF line
+	evidence   string   // where the evidence is, if the run failed
+}
+
+// judgeFenceRun resolves a run's ambiguous writes, checks its history
+// against the model and the event log for epoch inversions, and keeps the
+// evidence if either fails.
+func judgeFenceRun(t *testing.T, run *fenceRun, direct *storage.DB, queues []string, records map[string][]mend.SourceID, faults *linFaults, contenders int, faultText string) fenceVerdict {
+	t.Helper()
+	committed := run.resolve(t, direct)
+	events, violations := epochOrder(t, direct, records)
+	res, info, took := fenceCheck(run.history)
+	v := fenceVerdict{res: res, violations: violations}
+	v.summary = fmt.Sprintf("%d operations (%d writes of unknown outcome left out of the check: they constrain nothing) (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
+		len(run.history), len(run.history)-len(withoutFreeOps(run.history)), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
+		run.byKind[fenceRelease].Load(), run.byKind[fenceObserve].Load(), contenders, len(queues), run.late.Load(), len(run.ambiguous), committed,
+		run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
+	if res != porcupine.Ok || len(violations) > 0 {
+		v.evidence = keepEvidence(t, proofEvidence{
+			Model: fenceModel.ToModel(), Info: info, History: run.history, Result: res, Summary: v.summary,
+			Checked: func(i int) bool { return !freeOp(run.history[i]) },
+			JSON: mergeJSON(fenceDatabaseEvidence(t, direct, queues, records), map[string]any{
+				"epoch_inversions.json": violations,
+				"faults.json":           faultLog(run.start, faults.chaos, faults.cutter),
+				"routes.json":           faults.routes,
+			}),
+		})
+	}
+	return v
+}
+
 // TestFenceLinearizable: leases and fenced writes against the real server,
 // with network faults and cut commits, are linearizable against the fence
 // model, and the event log never shows an epoch going down.
@@ -554,29 +596,13 @@ func TestFenceLinearizable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	run := fenceWorkload(ctx, stores, direct, queues, records, fencedWrite, total)
-	faultText := faults.describe(t)
-	committed := run.resolve(t, direct)
-	events, violations := epochOrder(t, direct, records)
-	res, info, took := fenceCheck(run.history)
-	summary := fmt.Sprintf("%d operations (%d writes of unknown outcome left out of the check: they constrain nothing) (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
-		len(run.history), len(run.history)-len(withoutFreeOps(run.history)), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
-		run.byKind[fenceRelease].Load(), run.byKind[fenceObserve].Load(), contenders, len(queues), run.late.Load(), len(run.ambiguous), committed,
-		run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
-	prooff(t, "%s", summary)
-	if res != porcupine.Ok || len(violations) > 0 {
-		dir := keepEvidence(t, proofEvidence{
-			Model: fenceModel.ToModel(), Info: info, History: run.history, Result: res, Summary: summary,
-			Checked: func(i int) bool { return !freeOp(run.history[i]) },
-			JSON: mergeJSON(fenceDatabaseEvidence(t, direct, queues, records), map[string]any{
-				"epoch_inversions.json": violations,
-				"faults.json":           faultLog(run.start, faults.chaos, faults.cutter),
-				"routes.json":           faults.routes,
-			}),
-		})
-		if res != porcupine.Ok {
-			t.Fatalf("the fence's history is %s against the model; evidence (history, faults, event log, lease history, visualisation) kept in %s", res, dir)
-		}
-		t.Fatalf("the event log shows epochs going down (evidence kept in %s):\n%v", dir, violations)
+	v := judgeFenceRun(t, run, direct, queues, records, faults, contenders, faults.describe(t))
+	prooff(t, "%s", v.summary)
+	if v.res != porcupine.Ok {
+		t.Fatalf("the fence's history is %s against the model; evidence (history, faults, event log, lease history, visualisation) kept in %s", v.res, v.evidence)
+	}
+	if len(v.violations) > 0 {
+		t.Fatalf("the event log shows epochs going down (evidence kept in %s):\n%v", v.evidence, v.violations)
 	}
 	if run.late.Load() == 0 {
 		t.Errorf("no late write was made: the workload did not exercise fencing")
