@@ -64,25 +64,40 @@ type fenceOutput struct {
 }
 
 // fenceState is the lease of one queue. Live is false once the term is known
-// to have ended (released, or expired as a refusal showed). Expiry depends on
-// the database clock, which the model does not see, so it may happen at any
-// moment: a grant is always possible, and a refusal of the current term
-// means it expired.
+// to have ended: released, or expired as a refusal of it showed. Expiry
+// depends on the database clock, which the model does not see, so it may
+// happen at any moment: a grant is always possible, and a refusal of the
+// current term means it expired, for good (a renewal never brings an
+// expired term back: issue 35).
+//
+// SeenOver is weaker: an observe (LeaseGet, a read that takes no lock) saw
+// the current term past its expiry. Such a read cannot see a renewal that
+// is committing, judged while the term was live, so the term may be renewed
+// after all; until it is, nothing may be accepted under it or report it
+// held. A renewal of the term, known or of unknown outcome, clears it.
 type fenceState struct {
-	Epoch  int64
-	Holder string
-	Live   bool
+	Epoch    int64
+	Holder   string
+	Live     bool
+	SeenOver bool
 }
 
-func (s fenceState) current(holder string, epoch int64) bool {
+// matches: (holder, epoch) is the latest term and no refusal or release
+// has ended it (a renewal's test).
+func (s fenceState) matches(holder string, epoch int64) bool {
 	return s.Live && s.Epoch == epoch && s.Holder == holder
+}
+
+// current: the term may be written under or reported held now.
+func (s fenceState) current(holder string, epoch int64) bool {
+	return s.matches(holder, epoch) && !s.SeenOver
 }
 
 // refused returns the states a refusal of (holder, epoch) may leave: if the
 // term is the current one it must have expired.
 func (s fenceState) refused(holder string, epoch int64) []any {
-	if s.current(holder, epoch) {
-		s.Live = false
+	if s.matches(holder, epoch) {
+		s.Live, s.SeenOver = false, false
 	}
 	return []any{s}
 }
@@ -106,9 +121,10 @@ func fenceStep(state, input, output any) []any {
 			}
 			return []any{s}
 		}
-	case fenceWrite, fenceRenew:
+	case fenceWrite:
 		switch {
 		case out.Unknown:
+			// Writes never change the lease: free (withoutFreeOps).
 			return []any{s}
 		case out.Result == fenceOK || out.Result == fencePassed:
 			if !s.current(in.Holder, in.Epoch) {
@@ -118,11 +134,27 @@ func fenceStep(state, input, output any) []any {
 		default:
 			return s.refused(in.Holder, in.Epoch)
 		}
+	case fenceRenew:
+		renewed := s
+		renewed.SeenOver = false
+		switch {
+		case out.Unknown && s.matches(in.Holder, in.Epoch):
+			return []any{s, renewed}
+		case out.Unknown:
+			return []any{s}
+		case out.Result == fenceOK:
+			if !s.matches(in.Holder, in.Epoch) {
+				return nil
+			}
+			return []any{renewed}
+		default:
+			return s.refused(in.Holder, in.Epoch)
+		}
 	case fenceRelease:
 		released := s
-		released.Live = false
+		released.Live, released.SeenOver = false, false
 		switch {
-		case out.Unknown && s.current(in.Holder, in.Epoch):
+		case out.Unknown && s.matches(in.Holder, in.Epoch):
 			return []any{s, released}
 		case out.Unknown:
 			return []any{s}
@@ -139,10 +171,12 @@ func fenceStep(state, input, output any) []any {
 			return nil
 		}
 		if !out.Live {
-			s.Live = false
+			if s.Live {
+				s.SeenOver = true
+			}
 			return []any{s}
 		}
-		if !s.Live {
+		if !s.Live || s.SeenOver {
 			return nil
 		}
 		return []any{s}
@@ -189,7 +223,7 @@ var fenceModel = porcupine.NondeterministicModel{
 	},
 	DescribeState: func(state any) string {
 		s := state.(fenceState)
-		return fmt.Sprintf("e%d %s live=%v", s.Epoch, s.Holder, s.Live)
+		return fmt.Sprintf("e%d %s live=%v seen-over=%v", s.Epoch, s.Holder, s.Live, s.SeenOver)
 	},
 }
 
@@ -214,6 +248,7 @@ func unfencedWrite(ctx context.Context, s *storage.DB, term mend.Term, rec mend.
 }
 
 type fenceRun struct {
+	start     time.Time // the history's time origin
 	mu        sync.Mutex
 	history   []porcupine.Operation
 	ambiguous []fenceAmbiguous // writes with unknown outcome, resolved after the run
@@ -234,8 +269,8 @@ type fenceAmbiguous struct {
 // then releases, abandons the term, or waits until it sees a newer term and
 // writes late under the old one.
 func fenceWorkload(ctx context.Context, stores []*storage.DB, observer *storage.DB, queues []string, records map[string][]mend.SourceID, write fenceWriter, totalOps int) *fenceRun {
-	run := &fenceRun{}
 	start := time.Now()
+	run := &fenceRun{start: start}
 	var budget atomic.Int64
 	budget.Store(int64(totalOps))
 	add := func(client int, in fenceInput, call time.Time, out fenceOutput) int {
@@ -411,15 +446,9 @@ func epochOrder(t *testing.T, s *storage.DB, records map[string][]mend.SourceID)
 	return events, violations
 }
 
-// fenceSetup creates the queues' shared records and one store per
-// contender, routed directly, through a toxiproxy under chaos, or through a
-// driver network that cuts connections at COMMIT.
-func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*storage.DB, []string, map[string][]mend.SourceID, *linFaults) {
+// fenceRecords creates two shared records in each queue.
+func fenceRecords(t *testing.T, direct *storage.DB, queues []string) map[string][]mend.SourceID {
 	t.Helper()
-	quietDriver()
-	db := mysqltest.NewDB(t, migrations.Up)
-	direct := openRealStore(t)(db.DSN).(realStore).db
-	queues := []string{"fq1", "fq2"}
 	records := map[string][]mend.SourceID{}
 	for _, q := range queues {
 		for i := range 2 {
@@ -430,6 +459,19 @@ func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*st
 			records[q] = append(records[q], src)
 		}
 	}
+	return records
+}
+
+// fenceSetup creates the queues' shared records and one store per
+// contender, routed directly, through a toxiproxy under chaos, or through a
+// driver network that cuts connections at COMMIT.
+func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*storage.DB, []string, map[string][]mend.SourceID, *linFaults) {
+	t.Helper()
+	quietDriver()
+	db := mysqltest.NewDB(t, migrations.Up)
+	direct := openRealStore(t)(db.DSN).(realStore).db
+	queues := []string{"fq1", "fq2"}
+	records := fenceRecords(t, direct, queues)
 	routes, faults := linRoutes(t, db, contenders, openRealStore(t))
 	stores := make([]*storage.DB, len(routes))
 	for i, r := range routes {
@@ -438,23 +480,109 @@ func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*st
 	return db, direct, stores, queues, records, faults
 }
 
-// withoutFreeOps returns h without the writes and renewals whose outcome
-// stayed unknown: the model accepts them in every state and leaves the
-// state as it was (fenceStep), so they constrain nothing, but each is open
-// until the end of the history (its return is unknown), and a few of them
-// multiply the orders the checker must try: in a make test run on a loaded
-// machine the checker gave up ("Unknown" after 2 minutes) on a history of
-// 1,518 operations with 7 such writes.
+// freeOp reports whether op is left out of the check: a write whose
+// outcome stayed unknown. fenceStep returns exactly the state it was given
+// for it, in every state (TestFenceFreeOpsAreFree checks that), so it
+// constrains nothing and no linearisation gains or loses by it; but each is
+// open until the end of the history (its return is unknown), and a few of
+// them multiply the orders the checker must try: in a make test run on a
+// loaded machine the checker gave up ("Unknown" after 2 minutes) on a
+// history of 1,518 operations with 7 such writes.
+//
+// A renewal of unknown outcome is not free, and is checked: one that
+// committed renews the term an observe saw past its expiry, which the
+// operations after it may depend on (TestFenceModelNeedsUnknownRenewals).
+// Before issue 35 renewals were left out too; that was sound only while the
+// model let an observe's "expired" stand for good.
+func freeOp(op porcupine.Operation) bool {
+	return op.Output.(fenceOutput).Unknown && op.Input.(fenceInput).Kind == fenceWrite
+}
+
+// withoutFreeOps returns h without the operations freeOp leaves out.
 func withoutFreeOps(h []porcupine.Operation) []porcupine.Operation {
 	out := make([]porcupine.Operation, 0, len(h))
 	for _, op := range h {
-		in, res := op.Input.(fenceInput), op.Output.(fenceOutput)
-		if res.Unknown && (in.Kind == fenceWrite || in.Kind == fenceRenew) {
-			continue
+		if !freeOp(op) {
+			out = append(out, op)
 		}
-		out = append(out, op)
 	}
 	return out
+}
+
+// fenceDatabaseEvidence reads the database's side of a fence run for a
+// failure's evidence: every record's events and every queue's lease
+// history and lease row.
+func fenceDatabaseEvidence(t *testing.T, s *storage.DB, queues []string, records map[string][]mend.SourceID) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	events := map[string][]mend.Event{}
+	for queue, srcs := range records {
+		for _, src := range srcs {
+			rec, err := s.RecordGet(t.Context(), src)
+			if err != nil {
+				t.Logf("evidence: record %v: %v", src, err)
+				continue
+			}
+			evs, err := s.RecordHistory(t.Context(), queue, rec.ID)
+			if err != nil {
+				t.Logf("evidence: events of %v: %v", src, err)
+			}
+			events[queue+"/"+src.MessageID+"/"+rec.ID.String()] = evs
+		}
+	}
+	out["mend_events.json"] = events
+	terms := map[string][]storage.LeaseTerm{}
+	leases := map[string]storage.LeaseStatus{}
+	for _, q := range queues {
+		h, err := s.LeaseHistory(t.Context(), q, 100000)
+		if err != nil {
+			t.Logf("evidence: lease history of %s: %v", q, err)
+		}
+		terms[q] = h
+		st, err := s.LeaseGet(t.Context(), q)
+		if err != nil {
+			t.Logf("evidence: lease of %s: %v", q, err)
+		}
+		leases[q] = st
+	}
+	out["mend_lease_history.json"] = terms
+	out["mend_leases.json"] = leases
+	return out
+}
+
+// fenceVerdict is what judgeFenceRun found.
+type fenceVerdict struct {
+	res        porcupine.CheckResult
+	violations []string // epoch inversions in the event log
+	summary    string   // the PROOF line
+	evidence   string   // where the evidence is, if the run failed
+}
+
+// judgeFenceRun resolves a run's ambiguous writes, checks its history
+// against the model and the event log for epoch inversions, and keeps the
+// evidence if either fails.
+func judgeFenceRun(t *testing.T, run *fenceRun, direct *storage.DB, queues []string, records map[string][]mend.SourceID, faults *linFaults, contenders int, faultText string) fenceVerdict {
+	t.Helper()
+	committed := run.resolve(t, direct)
+	events, violations := epochOrder(t, direct, records)
+	res, info, took := fenceCheck(run.history)
+	v := fenceVerdict{res: res, violations: violations}
+	v.summary = fmt.Sprintf("%d operations (%d writes of unknown outcome left out of the check: they constrain nothing) (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
+		len(run.history), len(run.history)-len(withoutFreeOps(run.history)), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
+		run.byKind[fenceRelease].Load(), run.byKind[fenceObserve].Load(), contenders, len(queues), run.late.Load(), len(run.ambiguous), committed,
+		run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
+	if res != porcupine.Ok || len(violations) > 0 {
+		v.evidence = keepEvidence(t, proofEvidence{
+			Model: fenceModel.ToModel(), Info: info, History: run.history, Result: res, Summary: v.summary,
+			Checked: func(i int) bool { return !freeOp(run.history[i]) },
+			JSON: mergeJSON(fenceDatabaseEvidence(t, direct, queues, records), map[string]any{
+				"epoch_inversions.json": violations,
+				"faults.json":           faultLog(run.start, faults.chaos, faults.cutter),
+				"routes.json":           faults.routes,
+			}),
+		})
+	}
+	return v
 }
 
 // TestFenceLinearizable: leases and fenced writes against the real server,
@@ -468,19 +596,13 @@ func TestFenceLinearizable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	run := fenceWorkload(ctx, stores, direct, queues, records, fencedWrite, total)
-	faultText := faults.describe(t)
-	committed := run.resolve(t, direct)
-	events, violations := epochOrder(t, direct, records)
-	res, viz, took := fenceCheck(t, run.history)
-	prooff(t, "%d operations (%d writes and renewals of unknown outcome left out of the check: they constrain nothing) (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
-		len(run.history), len(run.history)-len(withoutFreeOps(run.history)), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
-		run.byKind[fenceRelease].Load(), run.byKind[fenceObserve].Load(), contenders, len(queues), run.late.Load(), len(run.ambiguous), committed,
-		run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
-	if res != porcupine.Ok {
-		t.Fatalf("the fence's history is %s against the model; visualisation: %s", res, viz)
+	v := judgeFenceRun(t, run, direct, queues, records, faults, contenders, faults.describe(t))
+	prooff(t, "%s", v.summary)
+	if v.res != porcupine.Ok {
+		t.Fatalf("the fence's history is %s against the model; evidence (history, faults, event log, lease history, visualisation) kept in %s", v.res, v.evidence)
 	}
-	if len(violations) > 0 {
-		t.Fatalf("the event log shows epochs going down:\n%v", violations)
+	if len(v.violations) > 0 {
+		t.Fatalf("the event log shows epochs going down (evidence kept in %s):\n%v", v.evidence, v.violations)
 	}
 	if run.late.Load() == 0 {
 		t.Errorf("no late write was made: the workload did not exercise fencing")
@@ -500,8 +622,9 @@ func TestFenceLinearizableCatchesUnfencedWriter(t *testing.T) {
 		run := fenceWorkload(ctx, stores, direct, queues, records, unfencedWrite, 600)
 		run.resolve(t, direct)
 		checked += len(run.history)
-		res, viz, took := fenceCheck(t, run.history)
+		res, info, took := fenceCheck(run.history)
 		if res == porcupine.Illegal {
+			viz := fenceVisualise(t, info)
 			_, violations := epochOrder(t, direct, records)
 			prooff(t, "unfenced writer rejected as %s after %d runs, %d operations checked (%d late writes; checker %s); the event log shows %d epoch inversions; faults: %s; visualisation: %s",
 				res, i+1, checked, run.late.Load(), took.Round(time.Millisecond), len(violations), faults.describe(t), viz)
@@ -512,20 +635,33 @@ func TestFenceLinearizableCatchesUnfencedWriter(t *testing.T) {
 	t.Fatalf("the fence checker accepted an unfenced writer in %d runs (%d operations): it cannot be trusted", maxRuns, checked)
 }
 
-func fenceCheck(t *testing.T, h []porcupine.Operation) (porcupine.CheckResult, string, time.Duration) {
-	t.Helper()
+// fenceCheck checks h, without its free operations, against the model.
+func fenceCheck(h []porcupine.Operation) (porcupine.CheckResult, porcupine.LinearizationInfo, time.Duration) {
 	h = withoutFreeOps(h)
-	model := fenceModel.ToModel()
 	begin := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(model, h, 2*time.Minute)
-	took := time.Since(begin)
-	if res != porcupine.Illegal {
-		return res, "", took
-	}
+	res, info := porcupine.CheckOperationsVerbose(fenceModel.ToModel(), h, 2*time.Minute)
+	return res, info, time.Since(begin)
+}
+
+// fenceVisualise writes porcupine's visualisation of info into a test
+// temporary directory and returns its path.
+func fenceVisualise(t *testing.T, info porcupine.LinearizationInfo) string {
+	t.Helper()
 	path := t.TempDir() + "/fence.html"
-	if err := porcupine.VisualizePath(model, info, path); err != nil {
+	if err := porcupine.VisualizePath(fenceModel.ToModel(), info, path); err != nil {
 		t.Logf("write visualisation: %v", err)
-		return res, "", took
+		return ""
 	}
-	return res, path, took
+	return path
+}
+
+// mergeJSON returns the union of evidence file maps.
+func mergeJSON(ms ...map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -342,6 +342,7 @@ type linRoute struct {
 
 // linRun is one workload run and what it recorded.
 type linRun struct {
+	start     time.Time // the history's time origin
 	history   []porcupine.Operation
 	ambiguous []linAmbiguous // ambiguous appends, with their op IDs
 	refused   atomic.Int64   // operations that failed with nothing written
@@ -350,8 +351,33 @@ type linRun struct {
 }
 
 type linAmbiguous struct {
-	key int
-	op  string
+	Key int    `json:"key"`
+	Op  string `json:"op_id"`
+}
+
+// linSource is the source identity of key's record.
+func linSource(queue string, key int) mend.SourceID {
+	return mend.SourceID{Queue: queue, Topic: "lin_dlq", Partition: queue, MessageID: fmt.Sprintf("k%d", key)}
+}
+
+// linEvents reads the event log of the records keys 0..n-1 name, for a
+// failure's evidence.
+func linEvents(t *testing.T, s *storage.DB, queue string, n int) map[string][]mend.Event {
+	t.Helper()
+	out := map[string][]mend.Event{}
+	for key := range n {
+		src := linSource(queue, key)
+		rec, err := s.RecordGet(t.Context(), src)
+		if err != nil {
+			continue // never created
+		}
+		evs, err := s.RecordHistory(t.Context(), queue, rec.ID)
+		if err != nil {
+			t.Logf("evidence: events of %v: %v", src, err)
+		}
+		out[fmt.Sprintf("k%d/%s", key, rec.ID)] = evs
+	}
+	return out
 }
 
 // linWorkload drives clients (one per route entry) over keys hot records
@@ -359,16 +385,14 @@ type linAmbiguous struct {
 // appends at the version it read, creates it when absent, and now and then
 // creates it anyway (the loser path) or reads only.
 func linWorkload(routes []linRoute, queue string, keysPerRound, opsPerRound, totalOps int) *linRun {
-	run := &linRun{}
+	run := &linRun{start: time.Now()}
 	var (
 		mu    sync.Mutex
 		next  atomic.Int64
 		wg    sync.WaitGroup
-		start = time.Now()
+		start = run.start
 	)
-	src := func(key int) mend.SourceID {
-		return mend.SourceID{Queue: queue, Topic: "lin_dlq", Partition: queue, MessageID: fmt.Sprintf("k%d", key)}
-	}
+	src := func(key int) mend.SourceID { return linSource(queue, key) }
 	record := func(client int, in linInput, call time.Time, out linOutput, err error) {
 		ret := int64(time.Since(start))
 		switch {
@@ -428,7 +452,7 @@ func linWorkload(routes []linRoute, queue string, keysPerRound, opsPerRound, tot
 					record(c, in, call, linOutput{}, err)
 					if errors.Is(err, mend.ErrAmbiguous) && op != "" {
 						mu.Lock()
-						run.ambiguous = append(run.ambiguous, linAmbiguous{key: key, op: op})
+						run.ambiguous = append(run.ambiguous, linAmbiguous{Key: key, Op: op})
 						mu.Unlock()
 					}
 				}
@@ -440,23 +464,23 @@ func linWorkload(routes []linRoute, queue string, keysPerRound, opsPerRound, tot
 	return run
 }
 
-// linCheck runs the checker; on an illegal history it writes the
-// visualisation into dir and returns its path.
-func linCheck(t *testing.T, h []porcupine.Operation, dir string, timeout time.Duration) (porcupine.CheckResult, string, time.Duration) {
-	t.Helper()
-	model := linModel.ToModel()
+// linCheck runs the checker.
+func linCheck(h []porcupine.Operation, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo, time.Duration) {
 	begin := time.Now()
-	res, info := porcupine.CheckOperationsVerbose(model, h, timeout)
-	took := time.Since(begin)
-	if res != porcupine.Illegal {
-		return res, "", took
-	}
+	res, info := porcupine.CheckOperationsVerbose(linModel.ToModel(), h, timeout)
+	return res, info, time.Since(begin)
+}
+
+// linVisualise writes porcupine's visualisation of info into dir and
+// returns its path.
+func linVisualise(t *testing.T, info porcupine.LinearizationInfo, dir string) string {
+	t.Helper()
 	path := filepath.Join(dir, "linearizability.html")
-	if err := porcupine.VisualizePath(model, info, path); err != nil {
+	if err := porcupine.VisualizePath(linModel.ToModel(), info, path); err != nil {
 		t.Logf("write visualisation: %v", err)
-		return res, "", took
+		return ""
 	}
-	return res, path, took
+	return path
 }
 
 // linRoutes builds the clients: some direct, some through a toxiproxy under
@@ -465,6 +489,7 @@ func linCheck(t *testing.T, h []porcupine.Operation, dir string, timeout time.Du
 type linFaults struct {
 	chaos  *chaos
 	cutter *commitCutter
+	routes []string // client -> route, for a failure's evidence
 }
 
 func linRoutes(t *testing.T, db *mysqltest.DB, clients int, open func(dsn string) recordStore) ([]linRoute, *linFaults) {
@@ -485,7 +510,11 @@ func linRoutes(t *testing.T, db *mysqltest.DB, clients int, open func(dsn string
 			routes[i] = linRoute{"commit-cut", viaCutter}
 		}
 	}
-	return routes, &linFaults{chaos: startChaos(t, proxy), cutter: cutter}
+	names := make([]string, len(routes))
+	for i, r := range routes {
+		names[i] = fmt.Sprintf("client %d: %s", i, r.name)
+	}
+	return routes, &linFaults{chaos: startChaos(t, proxy), cutter: cutter, routes: names}
 }
 
 func (f *linFaults) describe(t *testing.T) string {
@@ -539,7 +568,7 @@ func TestLinearizableRecordStore(t *testing.T) {
 	checker := openRealStore(t)(db.DSN).(realStore)
 	applied := 0
 	for _, a := range run.ambiguous {
-		if _, err := checker.db.OpLookup(t.Context(), "lin", a.op); err == nil {
+		if _, err := checker.db.OpLookup(t.Context(), "lin", a.Op); err == nil {
 			applied++
 		} else if !errors.Is(err, mend.ErrNotFound) {
 			t.Fatalf("op lookup: %v", err)
@@ -551,16 +580,25 @@ func TestLinearizableRecordStore(t *testing.T) {
 			unknown++
 		}
 	}
-	res, viz, took := linCheck(t, run.history, t.TempDir(), 2*time.Minute)
-	prooff(t, "%d operations checked (%d create, %d append, %d read) from %d clients on %d records; %d ambiguous (of which %d ambiguous appends, %d found committed by op_id); %d refused with nothing written; faults: %s; checker %s in %s",
+	res, info, took := linCheck(run.history, 2*time.Minute)
+	summary := fmt.Sprintf("%d operations checked (%d create, %d append, %d read) from %d clients on %d records; %d ambiguous (of which %d ambiguous appends, %d found committed by op_id); %d refused with nothing written; faults: %s; checker %s in %s",
 		len(run.history), run.byKind[linCreate].Load(), run.byKind[linAppend].Load(), run.byKind[linRead].Load(),
 		clients, total/opsPerRound*keys, unknown, len(run.ambiguous), applied, run.refused.Load(), faultText, res, took.Round(time.Millisecond))
-	switch res {
-	case porcupine.Ok:
-	case porcupine.Illegal:
-		t.Fatalf("the record store's history is not linearizable; visualisation: %s", viz)
-	default:
-		t.Fatalf("the checker could not decide within its timeout (%s)", res)
+	prooff(t, "%s", summary)
+	if res != porcupine.Ok {
+		dir := keepEvidence(t, proofEvidence{
+			Model: linModel.ToModel(), Info: info, History: run.history, Result: res, Summary: summary,
+			JSON: map[string]any{
+				"mend_events.json": linEvents(t, checker.db, "lin", total/opsPerRound*keys),
+				"ambiguous.json":   run.ambiguous,
+				"faults.json":      faultLog(run.start, faults.chaos, faults.cutter),
+				"routes.json":      faults.routes,
+			},
+		})
+		if res == porcupine.Illegal {
+			t.Fatalf("the record store's history is not linearizable; evidence (history, faults, event log, visualisation) kept in %s", dir)
+		}
+		t.Fatalf("the checker could not decide within its timeout (%s); evidence kept in %s", res, dir)
 	}
 	if unknown == 0 {
 		t.Errorf("no operation was ambiguous: the faults did not exercise unknown outcomes")
@@ -595,8 +633,9 @@ func TestLinearizabilityCatchesNaiveStore(t *testing.T) {
 	for i := range maxRuns {
 		run := linWorkload(routes, fmt.Sprintf("naive%d", i), 3, 300, 600)
 		checked += len(run.history)
-		res, viz, took := linCheck(t, run.history, t.TempDir(), time.Minute)
+		res, info, took := linCheck(run.history, time.Minute)
 		if res == porcupine.Illegal {
+			viz := linVisualise(t, info, t.TempDir())
 			prooff(t, "naive read-then-write store rejected as %s after %d runs, %d operations checked (checker %s); faults: %s; visualisation: %s",
 				res, i+1, checked, took.Round(time.Millisecond), faults.describe(t), viz)
 			return

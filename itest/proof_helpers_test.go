@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,23 @@ type commitCutter struct {
 
 	reqLost   atomic.Int64 // COMMIT never sent
 	replyLost atomic.Int64 // COMMIT sent, reply dropped
+
+	mu   sync.Mutex
+	cuts []faultEvent // every cut, for a failure's evidence
+}
+
+// faultEvent is one injected fault, for a failed proof's evidence: what,
+// and when (wall clock; a proof converts it to its history's time).
+type faultEvent struct {
+	At    time.Time
+	Until time.Time // zero for an instant fault (a cut)
+	What  string
+}
+
+func (c *commitCutter) logCut(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cuts = append(c.cuts, faultEvent{At: time.Now(), What: what})
 }
 
 var cutterSeq atomic.Int64
@@ -118,11 +136,13 @@ func (cc *cutConn) Write(b []byte) (int, error) {
 	}
 	if rand.IntN(2) == 0 {
 		cc.c.reqLost.Add(1)
+		cc.c.logCut("commit-cut/request-lost")
 		_ = cc.Conn.Close()
 		return 0, errCut
 	}
 	n, err := cc.Conn.Write(b)
 	cc.c.replyLost.Add(1)
+	cc.c.logCut("commit-cut/reply-lost")
 	_ = cc.Conn.Close()
 	return n, err
 }
@@ -137,6 +157,7 @@ type chaos struct {
 	done   chan struct{}
 	mu     sync.Mutex
 	counts map[string]int
+	events []faultEvent
 	errs   []error
 }
 
@@ -179,6 +200,7 @@ func (c *chaos) run() {
 		}
 		c.mu.Lock()
 		c.counts[typ+"/"+stream]++
+		c.events = append(c.events, faultEvent{At: time.Now(), What: fmt.Sprintf("%s/%s %v", typ, stream, attrs)})
 		c.mu.Unlock()
 		// The fault lasts a few milliseconds, then the network is healthy
 		// for a while.
@@ -193,6 +215,9 @@ func (c *chaos) run() {
 			c.record(err)
 			return
 		}
+		c.mu.Lock()
+		c.events[len(c.events)-1].Until = time.Now()
+		c.mu.Unlock()
 		timer.Reset(time.Duration(20+rand.IntN(40)) * time.Millisecond)
 	}
 }
@@ -223,6 +248,28 @@ func (c *chaos) Faults() (map[string]int, error) {
 		out[k] = v
 	}
 	return out, errors.Join(c.errs...)
+}
+
+// faultLog returns the faults injected so far in time order, with times
+// in nanoseconds since start (a proof's history's origin).
+func faultLog(start time.Time, ch *chaos, cut *commitCutter) []map[string]any {
+	var evs []faultEvent
+	ch.mu.Lock()
+	evs = append(evs, ch.events...)
+	ch.mu.Unlock()
+	cut.mu.Lock()
+	evs = append(evs, cut.cuts...)
+	cut.mu.Unlock()
+	sort.Slice(evs, func(i, j int) bool { return evs[i].At.Before(evs[j].At) })
+	out := make([]map[string]any, len(evs))
+	for i, e := range evs {
+		m := map[string]any{"at_ns": e.At.Sub(start).Nanoseconds(), "fault": e.What}
+		if !e.Until.IsZero() {
+			m["until_ns"] = e.Until.Sub(start).Nanoseconds()
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // pollUntil calls cond every interval until it reports true or the deadline

@@ -7,9 +7,10 @@
 // A DB holds reconciliation records (mend_records, the projection) and their
 // append-only history (mend_events, the log). It works on MySQL 8.0+ and
 // MariaDB 10.6+ with one set of statements. Every exported method is one
-// READ COMMITTED transaction (lease renew and release: one autocommit
-// statement); times that other processes compare come from the database
-// clock (NOW(6), UTC). Every connection is READ COMMITTED from the moment it
+// READ COMMITTED transaction; times that other processes compare come from
+// the database clock (NOW(6), UTC). NOW(6) is a statement's start, taken
+// before any lock wait, so whatever extends a lease term (acquire, renew)
+// judges the term in a statement that already holds the lease row's lock. Every connection is READ COMMITTED from the moment it
 // is made (the session variable, found once per Open), so no transaction
 // pays a SET TRANSACTION round trip. A write transaction travels as one
 // multi-statement packet (START TRANSACTION and its statements) plus COMMIT:

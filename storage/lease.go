@@ -204,16 +204,31 @@ func (d *DB) LeaseAcquire(ctx context.Context, queue, holder string, ttl time.Du
 	return term, nil
 }
 
+// A renewal first locks the lease row, then judges the term in a statement
+// of its own: NOW(6) is a statement's start, so the UPDATE's is taken with
+// the lock already held. One statement doing both (as before issue 35) took
+// NOW(6) before its lock wait: a renewal that waited past its term's end
+// (behind any fenced write holding the row shared) still found the term
+// live at that early instant and extended it, reviving a term that a reader
+// or a refused write had already seen expire, and undoing a release that
+// committed while it waited. In a transaction, a renewal whose client gave
+// up (a cut connection) can no longer commit later either: the server rolls
+// it back, unless COMMIT itself was sent (then it is ambiguous).
 const sqlLeaseRenew = `-- name: LeaseRenew
+START TRANSACTION;
+SELECT holder AS renew_holder FROM mend_leases WHERE queue = ? FOR UPDATE;
 UPDATE mend_leases SET renewed_at = NOW(6), expires_at = NOW(6) + INTERVAL ? MICROSECOND
-WHERE queue = ? AND holder = ? AND epoch = ? AND expires_at > NOW(6)`
+WHERE queue = ? AND holder = ? AND epoch = ? AND expires_at > NOW(6);
+SELECT ROW_COUNT() AS changed`
 
 // LeaseRenew extends term to NOW(6)+ttl if it is still the queue's current,
-// unexpired term.
+// unexpired term when the renewal holds the lease row: a term that ran out
+// while the renewal waited for the row stays expired.
 //
 // Returns ErrLeaseLost if the term has expired by the database clock or a
 // later term replaced it (nothing is changed then), ErrInvalid for a bad
-// term or ttl.
+// term or ttl, and an error matching ErrAmbiguous if the COMMIT's outcome is
+// unknown.
 func (d *DB) LeaseRenew(ctx context.Context, term mend.Term, ttl time.Duration) error {
 	if err := validateTerm(term); err != nil {
 		return err
@@ -221,33 +236,26 @@ func (d *DB) LeaseRenew(ctx context.Context, term mend.Term, ttl time.Duration) 
 	if err := validateTTL(ttl); err != nil {
 		return err
 	}
-	if err := d.execCurrentTerm(ctx, sqlLeaseRenew, ttl.Microseconds(), term.Queue, term.Holder, term.Epoch); err != nil {
-		return fmt.Errorf("storage: renew lease (%s): %w", term, err)
-	}
-	return nil
-}
-
-// execCurrentTerm runs an UPDATE whose WHERE matches only the current,
-// unexpired term, as one autocommit statement: one round trip, atomic on
-// its own. Returns ErrLeaseLost if it matched no row. Each such statement
-// sets a column to NOW(6), so a matched row is always a changed row even
-// without clientFoundRows. A connection that fails with the statement in
-// flight may have applied it: that is ErrAmbiguous, not ErrUnavailable.
-func (d *DB) execCurrentTerm(ctx context.Context, query string, args ...any) error {
-	res, err := d.db.ExecContext(ctx, query, args...)
-	if err != nil {
-		t := translate(err)
-		if errors.Is(t, mend.ErrUnavailable) {
-			return fmt.Errorf("%w: the statement may or may not have been applied: %w", mend.ErrAmbiguous, err)
+	// Two round trips: lock-and-renew, COMMIT.
+	err := d.withBatchTx(ctx, "LeaseRenew", "", func(ctx context.Context, tx *batchTx) error {
+		var row struct {
+			Holder []byte `db:"renew_holder"`
 		}
-		return t
-	}
-	n, err := res.RowsAffected()
+		var found bool
+		var changed struct {
+			N int64 `db:"changed"`
+		}
+		args := []any{term.Queue, ttl.Microseconds(), term.Queue, term.Holder, term.Epoch}
+		if err := tx.query(ctx, sqlLeaseRenew, args, scanOptional(&row, &found), scanOne(&changed)); err != nil {
+			return err
+		}
+		if changed.N == 0 {
+			return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
+		}
+		return nil
+	})
 	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: term is no longer current", mend.ErrLeaseLost)
+		return fmt.Errorf("storage: renew lease (%s): %w", term, err)
 	}
 	return nil
 }
