@@ -28,6 +28,11 @@ printf 'root:x:0:\nmend:x:65532:\n' >"$ctx/group"
 
 args=()
 for t in "${tags[@]}"; do args+=(-t "$t"); done
-DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}" docker build -q --build-arg VERSION="$version" "${args[@]}" "$ctx" >/dev/null
+# The legacy builder: FROM scratch needs nothing BuildKit adds, and buildx is not installed everywhere.
+# Its deprecation notice is shown only when the build fails.
+if ! DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}" docker build -q --build-arg VERSION="$version" "${args[@]}" "$ctx" >/dev/null 2>"$ctx/build.err"; then
+	cat "$ctx/build.err" >&2
+	exit 1
+fi
 size="$(docker image inspect -f '{{.Size}}' "${tags[0]}")"
 echo "image.sh: built ${tags[*]} (version $version): $((size / 1024)) KiB"
