@@ -138,3 +138,8 @@ proof: ## Run the linearizability, crash and partition suites at full size and p
 	@out="$$(mktemp)"; status=0; \
 	MEND_PROOF=full $(GO) test -count=1 -timeout=30m -v -run '$(PROOF_TESTS)' ./itest 2>&1 | tee "$$out" || status=$$?; \
 	echo; echo "== what the proof suites checked =="; grep -ho 'PROOF .*' "$$out" || true; rm -f "$$out"; exit $$status
+
+# Issue 32: the container image (deploy/image/Dockerfile; scripts/image.sh stages and builds it).
+.PHONY: image
+image: ## Build mend's container image FROM scratch (static binary, CA bundle, user 65532) as mend:<version> and mend:latest; no registry needed
+	bash scripts/image.sh

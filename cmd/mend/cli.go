@@ -35,6 +35,7 @@ type app struct {
 	logFormat      string    // the parsed --log-format, so the final error line matches the logs
 	flagsOf        map[*cobra.Command]*flags
 	ran            bool // a command's RunE started: errors before it are usage errors
+	plainDB        bool // some DSN connects without TLS (dbsecurity.go)
 }
 
 // Shared flags a command can ask newCommand for.
@@ -164,7 +165,10 @@ func (a *app) newRoot() *cobra.Command {
 			if f == nil {
 				return nil // help, completion
 			}
-			return f.applyEnv()
+			if err := f.applyEnv(); err != nil {
+				return err
+			}
+			return f.applyDBSecurity() // dbsecurity.go
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -226,6 +230,10 @@ func (a *app) newRoot() *cobra.Command {
 			return cmd.Help()
 		},
 	})
+	// Every DSN flag's file and TLS companions (dbsecurity.go).
+	for _, f := range a.flagsOf {
+		f.addDBSecurityFlags()
+	}
 	// Each flag's help names its twin.
 	for cmd := range a.flagsOf {
 		cmd.Flags().VisitAll(func(fl *pflag.Flag) {
@@ -275,6 +283,7 @@ func (a *app) exit(name string, err error) int {
 	if mysqlErrNumber(err) == 1045 {
 		err = fmt.Errorf("access denied: the user or password in the DSN is wrong (%w)", err)
 	}
+	err = a.explainTLS(err) // dbsecurity.go: a server that refuses plain connections: say what to add
 	line := a.scrub.clean(oneLine(err.Error()))
 	code := exitFailure
 	var ue *usageError

@@ -132,7 +132,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	asGiven, _ := hostDoctorConfig("--dsn", noCFR) // mend's session without the store's lock waits
 	raw, err := openConfig(ctx, asGiven)
 	if err != nil {
-		add("connect", checkFail, connectDetail(err, cfg.User), "check the address, user, password and that the database exists")
+		add("connect", checkFail, connectDetail(err, cfg), "check the address, user, password and that the database exists")
 		return checks, target
 	}
 	defer raw.Close()
@@ -153,6 +153,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	checks = append(checks, checkTimeZone(ctx, mendDB))
 	checks = append(checks, checkLockWait(ctx, raw, mendDB, cfg, ttl))
 	checks = append(checks, sessionChecks(ctx, mendDB, mendCfg)...)
+	checks = append(checks, tlsCheck(ctx, raw, asGiven, "dsn"))
 	return checks, target
 }
 
@@ -412,11 +413,11 @@ func checkMendGrants(ctx context.Context, db *sql.DB, schema string) check {
 
 // connectDetail says why a connection failed; an access denial (1045)
 // says so in words rather than as the server's raw error.
-func connectDetail(err error, user string) string {
+func connectDetail(err error, cfg *mysql.Config) string {
 	if mysqlErrNumber(err) == 1045 {
-		return fmt.Sprintf("access denied for user %q: the password is wrong, or the user does not exist for this client host (%v)", user, err)
+		return fmt.Sprintf("access denied for user %q: the password is wrong, or the user does not exist for this client host (%v)%s", cfg.User, err, plainDeniedHint(cfg))
 	}
-	return err.Error()
+	return mysqlx.ExplainTLS(err).Error()
 }
 
 func mysqlErrNumber(err error) uint16 {

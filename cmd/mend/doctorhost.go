@@ -111,7 +111,7 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 	}
 	db, err := openConfig(ctx, c)
 	if err != nil {
-		return fail(connectDetail(err, cfg.User), "check the address, user, password and that the database exists")
+		return fail(connectDetail(err, cfg), "check the address, user, password and that the database exists")
 	}
 	defer db.Close()
 	var user string
@@ -121,6 +121,7 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 	grantee := quoteAccount(user)
 	out := []check{{Name: label, Status: checkOK, Detail: fmt.Sprintf("%s/%s as %s", cfg.Addr, cfg.DBName, grantee)},
 		sessionCheck(ctx, label+" session settings", db, c)}
+	out = append(out, tlsCheck(ctx, db, c, label))
 	for _, t := range tables {
 		out = append(out, checkHostTable(ctx, db, label, cfg.DBName, grantee, t))
 	}

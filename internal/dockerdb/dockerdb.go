@@ -114,7 +114,22 @@ type Server struct {
 // (localdb.ServerFlags), its port published on a free 127.0.0.1 port, and
 // waits until it answers (at most two minutes, less if ctx ends sooner). On
 // failure nothing is left behind and the error carries the container's log.
-func Start(ctx context.Context, image string) (_ *Server, err error) {
+func Start(ctx context.Context, image string) (*Server, error) {
+	return StartWith(ctx, image, Options{})
+}
+
+// Options adds to what Start gives every server.
+type Options struct {
+	// Args are extra server options, after the usual ones
+	// ("--ssl-ca=/certs/ca.pem").
+	Args []string
+	// Binds are host directories mounted into the container, in docker's
+	// "host-path:container-path[:ro]" form.
+	Binds []string
+}
+
+// StartWith is Start with extra server options and mounted directories.
+func StartWith(ctx context.Context, image string, o Options) (_ *Server, err error) {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	pool, err := dockertest.NewPool("")
@@ -151,6 +166,7 @@ func Start(ctx context.Context, image string) (_ *Server, err error) {
 			cmd = append(cmd, f)
 		}
 	}
+	cmd = append(cmd, o.Args...)
 	const attempts = 3 // the free port may be taken between the probe and the bind
 	for attempt := 1; ; attempt++ {
 		port, perr := freePort()
@@ -163,7 +179,7 @@ func Start(ctx context.Context, image string) (_ *Server, err error) {
 			Tag:          tag,
 			Env:          []string{"MYSQL_ALLOW_EMPTY_PASSWORD=yes", "MARIADB_ALLOW_EMPTY_ROOT_PASSWORD=yes"},
 			Cmd:          cmd,
-			Mounts:       []string{s.volume + ":" + target},
+			Mounts:       append([]string{s.volume + ":" + target}, o.Binds...),
 			ExposedPorts: []string{"3306/tcp"},
 			PortBindings: map[dc.Port][]dc.PortBinding{"3306/tcp": {{HostIP: "127.0.0.1", HostPort: strconv.Itoa(port)}}},
 			Labels:       labels,

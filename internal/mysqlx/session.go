@@ -246,6 +246,7 @@ func Config(dsn string, p Pool) (*mysql.Config, error) {
 	if p.IOTimeout > 0 {
 		cfg.ReadTimeout, cfg.WriteTimeout = p.IOTimeout, p.IOTimeout
 	}
+	applyDSNFile(cfg) // secretfile.go: a DSN read from a file re-reads it on connect
 	return cfg, nil
 }
 

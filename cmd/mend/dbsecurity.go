@@ -1,0 +1,174 @@
+package main
+
+// This file gives every DSN flag (--dsn, --host-dsn, --queue-dsn) its
+// companions: a file to read the DSN from (re-read on every new
+// connection, so a rotated password needs no restart) and the TLS options a
+// DSN's tls= cannot express (a private CA, a client certificate, a server
+// name, a minimum version); --require-tls refuses a DSN whose connections
+// would not all be encrypted. It also gives doctor its per-pool TLS check.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/internal/mysqlx"
+)
+
+// dsnFlags are the flags holding a DSN, in the order they are resolved.
+var dsnFlags = []string{"dsn", "host-dsn", "queue-dsn"}
+
+// tlsFlagSuffixes are each DSN flag's TLS companions, with their help.
+var tlsFlagSuffixes = []struct{ suffix, help string }{
+	{"-tls-ca", "PEM file of the CA that signed the server's certificate (implies a verified TLS connection)"},
+	{"-tls-cert", "PEM file of the client certificate, for a user created with REQUIRE X509 or REQUIRE SUBJECT"},
+	{"-tls-key", "PEM file of the client certificate's key"},
+	{"-tls-server-name", "name the server's certificate must carry (default: the DSN's host)"},
+	{"-tls-min-version", "lowest TLS version accepted: 1.2 or 1.3 (default 1.2)"},
+}
+
+// addDBSecurityFlags adds the companions of every DSN flag f has, and
+// --require-tls when it has any. Called once per command, after the
+// command defined its own flags.
+func (f *flags) addDBSecurityFlags() {
+	has := false
+	for _, name := range dsnFlags {
+		if f.Lookup(name) == nil {
+			continue
+		}
+		has = true
+		f.String(name+"-file", "", "read --"+name+" from this file (a mounted secret); re-read before every new connection, so a rotated\nuser or password is used without a restart (the address, database and parameters are read once)")
+		for _, s := range tlsFlagSuffixes {
+			f.String(name+s.suffix, "", s.help+" for --"+name)
+		}
+	}
+	if has {
+		f.Bool("require-tls", false, "refuse to start when a database connection would not be encrypted (no tls= in its DSN, tls=preferred,\nno TLS option): every DSN needs tls=true, tls=skip-verify, or a --*-tls-ca")
+	}
+}
+
+// applyDBSecurity runs after the flags and their twins are parsed: each
+// DSN flag is read from its file when one is given, gets its TLS options
+// registered with the driver, and is checked against --require-tls. The
+// flag's value becomes the DSN to use, so every command and package that
+// reads it sees the result.
+func (f *flags) applyDBSecurity() error {
+	for _, name := range dsnFlags {
+		fl := f.Lookup(name)
+		if fl == nil {
+			continue
+		}
+		if f.given(name + "-file") {
+			if f.given(name) {
+				return usagef("give --%s or --%s-file, not both", name, name)
+			}
+			dsn, err := mysqlx.ReadDSNFile(f.str(name+"-file"), name)
+			if err != nil {
+				return usagef("--%s-file: %v", name, err)
+			}
+			f.a.scrub.addDSN(dsn)
+			if err := fl.Value.Set(dsn); err != nil {
+				return err
+			}
+		}
+		t := mysqlx.TLSFiles{
+			CAFile: f.str(name + "-tls-ca"), CertFile: f.str(name + "-tls-cert"), KeyFile: f.str(name + "-tls-key"),
+			ServerName: f.str(name + "-tls-server-name"), MinVersion: f.str(name + "-tls-min-version"),
+		}
+		dsn := fl.Value.String()
+		if t.IsZero() {
+			continue
+		}
+		if dsn == "" || dsn == hostDSNSame {
+			return usagef("--%s-tls-* options given without --%s (with --host-dsn=%s the host uses --dsn's TLS options)", name, name, hostDSNSame)
+		}
+		dsn, err := mysqlx.RegisterTLS(dsn, name, t)
+		if err != nil {
+			return usagef("--%s: %v", name, err)
+		}
+		if err := fl.Value.Set(dsn); err != nil {
+			return err
+		}
+	}
+	for _, name := range dsnFlags {
+		dsn := f.str(name)
+		if dsn == "" || dsn == hostDSNSame {
+			continue
+		}
+		if cfg, err := mysql.ParseDSN(dsn); err == nil && plainDeniedHint(cfg) != "" {
+			f.a.plainDB = true
+		}
+	}
+	if fl := f.Lookup("require-tls"); fl != nil && fl.Value.String() == "true" {
+		for _, name := range dsnFlags {
+			dsn := f.str(name)
+			if dsn == "" || dsn == hostDSNSame {
+				continue
+			}
+			cfg, err := mysql.ParseDSN(dsn)
+			if err != nil {
+				continue // the command reports an unparsable DSN itself
+			}
+			if err := mysqlx.RequireTLS(cfg, name); err != nil {
+				return usagef("--require-tls: --%s %s", name, strings.TrimPrefix(err.Error(), "mend: TLS for "+name+": "))
+			}
+		}
+	}
+	return nil
+}
+
+// str is a flag's value as a string, "" when f has no such flag.
+func (f *flags) str(name string) string {
+	if fl := f.Lookup(name); fl != nil {
+		return fl.Value.String()
+	}
+	return ""
+}
+
+// tlsCheck is doctor's report of whether a session of db is encrypted,
+// and how verified: ok for a verified TLS session, warn for a plain one or
+// one whose certificate is not checked (tls=skip-verify or preferred).
+func tlsCheck(ctx context.Context, db *sql.DB, cfg *mysql.Config, label string) check {
+	name := label + " tls"
+	cipher, err := mysqlx.SessionCipher(ctx, db)
+	switch {
+	case err != nil:
+		return check{Name: name, Status: checkWarn, Detail: "cannot read Ssl_cipher: " + err.Error()}
+	case cipher == "" && cfg.Net == "unix":
+		return check{Name: name, Status: checkOK, Detail: "not encrypted: a Unix socket, which never leaves this host"}
+	case cipher == "":
+		return check{Name: name, Status: checkWarn, Detail: "the session is NOT encrypted: the password and every row cross the network in plain text",
+			Fix: "add tls=true to the DSN (or the --*-tls-ca option with the server's CA), and --require-tls to mend run"}
+	case cfg.TLS != nil && cfg.TLS.InsecureSkipVerify:
+		return check{Name: name, Status: checkWarn, Detail: fmt.Sprintf("encrypted (%s) but the server's certificate is not verified (tls=%s): anyone on the path can pose as the server", cipher, cfg.TLSConfig),
+			Fix: "give the server's CA with the --*-tls-ca option instead of tls=" + cfg.TLSConfig}
+	}
+	return check{Name: name, Status: checkOK, Detail: fmt.Sprintf("encrypted (%s), the server's certificate verified", cipher)}
+}
+
+// plainDeniedHint is what "access denied" may also mean on a connection
+// without TLS: MariaDB answers a plain connection under
+// require_secure_transport=ON with error 1045, not with MySQL's 3159. ""
+// when cfg connects with TLS or over a Unix socket.
+func plainDeniedHint(cfg *mysql.Config) string {
+	if cfg.TLS != nil || cfg.Net == "unix" {
+		return ""
+	}
+	return "; or the server accepts only encrypted connections (MariaDB refuses a plain connection under require_secure_transport=ON" +
+		" with access denied): add tls=true to the DSN, or give the server's CA with --dsn-tls-ca (--host-dsn-tls-ca, --queue-dsn-tls-ca)"
+}
+
+// explainTLS adds to a connection error what to change when the server
+// may have refused it for want of TLS.
+func (a *app) explainTLS(err error) error {
+	if e := mysqlx.ExplainTLS(err); e != err {
+		return e
+	}
+	if a.plainDB && mysqlErrNumber(err) == 1045 {
+		return fmt.Errorf("%w%s", err, plainDeniedHint(&mysql.Config{}))
+	}
+	return err
+}
