@@ -145,6 +145,10 @@ func TestCLI(t *testing.T) {
 		if err := b.sq.SeedBatch(ctx, "q", cliBatch2, string(mend.BatchCreated), "q/3"); err != nil {
 			t.Fatal(err)
 		}
+		// The host's planner reads speculate: run checks that it does.
+		if err := b.sq.Join(ctx, "orchestrator", "speculate", "q"); err != nil {
+			t.Fatal(err)
+		}
 		return b
 	}
 	// record creates a record by hand for a dead letter of batch and

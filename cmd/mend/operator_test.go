@@ -80,6 +80,8 @@ var (
 		"SELECT, UPDATE ON %s.request",
 		"SELECT ON %s.build",
 		"SELECT, INSERT, UPDATE ON %s.queue_messages",
+		// run and doctor check that a host group reads --wake-topic.
+		"SELECT ON %s.queue_offsets",
 	}
 )
 
@@ -95,6 +97,9 @@ func seedStuckQueue(t *testing.T, db *mysqltest.DB) sqtest.World {
 		t.Fatal(err)
 	}
 	if err := w.SeedBatch(ctx, "q", "q/batch/2", "created", "q/2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Join(ctx, "orchestrator", "speculate", "q"); err != nil { // the host's planner reads speculate
 		t.Fatal(err)
 	}
 	return w
