@@ -706,9 +706,13 @@ func TestCLI(t *testing.T) {
 			}
 		}
 		// Nothing is open any more, so the oldest-open gauge has no series
-		// for q (0 would read as "an open record just now").
-		if strings.Contains(body, `mend_oldest_due_seconds{queue="q"}`) {
-			t.Errorf("/metrics has an oldest-due series for q with nothing open")
+		// for q (0 would read as "an open record just now"), and nothing is
+		// overdue.
+		if strings.Contains(body, `mend_oldest_open_seconds{queue="q"}`) {
+			t.Errorf("/metrics has an oldest-open series for q with nothing open")
+		}
+		if !strings.Contains(body, `mend_oldest_due_seconds{queue="q"} 0`) || !strings.Contains(body, "mend_ready 1") {
+			t.Errorf("/metrics lacks mend_oldest_due_seconds{queue=\"q\"} 0 or mend_ready 1")
 		}
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)

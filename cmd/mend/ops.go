@@ -359,8 +359,8 @@ type queueStatusJSON struct {
 	Queue             string           `json:"queue"`
 	Counts            map[string]int64 `json:"counts"`
 	Due               int64            `json:"due"`
-	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // the oldest due record's lateness
-	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_due_seconds: the oldest unfinished record's age
+	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
+	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
 	Lease             *leaseJSON       `json:"lease"`
 }
 
@@ -381,9 +381,9 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// The same number as the metric mend_oldest_due_seconds:
-			// status said "-" while the metric said 28 s (a record in
-			// backoff is owed a repair, but not due).
+			// The same numbers as the metrics: mend_oldest_due_seconds is
+			// Status's OldestDue, mend_oldest_open_seconds this (a record
+			// in backoff or a merge's grace is owed a repair, but not due).
 			oldest, err := store.OldestOpen(ctx)
 			if err != nil {
 				return err
@@ -455,7 +455,7 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST OPEN\tLEASE"
+	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tOLDEST OPEN\tLEASE"
 	if o.wide {
 		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
 	}
@@ -471,8 +471,12 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 			}
 		}
 		c := q.Counts
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
-			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, fmtAge(q.OldestOpen), lease)
+		oldestDue := "-"
+		if q.Due > 0 {
+			oldestDue = fmtAge(q.OldestDue)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
+			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, oldestDue, fmtAge(q.OldestOpen), lease)
 		if o.wide {
 			holder, epoch, expires := "-", "-", "-"
 			if l := q.Lease; l != nil && l.Term.Epoch > 0 {

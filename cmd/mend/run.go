@@ -236,7 +236,9 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		if err != nil {
 			return err
 		}
-		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, readiness(svc.store.SQL(), hostPools...), scrub))
+		ready := readiness(svc.store.SQL(), hostPools...)
+		m.reg.MustRegister(newReadyCollector(ctx, ready))
+		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, ready, scrub))
 		if err != nil {
 			return err
 		}
