@@ -256,13 +256,13 @@ type sqlCollector struct {
 func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) *sqlCollector {
 	return &sqlCollector{
 		ctx: ctx, store: store, timeout: 5 * time.Second, log: log,
-		up:         prometheus.NewDesc("mend_status_up", "1 if the last scrape could read mend's tables, else 0.", nil, nil),
-		records:    prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time.", []string{"queue", "state"}, nil),
-		due:        prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
+		up:      prometheus.NewDesc("mend_status_up", "1 if the last scrape could read mend's tables, else 0.", nil, nil),
+		records: prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time.", []string{"queue", "state"}, nil),
+		due:     prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
 		// Two numbers with two names (issue 30): the page-worthy one is how
 		// late the most overdue record is; a record waiting out a merge's
 		// grace or a backoff is open but not due, and must not page.
-		oldestDue: prometheus.NewDesc("mend_oldest_due_seconds", "How long the queue's most overdue record has been due (its next attempt at or before now) without being repaired, by the database clock; 0 when nothing is due. Records waiting out a backoff or a merge's grace are not due.", []string{"queue"}, nil),
+		oldestDue:  prometheus.NewDesc("mend_oldest_due_seconds", "How long the queue's most overdue record has been due (its next attempt at or before now) without being repaired, by the database clock; 0 when nothing is due. Records waiting out a backoff or a merge's grace are not due.", []string{"queue"}, nil),
 		oldestOpen: prometheus.NewDesc("mend_oldest_open_seconds", "Age of the queue's oldest unfinished record (pending, waiting or settled; due or waiting out a backoff or a merge's grace), by the database clock; absent when the queue has none.", []string{"queue"}, nil),
 		leaseHeld:  prometheus.NewDesc("mend_lease_held", "1 if the queue's lease term is current by the database clock.", []string{"queue"}, nil),
 		leaseEpoch: prometheus.NewDesc("mend_lease_epoch", "The queue's latest lease epoch.", []string{"queue"}, nil),
