@@ -154,6 +154,9 @@ func outcomeLabel(o mend.BatchState) string {
 // process first works on it), so a counter that never moved is 0 rather
 // than absent.
 func (m *metrics) touchQueue(queue string) {
+	if storage.SlotLease(queue) {
+		return // mend's own slot leases are not queues (see fenceHooks)
+	}
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	if m.seen[queue] {
@@ -221,11 +224,20 @@ func (m *metrics) reconcileHooks() reconcile.Hooks {
 
 func (m *metrics) fenceHooks() fence.Hooks {
 	return fence.Hooks{
+		// The fence also holds mend's own slot leases; a queue label per
+		// slot would grow the series with replicas, not with queues.
 		OnAcquired: func(t mend.Term) {
+			if storage.SlotLease(t.Queue) {
+				return
+			}
 			m.touchQueue(t.Queue)
 			m.leaseAcq.WithLabelValues(t.Queue).Inc()
 		},
-		OnLost: func(t mend.Term, _ error) { m.leaseLost.WithLabelValues(t.Queue).Inc() },
+		OnLost: func(t mend.Term, _ error) {
+			if !storage.SlotLease(t.Queue) {
+				m.leaseLost.WithLabelValues(t.Queue).Inc()
+			}
+		},
 		OnRenew: func(_ mend.Term, _ time.Duration, err error) {
 			if err != nil {
 				m.renewFailed.Inc()
