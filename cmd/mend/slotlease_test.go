@@ -95,3 +95,25 @@ func TestSlotLeasesStayInternal(t *testing.T) {
 		}
 	}
 }
+
+// Issue 30: mend_subscribe_unrecordable_total was absent until first
+// incremented, although every counter is documented to exist at 0.
+func TestSubscribeCountersStartAtZero(t *testing.T) {
+	t.Parallel()
+	m := newMetrics()
+	m.subscribeHooks()
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, f := range families {
+		seen[f.GetName()] += len(f.GetMetric())
+	}
+	if n := seen["mend_subscribe_unrecordable_total"]; n != len(dlqTopics()) {
+		t.Errorf("mend_subscribe_unrecordable_total has %d series; want one per DLQ topic (%d), at 0", n, len(dlqTopics()))
+	}
+	if n := seen["mend_subscribe_rows_total"]; n != 4 {
+		t.Errorf("mend_subscribe_rows_total has %d series; want 4 results at 0", n)
+	}
+}

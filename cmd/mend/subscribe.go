@@ -134,6 +134,14 @@ func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
 			Help: "Duration of the subscription's passes.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 	}
 	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes)
+	// Every counter exists at 0 from the start, as the docs say of all of
+	// them, so rate() and absent() work before the first event.
+	for _, r := range []string{"recorded", "already", "unrecordable", "dropped"} {
+		sm.rows.WithLabelValues(r)
+	}
+	for _, t := range dlqTopics() {
+		sm.unrecordable.WithLabelValues(t)
+	}
 	return sm
 }
 
