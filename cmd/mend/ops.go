@@ -168,7 +168,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 			}
 			began := time.Now()
 			if err := migrations.Mend.Step(ctx, dsn, step); err != nil {
-				return err
+				return migrateFix(err)
 			}
 			verb := "applied"
 			if step < 0 {
