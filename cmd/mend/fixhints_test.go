@@ -53,3 +53,16 @@ func TestRefusalsNameTheFix(t *testing.T) {
 		}
 	})
 }
+
+// Issue 30: the scrubber took --host-dsn=same for a secret, so a hint read
+// "mend doctor with the ***** flags lists them all".
+func TestScrubberKeepsTheWordSame(t *testing.T) {
+	t.Parallel()
+	s := &scrubber{}
+	s.addDSN(hostDSNSame)
+	s.addDSN("u:pw-30@tcp(127.0.0.1:1)/db")
+	const hint = "mend doctor with the same flags lists them all (pw-30)"
+	if got := s.clean(hint); got != "mend doctor with the same flags lists them all ("+redacted+")" {
+		t.Fatalf("clean(%q) = %q", hint, got)
+	}
+}

@@ -573,6 +573,11 @@ func TestOperatorCommands(t *testing.T) {
 				t.Errorf("mend %v exits %d; want 2", args, r.code)
 			}
 		}
+		// Issue 30: source <(mend completion) once fed the whole help to
+		// the shell; now nothing on stdout and one line on stderr.
+		if r := opsRun(t, nil, "completion"); r.stdout != "" || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "bash|zsh|fish|powershell") {
+			t.Errorf("mend completion = stdout %q, stderr %q; want one usage line on stderr only", r.stdout, r.stderr)
+		}
 		if r := opsMust(t, "help", "lease", "list"); !strings.Contains(r.stdout, "Usage:\n  mend lease") {
 			t.Errorf("mend help lease list = %s", r.stdout)
 		}

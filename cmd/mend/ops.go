@@ -716,7 +716,13 @@ func printRecord(w io.Writer, r mend.Record, failures int) {
 	fmt.Fprintf(w, "  source:     topic %q, partition %q, message ID %q\n", r.Source.Topic, r.Source.Partition, r.Source.MessageID)
 	fmt.Fprintf(w, "  target:     batch %q, desired outcome %q\n", r.Target.BatchID, r.Target.Desired)
 	fmt.Fprintf(w, "  state:      %s for %s (version %d, last epoch %d)\n", r.State, fmtAge(r.StateAge), r.Version, r.Epoch)
-	fmt.Fprintf(w, "  failures:   %d in all; %d tries in this step (parks at --max-attempts)\n", failures, r.Attempts)
+	// A waiting record (a merge in flight) parks when --grace runs out,
+	// not after --max-attempts tries: waiting is not failing.
+	parks := "parks at --max-attempts"
+	if r.State == mend.StateWaiting {
+		parks = "waiting on a merge: parks when --grace runs out"
+	}
+	fmt.Fprintf(w, "  failures:   %d in all; %d tries in this step (%s)\n", failures, r.Attempts, parks)
 	if r.NextAttemptAt != nil {
 		fmt.Fprintf(w, "  next try:   %s UTC\n", r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000"))
 	}
