@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
 )
 
 // Issue 30: verify --record refused the 4+ character prefixes every other
@@ -64,5 +68,53 @@ func TestScrubberKeepsTheWordSame(t *testing.T) {
 	const hint = "mend doctor with the same flags lists them all (pw-30)"
 	if got := s.clean(hint); got != "mend doctor with the same flags lists them all ("+redacted+")" {
 		t.Fatalf("clean(%q) = %q", hint, got)
+	}
+}
+
+// Issue 30: subscribe --remove --yes did not notice live replicas (they
+// rejoin within seconds), and as the runtime user failed with a bare
+// "Error 1142 DELETE command denied" naming no grant.
+func TestSubscribeRemoveChecksFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mendDB := mysqltest.NewDB(t, migrations.Up)
+	queueDB := mysqltest.NewDB(t, sqtest.Apply)
+	w := sqtest.World{Queue: queueDB.SQL(t)}
+	if err := w.Join(ctx, subscribe.GroupDefault, "speculate_dlq", "q"); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() int {
+		var n int
+		if err := queueDB.SQL(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = 'mend'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	store, err := storage.Open(ctx, mendDB.DSN, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	term, err := store.LeaseAcquire(ctx, subscribe.SlotName(subscribe.GroupDefault, 3), "replica-a/subscribe", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remove := []string{"subscribe", "--queue-dsn", queueDB.DSN, "--remove", "--yes", "--dsn", mendDB.DSN}
+	if r := opsRun(t, nil, remove...); r.code != exitFailure || !strings.Contains(r.stderr, "replica-a/subscribe") || rows() != 1 {
+		t.Fatalf("--remove --yes with a live replica = exit %d %q, %d row(s) left; want 1 naming the replica, nothing removed", r.code, r.stderr, rows())
+	}
+	if err := store.LeaseRelease(ctx, term); err != nil {
+		t.Fatal(err)
+	}
+	noDelete := opsUser(t, queueDB, "SELECT, INSERT, UPDATE ON %s.queue_offsets", "SELECT ON %s.queue_messages")
+	r := opsRun(t, nil, "subscribe", "--queue-dsn", noDelete, "--remove", "--yes", "--dsn", mendDB.DSN)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "GRANT DELETE ON") || rows() != 1 {
+		t.Fatalf("--remove --yes without DELETE = exit %d %q; want 1 naming the GRANT", r.code, r.stderr)
+	}
+	if r := opsMust(t, remove...); !strings.Contains(r.stdout, "left 1 partition") || rows() != 0 {
+		t.Fatalf("--remove --yes with no replica left = %q, %d row(s); want the group gone", r.stdout, rows())
+	}
+	if r := opsMust(t, "subscribe", "--queue-dsn", queueDB.DSN, "-o", "json"); !strings.Contains(r.stdout, `"group"`) {
+		t.Fatalf("subscribe -o json = %q", r.stdout)
 	}
 }
