@@ -70,6 +70,10 @@ func newDoctorCmd(a *app) *cobra.Command {
 		if *queueDSN != "" {
 			checks = append(checks, diagnoseWakeTopic(ctx, *queueDSN, *wakeTopic, wakeTopicIgnore(sub.group), wakeUnjoined))
 		}
+		if hostChecked && !f.given("queue-dsn") {
+			checks = append(checks, check{Name: "queue dsn", Status: checkOK,
+				Detail: "--queue-dsn not given: the queue database is --host-dsn's, as mend run takes it (its tables were checked there)"})
+		}
 		if !hostChecked {
 			checks = append(checks, check{Name: "host", Status: checkWarn, Detail: "not checked: no --host-dsn",
 				Fix: "give --host-dsn as mend run gets it (--host-dsn=" + hostDSNSame + " when the submit queue's tables are in mend's database)"})
