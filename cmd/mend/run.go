@@ -298,7 +298,10 @@ func warnSameHolder(ctx context.Context, store *storage.DB, holder string, log *
 	}
 	var queues []string
 	for _, l := range leases {
-		if l.Live() && l.Term.Holder == holder {
+		// The subscription's slot leases carry "<holder>/subscribe" and
+		// are held for as long as a replica subscribes, so they catch a
+		// twin that holds no queue right now.
+		if l.Live() && (l.Term.Holder == holder || l.Term.Holder == holder+"/subscribe") {
 			queues = append(queues, l.Term.Queue)
 		}
 	}
