@@ -118,3 +118,23 @@ func TestSubscribeRemoveChecksFirst(t *testing.T) {
 		t.Fatalf("subscribe -o json = %q", r.stdout)
 	}
 }
+
+// Issue 30: inspect said a waiting record "parks at --max-attempts"; it
+// parks when --grace runs out. And run -h said --subscribe (default true)
+// although it is on only with --queue-dsn.
+func TestInspectAndHelpSayWhatHappens(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t, migrations.Up)
+	id := recordIDRE.FindString(opsMust(t, recordArgs(db.DSN, "m", speculatePayload)...).stdout)
+	if _, err := db.SQL(t).Exec("UPDATE mend_records SET state = 'waiting'"); err != nil {
+		t.Fatal(err)
+	}
+	if out := opsMust(t, "inspect", "--dsn", db.DSN, "--record", id).stdout; !strings.Contains(out, "parks when --grace runs out") || strings.Contains(out, "parks at --max-attempts") {
+		t.Errorf("inspect of a waiting record =\n%s\nwant it to park at --grace", out)
+	}
+	for _, cmd := range []string{"run", "doctor"} {
+		if out := opsMust(t, cmd, "-h").stdout; strings.Contains(out, "(default true)") || !strings.Contains(out, "on when --queue-dsn is given") {
+			t.Errorf("mend %s -h says a default that is not the rule:\n%s", cmd, out)
+		}
+	}
+}
