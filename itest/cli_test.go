@@ -267,8 +267,8 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("status = %s; want q with 1 done record and a released lease at epoch 1", res.stdout)
 		}
 		text := b.mustRun(t, "status", "--dsn", b.db.DSN).stdout
-		if !strings.Contains(text, "QUEUE") || !regexp.MustCompile(`(?m)^q\s+0\s+0\s+0\s+0\s+1\s+0\s+-\s+free`).MatchString(text) {
-			t.Fatalf("status table = %q; want q with one done record and a free lease", text)
+		if !strings.Contains(text, "QUEUE") || !regexp.MustCompile(`(?m)^q\s+0\s+0\s+0\s+0\s+1\s+0\s+-\s+-\s+free`).MatchString(text) {
+			t.Fatalf("status table = %q; want q with one done record, nothing due or open, and a free lease", text)
 		}
 		// Read as the real speculate consumer would; created and settled
 		// make the wake-up's record version 2.
