@@ -29,7 +29,7 @@ ifeq ($(strip $(GOFLAGS)),)
 export GOFLAGS := -mod=readonly
 endif
 
-.PHONY: help build test test-all test-vitess lint fuzz demo
+.PHONY: help build test test-all test-vitess lint fuzz demo alerts-test
 
 help: ## List the documented targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -97,6 +97,10 @@ lint: ## Check formatting (gofmt), go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [[ -n "$$out" ]]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOFLAGS= $(GO) run $(STATICCHECK) ./...
+
+alerts-test: ## Check the Prometheus alert rules in deploy/prometheus/ and run their unit tests (promtool, Debian's prometheus package)
+	promtool check rules deploy/prometheus/mend-alerts.yml
+	promtool test rules deploy/prometheus/mend-alerts.test.yml
 
 fuzz: ## Run every Fuzz* test in the module for FUZZTIME each (default 30s)
 	@grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u | while read -r dir; do \

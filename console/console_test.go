@@ -407,8 +407,9 @@ func TestConsoleActions(t *testing.T) {
 		if err := b.sql.QueryRow(`SELECT ended_how FROM mend_lease_history WHERE queue = ? AND epoch = 1`, queueName).Scan(&how); err != nil {
 			t.Fatal(err)
 		}
-		if how.String != storage.LeaseEndOperator {
-			t.Errorf("ended_how = %q, want %q", how.String, storage.LeaseEndOperator)
+		// The table stores a short code; storage.LeaseEndedOperator is the word people read for it.
+		if how.String != "operator" {
+			t.Errorf("ended_how = %q, want the operator's code %q", how.String, "operator")
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/mendq/mend"
@@ -37,6 +39,16 @@ type Options struct {
 	// WakeTopicDefault ("speculate"), the topic the real submit queue's
 	// planner consumes.
 	WakeTopic string
+	// RequireWakeConsumer makes Wake refuse, with an *UnjoinedTopicError
+	// and before publishing anything, while no consumer group of the host
+	// (other than those in WakeConsumerIgnore) has joined the wake topic in
+	// queue_offsets: a wake-up nobody reads would otherwise count as sent.
+	// Once a group is seen the check is not run again. It needs SELECT on
+	// queue_offsets.
+	RequireWakeConsumer bool
+	// WakeConsumerIgnore are consumer groups that do not count as readers
+	// of the wake topic: mend's own subscription's.
+	WakeConsumerIgnore []string
 	// LeaseTTL is the lease TTL of the planners that write through this
 	// adapter. Every write is bounded by it: the host's sessions wait for a
 	// row or metadata lock at most LockWait, so a write begun under a lease
@@ -118,6 +130,10 @@ type DB struct {
 	now        func() time.Time
 	ioTimeout  time.Duration // the driver's read and write timeout; 0: the DSN's
 
+	requireConsumer bool        // Options.RequireWakeConsumer
+	consumerIgnore  []string    // Options.WakeConsumerIgnore
+	consumerSeen    atomic.Bool // a group has joined the wake topic
+
 	// afterMembersRead, when set (tests only), runs between the fan-out's
 	// read of a chunk of members and their compare-and-set.
 	afterMembersRead func()
@@ -158,6 +174,9 @@ func Open(ctx context.Context, appDSN, queueDSN string, opts Options) (*DB, erro
 		log:        log.With("component", "host"),
 		now:        opts.NowFunc,
 		ioTimeout:  max(opts.IOTimeout, 0),
+
+		requireConsumer: opts.RequireWakeConsumer,
+		consumerIgnore:  slices.Clone(opts.WakeConsumerIgnore),
 	}
 	if d.now == nil {
 		d.now = time.Now

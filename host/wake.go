@@ -38,6 +38,10 @@ const (
 // topic and partition is a silent success that leaves the first row as it
 // was (the store's dedupe).
 //
+// With Options.RequireWakeConsumer it first checks that a consumer group
+// of the host has joined the wake topic, and returns an error matching
+// *UnjoinedTopicError, publishing nothing, while none has.
+//
 // Returns a *mend.ValidationError before touching the database if the
 // queue, message ID or batch ID cannot be stored exactly, the epoch is
 // negative or the payload would not fit; mend.ErrAmbiguous if the
@@ -55,6 +59,9 @@ func (d *DB) Wake(ctx context.Context, w mend.WakeUp) error {
 	}
 	if w.Epoch < 0 {
 		return &mend.ValidationError{Field: "epoch", Reason: fmt.Sprintf("is %d; must not be negative", w.Epoch)}
+	}
+	if err := d.wakeTopicJoined(ctx); err != nil {
+		return fmt.Errorf("host: wake queue %q: %w", w.Queue, err)
 	}
 	payload, err := json.Marshal(wakePayload{ID: w.BatchID, Queue: w.Queue})
 	if err != nil {

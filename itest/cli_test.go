@@ -145,6 +145,10 @@ func TestCLI(t *testing.T) {
 		if err := b.sq.SeedBatch(ctx, "q", cliBatch2, string(mend.BatchCreated), "q/3"); err != nil {
 			t.Fatal(err)
 		}
+		// The host's planner reads speculate: run checks that it does.
+		if err := b.sq.Join(ctx, "orchestrator", "speculate", "q"); err != nil {
+			t.Fatal(err)
+		}
 		return b
 	}
 	// record creates a record by hand for a dead letter of batch and
@@ -263,8 +267,8 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("status = %s; want q with 1 done record and a released lease at epoch 1", res.stdout)
 		}
 		text := b.mustRun(t, "status", "--dsn", b.db.DSN).stdout
-		if !strings.Contains(text, "QUEUE") || !regexp.MustCompile(`(?m)^q\s+0\s+0\s+0\s+0\s+1\s+0\s+-\s+free`).MatchString(text) {
-			t.Fatalf("status table = %q; want q with one done record and a free lease", text)
+		if !strings.Contains(text, "QUEUE") || !regexp.MustCompile(`(?m)^q\s+0\s+0\s+0\s+0\s+1\s+0\s+-\s+-\s+free`).MatchString(text) {
+			t.Fatalf("status table = %q; want q with one done record, nothing due or open, and a free lease", text)
 		}
 		// Read as the real speculate consumer would; created and settled
 		// make the wake-up's record version 2.
@@ -702,9 +706,13 @@ func TestCLI(t *testing.T) {
 			}
 		}
 		// Nothing is open any more, so the oldest-open gauge has no series
-		// for q (0 would read as "an open record just now").
-		if strings.Contains(body, `mend_oldest_due_seconds{queue="q"}`) {
-			t.Errorf("/metrics has an oldest-due series for q with nothing open")
+		// for q (0 would read as "an open record just now"), and nothing is
+		// overdue.
+		if strings.Contains(body, `mend_oldest_open_seconds{queue="q"}`) {
+			t.Errorf("/metrics has an oldest-open series for q with nothing open")
+		}
+		if !strings.Contains(body, `mend_oldest_due_seconds{queue="q"} 0`) || !strings.Contains(body, "mend_ready 1") {
+			t.Errorf("/metrics lacks mend_oldest_due_seconds{queue=\"q\"} 0 or mend_ready 1")
 		}
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)

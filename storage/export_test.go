@@ -42,3 +42,11 @@ func CheckTopologyVars(vars map[string]string) error {
 func InTx(d *DB, ctx context.Context, fn func(ctx context.Context, tx *sqlx.Tx) error) error {
 	return d.withTx(ctx, "test", "", fn)
 }
+
+// The codes mend_lease_history.ended_how stores, for tests that read the
+// table raw (every surface shows the LeaseEnded* words instead).
+const (
+	LeaseCodeReleased = leaseCodeReleased
+	LeaseCodeExpired  = leaseCodeExpired
+	LeaseCodeOperator = leaseCodeOperator
+)

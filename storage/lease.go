@@ -11,19 +11,21 @@ import (
 	"github.com/mendq/mend"
 )
 
-// How a lease term ended, as mend_lease_history.ended_how records it.
+// How a lease term ended, as mend_lease_history.ended_how stores it: short
+// codes of the schema, unexported since issue 30 so that the one vocabulary
+// people read (the LeaseEnded* words below) has no exported twin.
 const (
-	// LeaseEndReleased: the holder released the term.
-	LeaseEndReleased = "released"
-	// LeaseEndExpired: the term ran out by the database clock and a later
+	// leaseCodeReleased: the holder released the term.
+	leaseCodeReleased = "released"
+	// leaseCodeExpired: the term ran out by the database clock and a later
 	// acquire closed it; ended_at is the term's last expires_at.
-	LeaseEndExpired = "expired"
+	leaseCodeExpired = "expired"
 )
 
 // How a lease term ended, in the words every surface shows: mend lease
 // list, mend status, mend lease history and the views mend_lease_status and
 // mend_lease_terms. ended_how stores the short codes above (and
-// LeaseEndOperator); these are what people read.
+// leaseCodeOperator); these are what people read.
 const (
 	// LeaseEndedHolder: the holder released its term (a clean stop).
 	LeaseEndedHolder = "holder released"
@@ -41,11 +43,11 @@ const (
 // leaseEndedHow names a closed term's ending from ended_how as stored.
 func leaseEndedHow(stored string) string {
 	switch stored {
-	case LeaseEndReleased:
+	case leaseCodeReleased:
 		return LeaseEndedHolder
-	case LeaseEndOperator:
+	case leaseCodeOperator:
 		return LeaseEndedOperator
-	case LeaseEndExpired:
+	case leaseCodeExpired:
 		return LeaseEndedTakenOver
 	}
 	return stored
@@ -326,7 +328,7 @@ func (r leaseRow) status() LeaseStatus {
 	}
 	switch {
 	case st.Term.Epoch == 0 || st.Live():
-	case r.EndedHow == LeaseEndReleased || r.EndedHow == LeaseEndOperator:
+	case r.EndedHow == leaseCodeReleased || r.EndedHow == leaseCodeOperator:
 		st.Ended = leaseEndedHow(r.EndedHow)
 	default:
 		// Not released and past expires_at: history closes it only at the

@@ -156,7 +156,7 @@ func TestLeaseAcquire(t *testing.T) {
 			t.Fatalf("takeover = %v; want %v", term, want)
 		}
 		h := leaseHistory(t, b.db.SQL(t), "q")
-		if len(h) != 2 || h[0].EndedHow.String != storage.LeaseEndExpired || !h[0].EndedAt.Time.Equal(old.ExpiresAt) || h[1].EndedAt.Valid {
+		if len(h) != 2 || h[0].EndedHow.String != storage.LeaseCodeExpired || !h[0].EndedAt.Time.Equal(old.ExpiresAt) || h[1].EndedAt.Valid {
 			t.Fatalf("history = %+v; want epoch 1 expired at %v, epoch 2 open", h, old.ExpiresAt)
 		}
 		if h[1].AcquiredAt.Before(h[0].EndedAt.Time) {
@@ -178,7 +178,7 @@ func TestLeaseAcquire(t *testing.T) {
 		}
 		h := leaseHistory(t, b.db.SQL(t), "q")
 		for i, r := range h {
-			if r.Epoch != int64(i+1) || r.EndedHow.String != storage.LeaseEndReleased || r.EndedAt.Time.Before(r.AcquiredAt) {
+			if r.Epoch != int64(i+1) || r.EndedHow.String != storage.LeaseCodeReleased || r.EndedAt.Time.Before(r.AcquiredAt) {
 				t.Errorf("history[%d] = %+v; want epoch %d released", i, r, i+1)
 			}
 		}
@@ -255,7 +255,7 @@ func TestLeaseRenewRelease(t *testing.T) {
 			t.Fatalf("lease changed from %+v to %+v", before, after)
 		}
 		h := leaseHistory(t, b.db.SQL(t), "q")
-		if len(h) != 2 || h[0].EndedHow.String != storage.LeaseEndExpired || h[1].EndedAt.Valid {
+		if len(h) != 2 || h[0].EndedHow.String != storage.LeaseCodeExpired || h[1].EndedAt.Valid {
 			t.Fatalf("history = %+v; want epoch 1 expired and epoch 2 open", h)
 		}
 	})

@@ -17,9 +17,9 @@ import (
 // dead holder's term, and the schema version a readiness probe compares.
 // None of it is on the repair path.
 
-// LeaseEndOperator is how mend_lease_history records a term an operator
+// leaseCodeOperator is how mend_lease_history stores a term an operator
 // ended with LeaseEndByOperator (ended_how holds at most 16 ASCII bytes).
-const LeaseEndOperator = "operator"
+const leaseCodeOperator = "operator"
 
 // RecordFilter selects records across queues for operators.
 type RecordFilter struct {

@@ -48,7 +48,8 @@ const sqlStatusLeases = `-- name: StatusLeases
 ` + leaseSelect
 
 // Status returns every queue that has records or a lease row, sorted by
-// queue name (bytewise).
+// queue name (bytewise). mend's own slot leases (SlotLease) without records
+// are left out: they are not queues.
 func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 	byQueue := map[string]*QueueStatus{}
 	get := func(q string) *QueueStatus {
@@ -87,6 +88,11 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 	}
 	out := make([]QueueStatus, 0, len(byQueue))
 	for _, s := range byQueue {
+		// mend's own slot leases are not queues: they would pollute every
+		// per-queue view and grow the metrics' cardinality with replicas.
+		if len(s.Counts) == 0 && s.Lease != nil && s.Lease.Internal() {
+			continue
+		}
 		out = append(out, *s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })

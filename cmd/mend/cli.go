@@ -202,8 +202,10 @@ func (a *app) newRoot() *cobra.Command {
 			c.Args = cobra.ArbitraryArgs
 			c.RunE = func(cmd *cobra.Command, args []string) error {
 				if len(args) == 0 {
-					_ = cmd.Help()
-					return errNoCommand
+					// One line on stderr, as every usage error: help on
+					// stdout would be fed to the shell by
+					// source <(mend completion).
+					return usagef("name a shell: mend completion bash|zsh|fish|powershell")
 				}
 				return usagef("unknown shell %q: use bash, zsh, fish or powershell", args[0])
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 )
@@ -43,6 +44,9 @@ func newDoctorCmd(a *app) *cobra.Command {
 	hostDSN := f.String("host-dsn", "", "DSN of uber/submitqueue's application database, as mend run gets it: check batch, queue_batch_state, request, build\n("+hostDSNSame+": the same database as --dsn; empty: the host is not checked)")
 	queueDSN := f.String("queue-dsn", "", "DSN of uber/submitqueue's queue database, as mend run gets it: check queue_messages; default: --host-dsn")
 	sub := addDoctorSubscribeFlags(f)
+	wakeTopic := f.String("wake-topic", host.WakeTopicDefault, "the wake topic mend run publishes to: check that a consumer group of the host has joined it")
+	var wakeUnjoined bool
+	addWakeTopicUnjoinedFlag(f, &wakeUnjoined)
 	return f.run(func(ctx context.Context, args []string) error {
 		if f.dsn == "" {
 			return usagef("--dsn is required (or MEND_DSN), e.g. user:pass@tcp(127.0.0.1:3306)/mend")
@@ -58,8 +62,18 @@ func newDoctorCmd(a *app) *cobra.Command {
 		if err := checkLeaseTTL(*ttl); err != nil {
 			return err
 		}
+		if err := host.ValidateWakeTopic(*wakeTopic); err != nil {
+			return usagef("--wake-topic: %v", err)
+		}
 		checks, target := diagnose(ctx, f.dsn, *ttl)
 		checks = append(checks, diagnoseHost(ctx, *hostDSN, *queueDSN)...)
+		if *queueDSN != "" {
+			checks = append(checks, diagnoseWakeTopic(ctx, *queueDSN, *wakeTopic, wakeTopicIgnore(sub.group), wakeUnjoined))
+		}
+		if hostChecked && !f.given("queue-dsn") {
+			checks = append(checks, check{Name: "queue dsn", Status: checkOK,
+				Detail: "--queue-dsn not given: the queue database is --host-dsn's, as mend run takes it (its tables were checked there)"})
+		}
 		if !hostChecked {
 			checks = append(checks, check{Name: "host", Status: checkWarn, Detail: "not checked: no --host-dsn",
 				Fix: "give --host-dsn as mend run gets it (--host-dsn=" + hostDSNSame + " when the submit queue's tables are in mend's database)"})

@@ -39,6 +39,10 @@ func TestGrantsDocPastesInOrder(t *testing.T) {
 	mendDB := mysqltest.NewDB(t)
 	hostDB := mysqltest.NewDB(t, sqtest.Apply)
 	root := hostDB.SQL(t)
+	// A running host: its planner's group reads speculate (doctor checks).
+	if err := (sqtest.World{Queue: root}).Join(t.Context(), "orchestrator", "speculate", "q"); err != nil {
+		t.Fatal(err)
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	sfx := hex.EncodeToString(b[:])

@@ -26,7 +26,9 @@ type scrubber struct {
 
 // addDSN registers dsn's password, and the DSN itself, as secrets.
 func (s *scrubber) addDSN(dsn string) {
-	if dsn == "" {
+	// --host-dsn=same is a word, not a DSN: as a "secret" it turned the
+	// hint "mend doctor with the same flags" into "the ***** flags".
+	if dsn == "" || dsn == hostDSNSame {
 		return
 	}
 	cfg, err := mysql.ParseDSN(dsn)

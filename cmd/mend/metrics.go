@@ -153,6 +153,9 @@ func outcomeLabel(o mend.BatchState) string {
 // process first works on it), so a counter that never moved is 0 rather
 // than absent.
 func (m *metrics) touchQueue(queue string) {
+	if storage.SlotLease(queue) {
+		return // mend's own slot leases are not queues (see fenceHooks)
+	}
 	m.seenMu.Lock()
 	defer m.seenMu.Unlock()
 	if m.seen[queue] {
@@ -220,11 +223,20 @@ func (m *metrics) reconcileHooks() reconcile.Hooks {
 
 func (m *metrics) fenceHooks() fence.Hooks {
 	return fence.Hooks{
+		// The fence also holds mend's own slot leases; a queue label per
+		// slot would grow the series with replicas, not with queues.
 		OnAcquired: func(t mend.Term) {
+			if storage.SlotLease(t.Queue) {
+				return
+			}
 			m.touchQueue(t.Queue)
 			m.leaseAcq.WithLabelValues(t.Queue).Inc()
 		},
-		OnLost: func(t mend.Term, _ error) { m.leaseLost.WithLabelValues(t.Queue).Inc() },
+		OnLost: func(t mend.Term, _ error) {
+			if !storage.SlotLease(t.Queue) {
+				m.leaseLost.WithLabelValues(t.Queue).Inc()
+			}
+		},
 		OnRenew: func(_ mend.Term, _ time.Duration, err error) {
 			if err != nil {
 				m.renewFailed.Inc()
@@ -249,16 +261,20 @@ type sqlCollector struct {
 	log     *slog.Logger
 	onQueue func(queue string) // each queue the scrape saw (metrics.touchQueue)
 
-	up, records, due, oldest, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
+	up, records, due, oldestDue, oldestOpen, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
 }
 
 func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) *sqlCollector {
 	return &sqlCollector{
 		ctx: ctx, store: store, timeout: 5 * time.Second, log: log,
-		up:         prometheus.NewDesc("mend_status_up", "1 if the last scrape could read mend's tables, else 0.", nil, nil),
-		records:    prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time.", []string{"queue", "state"}, nil),
-		due:        prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
-		oldest:     prometheus.NewDesc("mend_oldest_due_seconds", "How long the queue's oldest unfinished record (pending, waiting or settled, in backoff or due) has been owed a repair, by the database clock; absent when the queue has none.", []string{"queue"}, nil),
+		up:      prometheus.NewDesc("mend_status_up", "1 if the last scrape could read mend's tables, else 0.", nil, nil),
+		records: prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time.", []string{"queue", "state"}, nil),
+		due:     prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
+		// Two numbers with two names (issue 30): the page-worthy one is how
+		// late the most overdue record is; a record waiting out a merge's
+		// grace or a backoff is open but not due, and must not page.
+		oldestDue:  prometheus.NewDesc("mend_oldest_due_seconds", "How long the queue's most overdue record has been due (its next attempt at or before now) without being repaired, by the database clock; 0 when nothing is due. Records waiting out a backoff or a merge's grace are not due.", []string{"queue"}, nil),
+		oldestOpen: prometheus.NewDesc("mend_oldest_open_seconds", "Age of the queue's oldest unfinished record (pending, waiting or settled; due or waiting out a backoff or a merge's grace), by the database clock; absent when the queue has none.", []string{"queue"}, nil),
 		leaseHeld:  prometheus.NewDesc("mend_lease_held", "1 if the queue's lease term is current by the database clock.", []string{"queue"}, nil),
 		leaseEpoch: prometheus.NewDesc("mend_lease_epoch", "The queue's latest lease epoch.", []string{"queue"}, nil),
 		leaseLeft:  prometheus.NewDesc("mend_lease_seconds_left", "Seconds until the queue's lease term expires by the database clock (negative: expired).", []string{"queue"}, nil),
@@ -266,7 +282,7 @@ func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) 
 }
 
 func (c *sqlCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.records, c.due, c.oldest, c.leaseHeld, c.leaseEpoch, c.leaseLeft} {
+	for _, d := range []*prometheus.Desc{c.up, c.records, c.due, c.oldestDue, c.oldestOpen, c.leaseHeld, c.leaseEpoch, c.leaseLeft} {
 		ch <- d
 	}
 }
@@ -297,8 +313,9 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(q.Counts[s]), q.Queue, string(s))
 		}
 		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(q.Due), q.Queue)
+		ch <- prometheus.MustNewConstMetric(c.oldestDue, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Queue)
 		if age, ok := oldest[q.Queue]; ok {
-			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age.Seconds(), q.Queue)
+			ch <- prometheus.MustNewConstMetric(c.oldestOpen, prometheus.GaugeValue, age.Seconds(), q.Queue)
 		}
 		if l := q.Lease; l != nil {
 			held := 0.0
@@ -310,6 +327,31 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.leaseLeft, prometheus.GaugeValue, l.Remaining.Seconds(), q.Queue)
 		}
 	}
+}
+
+// readyCollector reports /readyz as a gauge, mend_ready, checked at scrape
+// time, so an alert (MendNotReady) needs no probe of its own.
+type readyCollector struct {
+	ctx   context.Context
+	ready func(context.Context) error
+	desc  *prometheus.Desc
+}
+
+func newReadyCollector(ctx context.Context, ready func(context.Context) error) *readyCollector {
+	return &readyCollector{ctx: ctx, ready: ready,
+		desc: prometheus.NewDesc("mend_ready", "1 if this replica could do its work at scrape time, as /readyz answers it (databases reachable, mend's schema current and clean), else 0.", nil, nil)}
+}
+
+func (c *readyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *readyCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+	defer cancel()
+	v := 1.0
+	if c.ready(ctx) != nil {
+		v = 0
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v)
 }
 
 // readiness reports whether mend run can do its work: mend's database

@@ -428,7 +428,8 @@ func (a *app) printLeases(asJSON bool, o listOpts, leases []storage.LeaseStatus)
 		out := make([]map[string]any, len(leases))
 		for i, l := range leases {
 			out[i] = map[string]any{"queue": l.Term.Queue, "status": leaseWord(l), "holder": l.Term.Holder, "epoch": l.Term.Epoch, "held": l.Live(),
-				"seconds_left": max(l.Remaining.Seconds(), 0), "expires_at": l.ExpiresAt.Format(time.RFC3339Nano)}
+				"seconds_left": max(l.Remaining.Seconds(), 0), "expires_at": l.ExpiresAt.Format(time.RFC3339Nano),
+				"internal": l.Internal()}
 		}
 		return writeJSON(a.stdout, out)
 	}
@@ -443,6 +444,10 @@ func (a *app) printLeases(asJSON bool, o listOpts, leases []storage.LeaseStatus)
 	if o.wide {
 		cols += "\tACQUIRED (UTC)\tRENEWED (UTC)\tEXPIRES (UTC)\tTRANSITIONS"
 	}
+	// KIND is last, so scripts reading the columns before it are unchanged:
+	// "internal" marks mend's own slot leases (replicas counting and dividing
+	// the work), which are not queues and which status leaves out.
+	cols += "\tKIND"
 	o.header(tw, cols)
 	for _, l := range leases {
 		status, left := leaseWord(l), "-"
@@ -454,7 +459,11 @@ func (a *app) printLeases(asJSON bool, o listOpts, leases []storage.LeaseStatus)
 			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%d", l.AcquiredAt.UTC().Format("2006-01-02 15:04:05.000"), l.RenewedAt.UTC().Format("2006-01-02 15:04:05.000"),
 				l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000"), l.Transitions)
 		}
-		fmt.Fprintln(tw)
+		kind := "queue"
+		if l.Internal() {
+			kind = "internal"
+		}
+		fmt.Fprintf(tw, "\t%s\n", kind)
 	}
 	return tw.Flush()
 }

@@ -80,6 +80,8 @@ var (
 		"SELECT, UPDATE ON %s.request",
 		"SELECT ON %s.build",
 		"SELECT, INSERT, UPDATE ON %s.queue_messages",
+		// run and doctor check that a host group reads --wake-topic.
+		"SELECT ON %s.queue_offsets",
 	}
 )
 
@@ -95,6 +97,9 @@ func seedStuckQueue(t *testing.T, db *mysqltest.DB) sqtest.World {
 		t.Fatal(err)
 	}
 	if err := w.SeedBatch(ctx, "q", "q/batch/2", "created", "q/2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Join(ctx, "orchestrator", "speculate", "q"); err != nil { // the host's planner reads speculate
 		t.Fatal(err)
 	}
 	return w
@@ -567,6 +572,11 @@ func TestOperatorCommands(t *testing.T) {
 			if r := opsRun(t, nil, args...); r.code != exitUsage {
 				t.Errorf("mend %v exits %d; want 2", args, r.code)
 			}
+		}
+		// Issue 30: source <(mend completion) once fed the whole help to
+		// the shell; now nothing on stdout and one line on stderr.
+		if r := opsRun(t, nil, "completion"); r.stdout != "" || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "bash|zsh|fish|powershell") {
+			t.Errorf("mend completion = stdout %q, stderr %q; want one usage line on stderr only", r.stdout, r.stderr)
 		}
 		if r := opsMust(t, "help", "lease", "list"); !strings.Contains(r.stdout, "Usage:\n  mend lease") {
 			t.Errorf("mend help lease list = %s", r.stdout)

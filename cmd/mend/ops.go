@@ -168,7 +168,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 			}
 			began := time.Now()
 			if err := migrations.Mend.Step(ctx, dsn, step); err != nil {
-				return err
+				return migrateFix(err)
 			}
 			verb := "applied"
 			if step < 0 {
@@ -364,8 +364,8 @@ type queueStatusJSON struct {
 	Queue             string           `json:"queue"`
 	Counts            map[string]int64 `json:"counts"`
 	Due               int64            `json:"due"`
-	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // the oldest due record's lateness
-	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_due_seconds: the oldest unfinished record's age
+	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
+	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
 	Lease             *leaseJSON       `json:"lease"`
 }
 
@@ -386,9 +386,9 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// The same number as the metric mend_oldest_due_seconds:
-			// status said "-" while the metric said 28 s (a record in
-			// backoff is owed a repair, but not due).
+			// The same numbers as the metrics: mend_oldest_due_seconds is
+			// Status's OldestDue, mend_oldest_open_seconds this (a record
+			// in backoff or a merge's grace is owed a repair, but not due).
 			oldest, err := store.OldestOpen(ctx)
 			if err != nil {
 				return err
@@ -460,7 +460,7 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST OPEN\tLEASE"
+	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tOLDEST OPEN\tLEASE"
 	if o.wide {
 		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
 	}
@@ -476,8 +476,12 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 			}
 		}
 		c := q.Counts
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
-			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, fmtAge(q.OldestOpen), lease)
+		oldestDue := "-"
+		if q.Due > 0 {
+			oldestDue = fmtAge(q.OldestDue)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
+			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, oldestDue, fmtAge(q.OldestOpen), lease)
 		if o.wide {
 			holder, epoch, expires := "-", "-", "-"
 			if l := q.Lease; l != nil && l.Term.Epoch > 0 {
@@ -717,7 +721,13 @@ func printRecord(w io.Writer, r mend.Record, failures int) {
 	fmt.Fprintf(w, "  source:     topic %q, partition %q, message ID %q\n", r.Source.Topic, r.Source.Partition, r.Source.MessageID)
 	fmt.Fprintf(w, "  target:     batch %q, desired outcome %q\n", r.Target.BatchID, r.Target.Desired)
 	fmt.Fprintf(w, "  state:      %s for %s (version %d, last epoch %d)\n", r.State, fmtAge(r.StateAge), r.Version, r.Epoch)
-	fmt.Fprintf(w, "  failures:   %d in all; %d tries in this step (parks at --max-attempts)\n", failures, r.Attempts)
+	// A waiting record (a merge in flight) parks when --grace runs out,
+	// not after --max-attempts tries: waiting is not failing.
+	parks := "parks at --max-attempts"
+	if r.State == mend.StateWaiting {
+		parks = "waiting on a merge: parks when --grace runs out"
+	}
+	fmt.Fprintf(w, "  failures:   %d in all; %d tries in this step (%s)\n", failures, r.Attempts, parks)
 	if r.NextAttemptAt != nil {
 		fmt.Fprintf(w, "  next try:   %s UTC\n", r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000"))
 	}

@@ -30,6 +30,7 @@ func preflight(ctx context.Context, c runConfig, log *slog.Logger) error {
 	defer cancel()
 	checks, target := diagnose(ctx, c.DSN, c.LeaseTTL)
 	checks = append(checks, diagnoseHost(ctx, c.HostDSN, c.QueueDSN)...)
+	checks = append(checks, diagnoseWakeTopic(ctx, c.QueueDSN, c.WakeTopic, wakeTopicIgnore(c.Sub.Group), c.WakeTopicUnjoined))
 	if c.Sub.On {
 		checks = append(checks, diagnoseSubscription(ctx, c.QueueDSN, c.Sub.Group, subscribeLagWarn)...)
 	}

@@ -33,6 +33,7 @@ type runConfig struct {
 	MaxAttempts            int
 	Grace                  time.Duration
 	WakeTopic              string
+	WakeTopicUnjoined      bool          // start although no host group joined WakeTopic yet (waketopic.go)
 	RetryBase, RetryMax    time.Duration // zero: planner.RetryDefaults(Interval)
 	Sub                    subscribeConfig
 }
@@ -81,7 +82,8 @@ func newRunCmd(a *app) *cobra.Command {
 	f.DurationVar(&c.Retention, "retention", reconcile.RetentionDefault, "how long done records are kept (negative: never prune)")
 	f.IntVar(&c.MaxAttempts, "max-attempts", planner.MaxAttemptsDefault, "failed attempts in a row before a record is parked")
 	f.DurationVar(&c.Grace, "grace", planner.GraceDefault, "how long to wait on a merging batch before parking the record")
-	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to")
+	f.StringVar(&c.WakeTopic, "wake-topic", host.WakeTopicDefault, "the planner topic wake-ups are published to (a consumer group of the host must have joined it)")
+	addWakeTopicUnjoinedFlag(f, &c.WakeTopicUnjoined)
 	f.DurationVar(&c.RetryBase, "retry-base", 0, "first backoff after a failed attempt, doubling per attempt (0: 1s or --interval if shorter)")
 	f.DurationVar(&c.RetryMax, "retry-max", 0, "longest backoff; a failed wake-up is re-sent within --retry-max + --interval (0: 4 x --interval)")
 	f.addTimeout(0)
@@ -147,7 +149,9 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 	// The adapter reports the host rows it skips (dangling or differently
 	// spelled membership rows, differently spelled requests) to the log, and
 	// dangling ones to a metric too: the host's own planner fails on them.
-	hopts := host.Options{WakeTopic: c.WakeTopic, LeaseTTL: c.LeaseTTL, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log}
+	hopts := host.Options{WakeTopic: c.WakeTopic, LeaseTTL: c.LeaseTTL, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log,
+		// A wake-up nobody reads is never counted as sent (waketopic.go).
+		RequireWakeConsumer: true, WakeConsumerIgnore: wakeTopicIgnore(c.Sub.Group)}
 	if m != nil {
 		hopts.OnDangling = m.onDangling
 	}
@@ -232,7 +236,9 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		if err != nil {
 			return err
 		}
-		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, readiness(svc.store.SQL(), hostPools...), scrub))
+		ready := readiness(svc.store.SQL(), hostPools...)
+		m.reg.MustRegister(newReadyCollector(ctx, ready))
+		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, ready, scrub))
 		if err != nil {
 			return err
 		}
@@ -293,7 +299,10 @@ func warnSameHolder(ctx context.Context, store *storage.DB, holder string, log *
 	}
 	var queues []string
 	for _, l := range leases {
-		if l.Live() && l.Term.Holder == holder {
+		// The subscription's slot leases carry "<holder>/subscribe" and
+		// are held for as long as a replica subscribes, so they catch a
+		// twin that holds no queue right now.
+		if l.Live() && (l.Term.Holder == holder || l.Term.Holder == holder+"/subscribe") {
 			queues = append(queues, l.Term.Queue)
 		}
 	}

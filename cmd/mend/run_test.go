@@ -41,6 +41,7 @@ func TestRunOnceRepairsOnTheRealTables(t *testing.T) {
 		func() error { return w.SeedBatch(ctx, "q", "q/batch/1", "speculating", "q/1") },
 		func() error { return w.SeedBatch(ctx, "q", "q/batch/2", "created", "q/2") },
 		func() error { return w.AddMembership(ctx, "q", "created", "q/batch/0-gone") },
+		func() error { return w.Join(ctx, "orchestrator", "speculate", "q") }, // the host's planner reads speculate
 	} {
 		if err := seed(); err != nil {
 			t.Fatal(err)

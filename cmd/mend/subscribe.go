@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
 
@@ -39,7 +41,7 @@ type subscribeConfig struct {
 
 // addSubscribeFlags defines the subscription's flags on mend run.
 func addSubscribeFlags(f *flags, c *subscribeConfig) {
-	f.BoolVar(&c.On, "subscribe", true, "record dead letters by joining the *_dlq topics as consumer group --group\n(default: on when --queue-dsn is given; --subscribe=false when the host links the intake in)")
+	f.BoolVar(&c.On, "subscribe", false, "record dead letters by joining the *_dlq topics as consumer group --group\n(default: on when --queue-dsn is given; --subscribe=false when the host links the intake in)")
 	f.StringVar(&c.Group, "group", subscribe.GroupDefault, "the subscription's consumer group in the host's queue_offsets")
 	f.DurationVar(&c.Interval, "subscribe-interval", subscribe.PollIntervalDefault, "time between the subscription's passes: a new dead letter is recorded within it")
 	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages)")
@@ -134,6 +136,14 @@ func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
 			Help: "Duration of the subscription's passes.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 	}
 	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes)
+	// Every counter exists at 0 from the start, as the docs say of all of
+	// them, so rate() and absent() work before the first event.
+	for _, r := range []string{"recorded", "already", "unrecordable", "dropped"} {
+		sm.rows.WithLabelValues(r)
+	}
+	for _, t := range dlqTopics() {
+		sm.unrecordable.WithLabelValues(t)
+	}
 	return sm
 }
 
@@ -201,6 +211,40 @@ func printLag(w io.Writer, group string, lag []subscribe.TopicLag, now time.Time
 	return tw.Flush()
 }
 
+// refuseLiveSubscribers refuses --remove --yes while a mend run of group
+// still holds one of the group's replica slot leases in mend's database
+// (dsn; empty: not checked): a running replica rejoins every partition
+// within a pass, so the removal would undo itself and hold GC back again.
+func refuseLiveSubscribers(ctx context.Context, dsn, group string) error {
+	if dsn == "" {
+		return nil
+	}
+	if _, err := checkDSN("--dsn", dsn); err != nil {
+		return err
+	}
+	return withStore(ctx, dsn, func(ctx context.Context, store *storage.DB) error {
+		names := make([]string, subscribe.SlotsDefault)
+		for j := range names {
+			names[j] = subscribe.SlotName(group, j)
+		}
+		live, err := store.LeaseGetMany(ctx, names)
+		if err != nil {
+			return err
+		}
+		var holders []string
+		for _, l := range live {
+			if l.Live() {
+				holders = append(holders, l.Term.Holder)
+			}
+		}
+		if len(holders) > 0 {
+			return fmt.Errorf("%d mend run replica(s) of group %q still subscribe (%s): stop them first (a running one joins again within a pass), then --remove --yes; nothing removed",
+				len(holders), group, strings.Join(holders, ", "))
+		}
+		return nil
+	})
+}
+
 // newSubscribeCmd is mend subscribe: the group's lag, or --remove.
 func newSubscribeCmd(a *app) *cobra.Command {
 	f := a.newCommand("subscribe", "show mend's consumer group on the host's *_dlq topics, or --remove it",
@@ -210,7 +254,8 @@ func newSubscribeCmd(a *app) *cobra.Command {
 			"stays registered holds the queue's garbage collection back on every *_dlq partition for good; remove the\n"+
 			"group when you stop running mend for good. Stop every mend run first: a running one joins again.\n"+
 			"After --remove the queue's GC deletes dead letters as soon as its own groups have acknowledged them,\n"+
-			"including any mend never recorded.", withLog|withJSON)
+			"including any mend never recorded. With --dsn (mend's database) --remove --yes first checks that no mend run of\n"+
+			"the group still holds a replica slot there, and refuses while one does.", withDSN|withLog|withList)
 	queueDSN := f.String("queue-dsn", "", "DSN of the host's queue database (queue_messages, queue_offsets) (required)")
 	group := f.String("group", subscribe.GroupDefault, "the consumer group")
 	remove := f.Bool("remove", false, "deregister the group from every partition (with --yes; without it, say what it would do)")
@@ -234,7 +279,16 @@ func newSubscribeCmd(a *app) *cobra.Command {
 		}
 		defer db.Close()
 		if *remove && *yes {
+			if err := refuseLiveSubscribers(ctx, f.dsn, *group); err != nil {
+				return err
+			}
 			n, err := subscribe.Remove(ctx, db, *group)
+			if deniedError(err) {
+				var schema, user string
+				_ = db.QueryRowContext(ctx, "SELECT DATABASE(), CURRENT_USER()").Scan(&schema, &user)
+				return fmt.Errorf("this user may not delete the group's rows (%s): GRANT DELETE ON %s.queue_offsets TO %s (docs/operations.md grants it to a separate user, 'mend_leave')",
+					oneLine(err.Error()), quoteIdent(schema), quoteAccount(user))
+			}
 			if err != nil {
 				return err
 			}
@@ -421,7 +475,7 @@ type doctorSubscribe struct {
 
 func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
 	d := &doctorSubscribe{}
-	f.BoolVar(&d.subscribe, "subscribe", true, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
+	f.BoolVar(&d.subscribe, "subscribe", false, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
 	f.StringVar(&d.group, "group", subscribe.GroupDefault, "the subscription's consumer group")
 	f.DurationVar(&d.warnAge, "lag-warn", subscribeLagWarn, "warn when the subscription's oldest unreleased dead letter is older than this")
 	return d

@@ -41,11 +41,15 @@ const verifyLeaseTTLDefault = 30 * time.Second
 func runVerify(ctx context.Context, store *storage.DB, c verifyConfig, w io.Writer) error {
 	p := storage.VerifyParams{Queue: c.Queue, Since: c.Since, PageSize: c.PageSize}
 	if c.Record != "" {
-		id, err := mend.ParseRecordID(c.Record)
-		if err != nil {
-			return usagef("--record: %v", err)
+		// A prefix of 4 or more hex characters, as every other --record.
+		if err := checkRecordRef(c.Record); err != nil {
+			return err
 		}
-		p.Record = id
+		rec, err := findRecord(ctx, store, c.Record)
+		if err != nil {
+			return schemaFix(err)
+		}
+		p.Record = rec.ID
 	}
 	if c.Rebuild && c.Yes && c.Holder == "" {
 		return usagef("--holder must not be empty")
@@ -62,7 +66,7 @@ func runVerify(ctx context.Context, store *storage.DB, c verifyConfig, w io.Writ
 		return nil
 	})
 	if err != nil {
-		return err
+		return schemaFix(err)
 	}
 	fmt.Fprintf(w, "verified %d records (%d events) in %s, %.0f records/s: %d divergent", st.Records, st.Events,
 		st.Took.Round(time.Millisecond), st.Rate(), st.Divergent)

@@ -56,6 +56,11 @@ func TestConfigForces(t *testing.T) {
 	t.Parallel()
 	for _, p := range []mysqlx.Pool{{Field: "dsn", MultiStatements: true, LockWait: 5 * time.Second, IdleTimeout: 1500 * time.Millisecond}, {Field: "app_dsn"}} {
 		cfg, err := mysqlx.Config("u:p@tcp(127.0.0.1:3306)/db?loc=Local&net_read_timeout=30&charset=utf8mb4", p)
+		// Issue 30: go-sql-driver's common spelling, utf8mb4 first with a
+		// UTF-8 fallback, is accepted.
+		if _, err := mysqlx.Config("u:p@tcp(127.0.0.1:3306)/db?charset=utf8mb4,utf8", p); err != nil {
+			t.Fatalf("charset=utf8mb4,utf8: %v", err)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,6 +137,7 @@ func TestConfigRefuses(t *testing.T) {
 		{"charset=big5", "charset", mysqlx.Pool{}},
 		{"charset=cp932", "charset", mysqlx.Pool{}},
 		{"charset=utf8mb4,gbk", "charset", mysqlx.Pool{}},
+		{"charset=utf8,utf8mb4", "charset", mysqlx.Pool{}},
 		{"collation=gbk_chinese_ci", "collation", mysqlx.Pool{}},
 		{"collation=latin1_swedish_ci", "collation", mysqlx.Pool{}},
 		{"clientFoundRows=true", "clientFoundRows", mysqlx.Pool{}},

@@ -196,7 +196,7 @@ func Config(dsn string, p Pool) (*mysql.Config, error) {
 	if cfg.MultiStatements && !p.MultiStatements {
 		return refuse("multiStatements", "is true; mend keeps multiple statements per query off on this pool, so no value can ever run as a second statement; remove it")
 	}
-	if cs, ok := driverParam(cfg, "charset"); ok && !strings.EqualFold(cs, SessionCharset) {
+	if cs, ok := driverParam(cfg, "charset"); ok && !utf8mb4First(cs) {
 		return refuse("charset", fmt.Sprintf("is %q; mend's sessions always use %s (with another charset the driver's escaping can be turned into SQL); remove it", cs, SessionCharset))
 	}
 	collation := SessionCollation
@@ -248,6 +248,22 @@ func Config(dsn string, p Pool) (*mysql.Config, error) {
 	}
 	applyDSNFile(cfg) // secretfile.go: a DSN read from a file re-reads it on connect
 	return cfg, nil
+}
+
+// utf8mb4First reports whether a driver charset list is utf8mb4 alone or
+// utf8mb4 first with only UTF-8 fallbacks: go-sql-driver's common spelling
+// charset=utf8mb4,utf8 tries utf8mb4 (which every supported server has)
+// and falls back to utf8; neither has a multibyte character containing
+// 0x5c, so the driver's escaping stays safe, and mend sets utf8mb4 on the
+// session anyway.
+func utf8mb4First(list string) bool {
+	for i, cs := range strings.Split(list, ",") {
+		cs = strings.ToLower(strings.TrimSpace(cs))
+		if (i == 0 && cs != SessionCharset) || (cs != SessionCharset && cs != "utf8" && cs != "utf8mb3") {
+			return false
+		}
+	}
+	return true
 }
 
 // driverParam returns the value of one of the driver's own DSN parameters

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/migrations"
+	"github.com/mendq/mend/storage"
+)
+
+// Issue 30: `mend run --once --wake-topic speculat` logged "queue woken",
+// marked the record done and left the queue stuck: nothing consumes that
+// topic. On the real tables, with the host's planner group joined to
+// speculate as a running submit queue has it, the typo is refused by run
+// and doctor (exit 1, naming the fix) and nothing is published or marked;
+// the correct topic (the control) repairs; the override starts but holds
+// the wake-up, so the record is never marked woken, until the host joins.
+func TestWakeTopicNobodyReadsIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type world struct {
+		mendDB, appDB, queueDB *mysqltest.DB
+		w                      sqtest.World
+		store                  *storage.DB
+		rec                    mend.Record
+	}
+	setup := func(t *testing.T) *world {
+		t.Helper()
+		x := &world{mendDB: mysqltest.NewDB(t, migrations.Up), appDB: mysqltest.NewDB(t, onDSN(sqtest.CreateApp)), queueDB: mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))}
+		x.w = sqtest.World{App: x.appDB.SQL(t), Queue: x.queueDB.SQL(t)}
+		for _, seed := range []func() error{
+			func() error { return x.w.SeedBatch(ctx, "q", "q/batch/1", "speculating", "q/1") },
+			func() error { return x.w.SeedBatch(ctx, "q", "q/batch/2", "created", "q/2") },
+			func() error { return x.w.Join(ctx, "orchestrator", "speculate", "q") },
+			func() error { return x.w.Join(ctx, "orchestrator-dlq", "speculate_dlq", "q") },
+			// mend's own subscription does not count as a reader.
+			func() error { return x.w.Join(ctx, "mend", "speculat", "q") },
+		} {
+			if err := seed(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		if x.store, err = storage.Open(ctx, x.mendDB.DSN, storage.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = x.store.Close() })
+		x.rec, _, err = x.store.RecordCreate(ctx, mend.CreateParams{
+			Source:   mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"},
+			Snapshot: mend.Snapshot{Payload: []byte(`{"id":"q/batch/1","queue":"q"}`), FailureCount: 3, LastError: "boom"},
+			Target:   mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeFailed},
+			OpID:     mend.NewOpID(), Actor: "test",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	mendCmd := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Main(ctx, args, &out, &errOut, func(string) string { return "" })
+		return code, out.String(), errOut.String()
+	}
+	runArgs := func(x *world, extra ...string) []string {
+		return append([]string{"run", "--once", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe=false"}, extra...)
+	}
+	state := func(t *testing.T, x *world) mend.State {
+		t.Helper()
+		got, err := x.store.RecordGetByID(ctx, "q", x.rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.State
+	}
+	published := func(t *testing.T, x *world, topic string) int {
+		t.Helper()
+		var n int
+		if err := x.queueDB.SQL(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_messages WHERE topic = ?", topic).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	t.Run("run refuses the typo, naming the fix", func(t *testing.T) {
+		t.Parallel()
+		x := setup(t)
+		code, _, errOut := mendCmd(runArgs(x, "--wake-topic", "speculat")...)
+		if code != exitFailure || !strings.Contains(errOut, "refusing to start") || !strings.Contains(errOut, "--wake-topic speculate") || !strings.Contains(errOut, "--"+wakeTopicUnjoinedFlag) {
+			t.Fatalf("run --wake-topic speculat = exit %d\n%s\nwant 1 naming --wake-topic speculate and the override", code, errOut)
+		}
+		if s := state(t, x); s != mend.StatePending {
+			t.Errorf("record = %s; want pending: a refused start touches nothing", s)
+		}
+		if n := published(t, x, "speculat"); n != 0 {
+			t.Errorf("%d wake-up(s) published on the typo", n)
+		}
+	})
+	t.Run("doctor refuses the typo, naming the fix", func(t *testing.T) {
+		t.Parallel()
+		x := setup(t)
+		code, out, _ := mendCmd("doctor", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe=false", "--wake-topic", "speculat")
+		if code != exitFailure || !regexp.MustCompile(`FAIL\s+host queue wake topic`).MatchString(out) || !strings.Contains(out, "--wake-topic speculate") {
+			t.Fatalf("doctor --wake-topic speculat = exit %d\n%s\nwant 1 with a failed wake topic check naming the fix", code, out)
+		}
+		code, out, _ = mendCmd("doctor", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe=false")
+		if code != exitOK || !regexp.MustCompile(`ok\s+host queue wake topic`).MatchString(out) || !strings.Contains(out, "orchestrator") {
+			t.Fatalf("doctor with the default topic = exit %d\n%s\nwant 0, the check naming the orchestrator group", code, out)
+		}
+	})
+	t.Run("the control: the real topic repairs", func(t *testing.T) {
+		t.Parallel()
+		x := setup(t)
+		if code, _, errOut := mendCmd(runArgs(x, "--wake-topic", "speculate")...); code != exitOK {
+			t.Fatalf("run --wake-topic speculate = exit %d\n%s", code, errOut)
+		}
+		if s := state(t, x); s != mend.StateDone {
+			t.Errorf("record = %s; want done", s)
+		}
+		if n := published(t, x, "speculate"); n != 1 {
+			t.Errorf("%d wake-up(s) on speculate; want 1", n)
+		}
+	})
+	t.Run("the override holds the wake-up until the host joins", func(t *testing.T) {
+		t.Parallel()
+		x := setup(t)
+		code, _, errOut := mendCmd(runArgs(x, "--wake-topic", "speculat", "--"+wakeTopicUnjoinedFlag)...)
+		if code != exitFailure || strings.Contains(errOut, "refusing to start") || !strings.Contains(errOut, "no consumer group of the host has joined") {
+			t.Fatalf("run --%s = exit %d\n%s\nwant a started run whose wake-up failed (exit 1)", wakeTopicUnjoinedFlag, code, errOut)
+		}
+		if s := state(t, x); s != mend.StateSettled {
+			t.Errorf("record = %s; want settled (owed its wake-up), never marked woken", s)
+		}
+		if n := published(t, x, "speculat"); n != 0 {
+			t.Errorf("%d wake-up(s) published to nobody", n)
+		}
+	})
+}
