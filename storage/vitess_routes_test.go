@@ -25,6 +25,9 @@ var scatterReads = []string{
 	"RecordFind", "RecordPrefix", // mend inspect by ID or ID prefix without a queue
 	"RecordsSelect",                 // mend list / retry / resolve selections: (? = '' OR queue = ?) routes nowhere
 	"VerifyRecords", "VerifyEvents", // mend verify's pages
+	// mend console's overview and parked pages (bounded by a page of queues or a LIMIT)
+	"ConsoleDonePerMinute", "ConsoleLeaseQueues", "ConsoleOverdue", "ConsoleParked", "ConsoleParkedByQueue",
+	"ConsoleRecordQueues", "ConsoleRecordedPerMinute", "ConsoleSlowRepairs",
 }
 
 // TestVitessEveryStatementRoute asks vtgate (VEXPLAIN PLAN) for the route of every named
