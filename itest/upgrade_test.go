@@ -495,6 +495,11 @@ func mixedVersions(t *testing.T, oldBin, newBin string, back bool) []string {
 		if err := u.sq.SeedBatch(ctx, q, q+"/live", "created", q+"/live-req"); err != nil {
 			t.Fatal(err)
 		}
+		// The host's planner reads the wake topic, as a running host does:
+		// mend run refuses a wake topic no host group has joined (issue 30).
+		if err := u.sq.Join(ctx, "orchestrator", "speculate", q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	must := func(bin string, args ...string) string {
 		t.Helper()
