@@ -8,3 +8,11 @@ func SetSettle(s *Subscriber, d time.Duration) { s.cfg.Settle, s.horizons.settle
 
 // SQLLag is the lag query, for the plan test.
 const SQLLag = sqlLag
+
+// PlantMembershipBehind re-plants the bug of issue 27 where membership ran
+// only inside a recording pass; the returned func undoes it. Only a test
+// that is not parallel may call it (no other test runs meanwhile).
+func PlantMembershipBehind() (undo func()) {
+	planted.membershipBehind = true
+	return func() { planted.membershipBehind = false }
+}

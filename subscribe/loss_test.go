@@ -113,6 +113,35 @@ func TestLossMembershipApartFromRecording(t *testing.T) {
 	})
 }
 
+// TestLossMembershipNegativeControl runs the stuck-recording case with
+// membership back inside the recording pass (the old code): the partition
+// stays unjoined however long the recording hangs. Not parallel: it plants
+// the bug in package state while no other test runs.
+func TestLossMembershipNegativeControl(t *testing.T) {
+	defer subscribe.PlantMembershipBehind()()
+	b := setup(t)
+	rec := &partitionRecorder{in: b.intake, hold: "slow", entered: make(chan struct{}), release: make(chan struct{})}
+	b.deadLetter(t, "slow", "slow/batch/1")
+	s := b.sub(t, subscribe.Config{Intake: rec, PollInterval: 10 * time.Millisecond})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	defer close(rec.release)
+	select {
+	case <-rec.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription never recorded the first dead letter")
+	}
+	b.deadLetterOn(t, "build", "b-7", "b-7", `{"build_id":"b-7"}`)
+	// With the bug nothing can join while the pass hangs; two seconds are
+	// 200 membership ticks of the fixed code.
+	time.Sleep(2 * time.Second)
+	if _, ok, err := b.world.Acked(context.Background(), "mend", "build_dlq", "b-7"); err != nil || ok {
+		t.Fatalf("joined %v (%v) with membership behind recording: this test cannot tell the variants apart", ok, err)
+	}
+}
+
 // waitJoined waits (bounded, for a hang) until group mend has a row for
 // topic/partition.
 func waitJoined(t *testing.T, b *bundle, topic, partition string) {

@@ -123,8 +123,6 @@ func (w *simWorld) fail(format string, args ...any) {
 	}
 }
 
-var errSimQueueDown = errors.New("sim: the queue database is down")
-
 func (w *simWorld) queueDown() bool { return w.now.Before(w.queueDownUntil) }
 
 // insert allocates the next offset for a row and holds its transaction
