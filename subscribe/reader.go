@@ -270,6 +270,10 @@ func (s *Subscriber) flush(ctx context.Context, b *batch, stats *PassStats) {
 		l, pg := bp.l, bp.page
 		res := results[i : i+len(pg.rows)]
 		i += len(pg.rows)
+		if l.read != bp.from {
+			l.apply(pg.read(bp.from), nil) // an earlier page stopped at a failed row: read again from there
+			continue
+		}
 		outcomes := make([]outcome, 0, len(res))
 		var failure error
 		var failedAt uint64
