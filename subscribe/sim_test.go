@@ -41,7 +41,7 @@ const (
 	simPage     = 2
 	simPages    = 3
 	simParkAfer = 3
-	simSteps    = 600
+	simSteps    = 400
 	simGroup    = "mend"
 	simHost     = "orchestrator-dlq"
 )
@@ -624,7 +624,7 @@ func simulate(t testing.TB, seed uint64, verbose bool) (string, []string) {
 	}
 	// Let every transaction end and the replicas run on, so late rows
 	// commit and the GC runs over what they leave.
-	for range 200 {
+	for range 150 {
 		if w.failure != "" {
 			break
 		}
@@ -664,9 +664,11 @@ func simSeeds(t *testing.T) (first, n uint64) {
 }
 
 // TestSimulation runs the seeded schedules against the subscription's own
-// ledger and decisions. It is not parallel: the negative controls below
-// plant bugs in package state while no other test runs.
+// ledger and decisions. It runs in parallel with the other parallel tests
+// (they all start after the tests that plant bugs, which are not
+// parallel, have ended).
 func TestSimulation(t *testing.T) {
+	t.Parallel()
 	first, n := simSeeds(t)
 	replay := os.Getenv("MEND_SIM_SEED") != ""
 	for seed := first; seed < first+n; seed++ {
@@ -678,7 +680,8 @@ func TestSimulation(t *testing.T) {
 }
 
 // TestSimulationFindsPlantedBugs re-plants each bug issue 27 names and
-// requires the default run to find it. Two are found by other tests: the
+// requires the default run to find it. It is not parallel: it plants the
+// bugs in package state while no other test runs. Two are found by other tests: the
 // exact settle check masks a later page moving the read mark past an
 // earlier failed row (the range then holds a row the read set lacks, so
 // it is read again), which TestLedgerApply catches; membership waiting for
