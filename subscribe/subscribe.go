@@ -303,8 +303,9 @@ func (s *Subscriber) loadOwn(ctx context.Context) error {
 
 // ledgers returns the ledger of each partition holding rows, as
 // membership last discovered them, creating those first seen. A partition
-// no longer holding rows, with nothing left to release and no failure, is
-// forgotten: memory stays bounded by the partitions holding rows.
+// no longer holding rows, with nothing left to release, is forgotten
+// (a failure with it: the row that failed is gone): memory stays bounded
+// by the partitions holding rows.
 func (s *Subscriber) ledgers() []*ledger {
 	active := s.members.snapshot()
 	out := make([]*ledger, 0, len(active))
@@ -319,7 +320,7 @@ func (s *Subscriber) ledgers() []*ledger {
 		out = append(out, l)
 	}
 	for k, l := range s.parts {
-		if !live[k] && len(l.cps) == 0 && l.failures == 0 {
+		if !live[k] && len(l.cps) == 0 {
 			delete(s.parts, k)
 		}
 	}
