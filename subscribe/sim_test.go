@@ -436,7 +436,7 @@ func (p *simReplica) loadOwn() {
 	for k, acked := range w.offsets {
 		pk := partKey{k.topic, k.key}
 		rows := len(w.parts[[2]string{k.topic, k.key}]) > 0
-		if l := p.parts[pk]; l != nil && !rows && len(l.cps) == 0 && l.failures == 0 {
+		if l := p.parts[pk]; l != nil && !rows && len(l.cps) == 0 {
 			delete(p.parts, pk) // as discovery forgets a partition holding no rows
 		} else if k.group == simGroup && l == nil && rows {
 			p.parts[pk] = newLedger(k.topic, k.key, acked)
