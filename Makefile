@@ -141,7 +141,10 @@ proof: ## Run the linearizability, crash and partition suites at full size and p
 	bash scripts/ensure-mysql.sh
 	@out="$$(mktemp)"; status=0; \
 	MEND_PROOF=full $(GO) test -count=1 -timeout=30m -v -run '$(PROOF_TESTS)' ./itest 2>&1 | tee "$$out" || status=$$?; \
+	MEND_SIM_SEEDS=$(SIM_PROOF_SEEDS) $(GO) test -count=1 -timeout=30m -v -run '^TestSimulation' ./subscribe 2>&1 | tee -a "$$out" || status=$$?; \
 	echo; echo "== what the proof suites checked =="; grep -ho 'PROOF .*' "$$out" || true; rm -f "$$out"; exit $$status
+# The subscription's simulation (subscribe/sim_test.go): make test runs 1,000 seeds, make proof this many.
+SIM_PROOF_SEEDS ?= 20000
 
 # Issue 32: the container image (deploy/image/Dockerfile; scripts/image.sh stages and builds it).
 .PHONY: image

@@ -36,13 +36,27 @@ const (
 	PollIntervalDefault = time.Second
 	// SettleDefault is how long an offset must have been allocated before
 	// the watermark may pass it (see the package doc, "Out-of-order
-	// commits"). It only delays the watermark, never recording.
-	SettleDefault = 30 * time.Second
+	// commits"). It only delays the watermark, never recording. It is
+	// above InnoDB's default innodb_lock_wait_timeout (50 s): a MoveToDLQ
+	// whose INSERT allocated its offset and then waited on a lock can
+	// commit that long after. SettleFor raises it for a server whose
+	// timeout is longer.
+	SettleDefault = time.Minute
+	// SettleMargin is how far SettleFor keeps the window above the queue
+	// database's innodb_lock_wait_timeout.
+	SettleMargin = 10 * time.Second
 	// AheadIntervalDefault is the time between scans of queue_offsets for
 	// partitions to register ahead of their first dead letter.
 	AheadIntervalDefault = 5 * time.Second
 	// ConcurrencyDefault is how many partitions a pass reads at once.
 	ConcurrencyDefault = 4
+	// ParkAfterDefault is how many times in a row recording may fail at
+	// one row for a reason that may pass (the store of a build lookup
+	// down) before the row is parked as a stand-in so that its
+	// partition's watermark, and with it the host's GC, moves on. With the
+	// backoff doubling from PollInterval up to a minute, that is about
+	// five minutes at the defaults.
+	ParkAfterDefault = 10
 	// ActorDefault names the subscription in records' event logs.
 	ActorDefault = "subscribe"
 	// PageSizeLimit bounds PageSize.
@@ -90,6 +104,11 @@ type Hooks struct {
 	// itself and was recorded as a parked stand-in (or, if even that was
 	// refused, only logged), so the watermark could pass it.
 	OnUnrecordable func(topic, partition string, offset uint64, err error)
+	// OnFailed runs each time recording a partition fails at offset (0
+	// when mend's store failed the whole batch), with how many times in a
+	// row it failed there; the partition waits out a backoff and is
+	// retried, and the row is parked after Config.ParkAfter failures.
+	OnFailed func(topic, partition string, offset uint64, failures int, err error)
 }
 
 // Config configures a Subscriber. DB, Intake and Parker are required.
@@ -126,6 +145,10 @@ type Config struct {
 	// Queues, when set, lists queues the host knows; the subscription
 	// registers every queue-partitioned *_dlq partition of each ahead.
 	Queues func(ctx context.Context) ([]string, error)
+	// ParkAfter is how many times in a row recording may fail at one row
+	// (each followed by its partition's backoff) before the row is parked
+	// as a stand-in. Zero means ParkAfterDefault.
+	ParkAfter int
 	// Concurrency is how many partitions a pass reads at once. Zero means
 	// ConcurrencyDefault.
 	Concurrency int
@@ -158,6 +181,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// SettleFor is the settle window for a queue database whose
+// innodb_lock_wait_timeout is lockWait: SettleDefault, or lockWait plus
+// SettleMargin when that is longer.
+func SettleFor(lockWait time.Duration) time.Duration {
+	return max(SettleDefault, lockWait+SettleMargin)
+}
+
 func (c Config) withDefaults() Config {
 	c.Group = cmp.Or(c.Group, GroupDefault)
 	c.PageSize = cmp.Or(c.PageSize, PageSizeDefault)
@@ -166,6 +196,7 @@ func (c Config) withDefaults() Config {
 	c.Settle = cmp.Or(c.Settle, SettleDefault)
 	c.AheadInterval = cmp.Or(c.AheadInterval, AheadIntervalDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	c.ParkAfter = cmp.Or(c.ParkAfter, ParkAfterDefault)
 	c.Actor = cmp.Or(c.Actor, ActorDefault)
 	c.Slots = cmp.Or(c.Slots, SlotsDefault)
 	if c.AheadTopics == nil {
@@ -197,6 +228,8 @@ func (c Config) validate() error {
 		return bad("PagesPerPass must not be negative")
 	case c.PollInterval < 0 || c.Settle < 0 || c.AheadInterval < 0:
 		return bad("PollInterval, Settle and AheadInterval must not be negative")
+	case c.ParkAfter < 0:
+		return bad("ParkAfter must not be negative")
 	case c.Slots < 0 || c.Slots > 100:
 		return bad("Slots must be 1 to 100, got %d", c.Slots)
 	case c.Concurrency < 0 || c.Concurrency > 64:

@@ -16,40 +16,53 @@
 // partition's GC back entirely, and mend's watermark passes a dead letter
 // only once mend has recorded it.
 //
-// A pass, every PollInterval (1 s by default, a tenth of the host's GC idle
-// period), does this:
+// Two loops run side by side (Run), each on its own ticker, so neither
+// waits for the other. Membership (membership.go), every PollInterval
+// (1 s by default, a tenth of the host's GC idle period):
 //
-//  1. sample the table's highest committed offset (see "Out-of-order
-//     commits");
-//  2. read the group's rows (its partitions and watermarks);
-//  3. every AheadInterval, register ahead: join T_dlq for every partition
+//  1. every AheadInterval, register ahead: join T_dlq for every partition
 //     of T that one of the host's groups has joined (T in AheadTopics), each
 //     *_dlq partition another group has joined, and the queue-partitioned
 //     *_dlq partitions of every queue Config.Queues lists;
-//  4. discover the *_dlq partitions that hold rows from the (topic,
+//  2. discover the *_dlq partitions that hold rows from the (topic,
 //     partition_key, offset) index: SELECT DISTINCT topic (a loose index
 //     scan, whose cost grows with the topics), then SELECT DISTINCT
 //     partition_key per DLQ topic (a covering range over that topic's
 //     entries: the dead letters not yet collected, as in the real
 //     subscriber's own discovery). Never a scan of the table or of the
 //     other topics' rows. A partition the group has no row for is joined
-//     on first sight;
-//  5. read this replica's share of the partitions (see "Replicas"), each
+//     on first sight, one INSERT IGNORE for all of them.
+//
+// A join is never behind recording: not behind a pass that runs long
+// during a backlog, nor behind a store that is down.
+//
+// The recording pass, every PollInterval (at once when the last left rows
+// behind or membership found a new partition):
+//
+//  1. sample the table's highest committed offset, stamped with the time
+//     its query returned (see "Out-of-order commits");
+//  2. read the group's rows (its partitions and watermarks);
+//  3. read this replica's share of the partitions (see "Replicas"), each
 //     from where this process left it, with the real FetchByOffset (topic =
 //     ? AND partition_key = ? AND `offset` > ? ORDER BY `offset` LIMIT ?),
 //     up to 16 partitions per statement as UNION ALL branches that share
 //     one page of PageSize rows; record the rows through dlq's RecordMany,
-//     at least a page per transaction, across partitions;
-//  6. release: advance each partition's watermark past what has been
-//     recorded and has settled: the real guarded advance (offset_acked
-//     only grows), for up to 100 partitions per statement, after one
-//     COUNT statement for the same partitions;
-//  7. read the lag per topic: rows above the group's watermarks, and the
+//     at least a page per transaction, across partitions (reader.go). A
+//     failure stops only the partitions it belongs to (see "Failure
+//     handling");
+//  4. release: advance each partition's watermark past what has been
+//     recorded and has settled, after one statement checking the same
+//     partitions' rows, for up to 100 partitions per statement (release.go,
+//     deciding through ledger.go);
+//  5. read the lag per topic: rows above the group's watermarks, and the
 //     age of the earliest (lowest offset), from the index alone plus one
 //     row per topic. A pass that moved no watermark reuses the lag read up
 //     to 5 s before: during a backlog the read scans every entry above the
 //     watermarks, and a replica polling beside another still recording
 //     would otherwise pay it every PollInterval.
+//
+// Pass (and Drain, mend run --once) runs one membership step and then one
+// recording pass.
 //
 // The statements are the real subscriber's join (INSERT IGNORE at offset
 // 0), advance and leave (DELETE, only for Remove), plus reads. The grants
@@ -71,10 +84,18 @@
 //
 // A checkpoint is released once it has settled: its offset is at or below
 // the table's highest committed offset as sampled at least Settle ago. Then
-// COUNT(*) of the partition's rows between the watermark and it must equal
-// the rows read there; if so, the watermark moves to it. If not, a row
-// committed late (or rows went), and the partition is read again from its
-// watermark; recording is create-if-absent, so reading twice is harmless.
+// the partition's rows between the watermark and it must be the very rows
+// read there: the same COUNT(*), SUM(`offset`) and SUM(CRC32(`offset`)),
+// a digest of the set that does not depend on order. A count alone would
+// take a row the queue's ctl deleted or requeued plus one committed late
+// for no change. If they match, the watermark moves to the checkpoint by a
+// compare-and-set on the watermark the range was counted from (a replica
+// paused past its slot lease, counting from a stale watermark, moves
+// nothing). If not, a row committed late (or rows went), and the partition
+// is read again from its watermark; recording is create-if-absent, so
+// reading twice is harmless. The ledger (ledger.go) holds the samples and
+// checkpoints and makes these decisions without a database; the
+// simulation test drives it against a model of the queue's table and GC.
 //
 // # Out-of-order commits
 //
@@ -94,12 +115,19 @@
 //   - information_schema.innodb_trx or the processlist: they need PROCESS
 //     and do not show which offset a transaction allocated;
 //   - a settle window (chosen): an offset at or below the highest committed
-//     offset sampled at time t was allocated before t, so the transaction
-//     inserting it began before t. Once every such transaction has
+//     offset sampled by a query that returned at time t was allocated before
+//     t, so the transaction inserting it began before t. (The time is taken
+//     after the query returns: stamped before, a query that stalled would
+//     shrink the window by the stall.) Once every such transaction has
 //     committed or rolled back, the range below is final. With Settle longer
-//     than any transaction that inserts into queue_messages (MoveToDLQ is one
-//     short transaction of three statements; 30 s by default), the count
-//     check finds every late row before the watermark moves.
+//     than any transaction that inserts into queue_messages, the settle
+//     check finds every late row before the watermark moves. MoveToDLQ is
+//     one short transaction of three statements, but its INSERT can wait on
+//     a lock after allocating its offset for up to the server's
+//     innodb_lock_wait_timeout (50 s by default), so the window defaults to
+//     a minute, or that timeout plus 10 s when it is longer (SettleFor,
+//     which mend run applies); mend run and doctor warn when
+//     --subscribe-settle is not above it.
 //
 // Recording is never delayed: a dead letter is recorded within one poll
 // interval; only the watermark waits, so the host's GC keeps a dead letter
@@ -164,18 +192,31 @@
 //
 // # Failure handling
 //
-// A pass that fails (the queue database or mend's) is logged and retried
-// on the next; nothing moves a watermark before its rows are durable. A
-// row the intake refuses (an identity mend cannot store exactly, such as
+// A pass that fails on the queue database is logged and retried on the
+// next; nothing moves a watermark before its rows are durable. A failure
+// while recording belongs to its partition alone: the partition stops
+// just before the row that failed, waits out a backoff of its own
+// (doubling from PollInterval up to a minute), and the other partitions
+// are read, recorded and released in the same pass. Each failure is
+// counted (Hooks.OnFailed, PassStats.Failed and Failing). A row that fails
+// ParkAfter times in a row (10) for a reason that may pass (a buildsignal
+// whose build lookup fails while the application database is down) is
+// parked as the stand-in below, so it holds its partition's watermark, and
+// the host's GC of that partition, for minutes, never forever; a failure
+// of mend's store as a whole parks nothing.
+//
+// A row the intake refuses (an identity mend cannot store exactly, such as
 // an empty message ID; a payload over the intake's cap) would otherwise
 // hold the watermark, and with it the host's GC, forever: it is recorded
 // instead as a parked stand-in under the message ID
 // "mend-subscribe/unrecordable/offset/<offset>" whose reason names the
 // row, counted (Hooks.OnUnrecordable, PassStats.Unrecordable) and passed.
-// Rows matched only through the queue table's collation ("speculate_dlq "
-// under PAD SPACE, "speculate_DLQ" on a case-insensitive table) are no
-// dead letters of MoveToDLQ's; they are dropped, counted and passed, and a
-// page holding them is not mistaken for the last one.
+// A stand-in that cannot be recorded now (the store) stops the partition
+// like any failure. Rows matched only through the queue table's collation
+// ("speculate_dlq " under PAD SPACE, "speculate_DLQ" on a
+// case-insensitive table) are no dead letters of MoveToDLQ's; they are
+// dropped, counted and passed, and a page holding them is not mistaken
+// for the last one.
 //
 // A stopped mend keeps its rows in queue_offsets and so holds the host's
 // GC back on every partition it joined, for good. Remove (mend subscribe

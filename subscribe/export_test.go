@@ -4,7 +4,15 @@ import "time"
 
 // SetSettle overrides the settle window, including to zero, which Config
 // cannot express: the negative control of the out-of-order test.
-func SetSettle(s *Subscriber, d time.Duration) { s.cfg.Settle = d }
+func SetSettle(s *Subscriber, d time.Duration) { s.cfg.Settle, s.horizons.settle = d, d }
 
 // SQLLag is the lag query, for the plan test.
 const SQLLag = sqlLag
+
+// PlantMembershipBehind re-plants the bug of issue 27 where membership ran
+// only inside a recording pass; the returned func undoes it. Only a test
+// that is not parallel may call it (no other test runs meanwhile).
+func PlantMembershipBehind() (undo func()) {
+	planted.membershipBehind = true
+	return func() { planted.membershipBehind = false }
+}

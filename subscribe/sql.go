@@ -85,22 +85,33 @@ const (
 		"FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? ORDER BY `offset` LIMIT %d"
 )
 
-// The settle check: how many rows each range holds now (index only), one
-// branch per partition.
+// The settle check: which rows each range holds now, as a digest of their
+// offsets that does not depend on order (see rowSet): how many, their sum
+// and the sum of their CRC32s, from the index alone, one branch per
+// partition. Comparing a count alone would take a row deleted (the ctl's
+// DeleteMessage or RequeueDLQ) plus one committed late for no change.
 const (
 	sqlCountName   = "-- name: SubscribeCount\n"
-	sqlCountBranch = "SELECT %[1]d AS k, COUNT(*) FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? AND `offset` <= ?"
+	sqlCountBranch = "SELECT %[1]d AS k, COUNT(*), COALESCE(SUM(`offset`), 0), COALESCE(SUM(CRC32(`offset`)), 0) FROM queue_messages WHERE topic = ? AND partition_key = ? AND `offset` > ? AND `offset` <= ?"
 )
 
-// The real advance for several partitions in one statement: each moves
-// only forward (the guard is in the CASE and the WHERE), by primary key.
-// One statement is one commit, not one per partition.
+// The advance for several partitions in one statement, by primary key:
+// each is a compare-and-set from the watermark its range was counted from
+// (offset_acked = from) and only forward (from < to, also in the
+// statement), in the CASE and the WHERE. One statement is one commit, not
+// one per partition. A partition whose watermark another replica moved
+// meanwhile is left alone; the next pass reads its watermark again.
 const (
 	sqlAdvanceMany = "-- name: SubscribeAdvanceMany\n" +
 		"UPDATE queue_offsets SET offset_acked = CASE %s ELSE offset_acked END, updated_at = ?\n" +
 		"WHERE consumer_group = ? AND (%s)"
-	sqlAdvanceWhen  = "WHEN topic = ? AND partition_key = ? AND offset_acked < ? THEN ?"
-	sqlAdvanceWhere = "(topic = ? AND partition_key = ? AND offset_acked < ?)"
+	sqlAdvanceWhen  = "WHEN topic = ? AND partition_key = ? AND %s THEN ?"
+	sqlAdvanceWhere = "(topic = ? AND partition_key = ? AND %s)"
+	// The guards: the compare-and-set; the planted variants' forward-only
+	// and none (see planted).
+	sqlAdvanceCAS     = "offset_acked = ? AND offset_acked < ?"
+	sqlAdvanceForward = "offset_acked < ? AND ? = ?"
+	sqlAdvanceNone    = "? = ? AND ? = ?"
 )
 
 // manyChunk bounds the partitions one read, count or advance names.
@@ -230,25 +241,43 @@ type span struct {
 	limit            int
 }
 
-// advanceMany moves each partition's watermark to its upTo, never back, in
-// one statement.
-func (s *Subscriber) advanceMany(ctx context.Context, spans []span) error {
-	whens := make([]string, len(spans))
-	wheres := make([]string, len(spans))
-	args := make([]any, 0, 7*len(spans)+2)
-	for i, sp := range spans {
-		whens[i], wheres[i] = sqlAdvanceWhen, sqlAdvanceWhere
-		args = append(args, sp.topic, sp.partition, sp.upTo, sp.upTo)
+// advanceMany carries out advances in one statement (see
+// SubscribeAdvanceMany). It returns how many partitions moved.
+func (s *Subscriber) advanceMany(ctx context.Context, advs []advance) (int64, error) {
+	whens := make([]string, len(advs))
+	wheres := make([]string, len(advs))
+	args := make([]any, 0, 9*len(advs)+2)
+	guardArgs := make([][]any, len(advs))
+	for i, a := range advs {
+		guard, g := advanceGuard(a)
+		whens[i], wheres[i] = fmt.Sprintf(sqlAdvanceWhen, guard), fmt.Sprintf(sqlAdvanceWhere, guard)
+		guardArgs[i] = g
+		args = append(append(append(args, a.topic, a.partition), g...), a.to)
 	}
 	args = append(args, s.nowMS(), s.cfg.Group)
-	for _, sp := range spans {
-		args = append(args, sp.topic, sp.partition, sp.upTo)
+	for i, a := range advs {
+		args = append(append(args, a.topic, a.partition), guardArgs[i]...)
 	}
 	q := fmt.Sprintf(sqlAdvanceMany, strings.Join(whens, " "), strings.Join(wheres, " OR "))
-	if _, err := s.cfg.DB.ExecContext(ctx, q, args...); err != nil {
-		return fmt.Errorf("subscribe: advance %d partitions (%s/%q to %d, ...): %w", len(spans), spans[0].topic, spans[0].partition, spans[0].upTo, mysqlx.Translate(err))
+	res, err := s.cfg.DB.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("subscribe: advance %d partitions (%s/%q to %d, ...): %w", len(advs), advs[0].topic, advs[0].partition, advs[0].to, mysqlx.Translate(err))
 	}
-	return nil
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// advanceGuard is the condition a's UPDATE moves the watermark under, and
+// its arguments: the same rule as advance.allowed.
+func advanceGuard(a advance) (string, []any) {
+	switch {
+	case planted.noForwardGuard:
+		return sqlAdvanceNone, []any{0, 0, 0, 0}
+	case !a.cas:
+		return sqlAdvanceForward, []any{a.to, 0, 0}
+	default:
+		return sqlAdvanceCAS, []any{a.from, a.to}
+	}
 }
 
 // union joins one branch per span (format with the branch index and, for
@@ -299,6 +328,16 @@ type page struct {
 	dropped int       // rows the server matched only through its collation
 	n       int       // rows the server returned
 	last    uint64    // offset of the last row the server returned
+	all     rowSet    // the offsets of every row the server returned
+}
+
+// read is the page as the ledger takes it.
+func (p page) read(from uint64) pageRead {
+	kept := make([]uint64, len(p.rows))
+	for i, r := range p.rows {
+		kept[i] = r.Offset
+	}
+	return pageRead{from: from, kept: kept, dropped: p.dropped, all: p.all, last: p.last}
 }
 
 // fetchMany reads a page of each span, one per partition, in one
@@ -327,6 +366,7 @@ func (s *Subscriber) fetchMany(ctx context.Context, spans []span) ([]page, error
 		p := &pages[k]
 		p.n++
 		p.last = max(p.last, r.Offset)
+		p.all.add(r.Offset)
 		if r.Topic != spans[k].topic {
 			p.dropped++ // "x_dlq " or "x_DLQ": no MoveToDLQ writes those
 			continue
@@ -344,25 +384,26 @@ func (s *Subscriber) fetchMany(ctx context.Context, spans []span) ([]page, error
 	return pages, nil
 }
 
-// countMany returns how many rows each span's range holds now.
-func (s *Subscriber) countMany(ctx context.Context, spans []span) ([]int, error) {
+// countMany returns the set of rows each span's range holds now.
+func (s *Subscriber) countMany(ctx context.Context, spans []span) ([]rowSet, error) {
 	q, args := union(sqlCountName, sqlCountBranch, spans, func(sp span) []any { return []any{sp.topic, sp.partition, sp.after, sp.upTo} })
 	rows, err := s.cfg.DB.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe: count %d partitions (%s/%q, ...): %w", len(spans), spans[0].topic, spans[0].partition, mysqlx.Translate(err))
 	}
 	defer rows.Close()
-	out := make([]int, len(spans))
+	out := make([]rowSet, len(spans))
 	seen := 0
 	for rows.Next() {
 		var k, n int
-		if err := rows.Scan(&k, &n); err != nil {
+		var sum, crc uint64
+		if err := rows.Scan(&k, &n, &sum, &crc); err != nil {
 			return nil, fmt.Errorf("subscribe: count %d partitions: %w", len(spans), err)
 		}
 		if k < 0 || k >= len(spans) {
 			return nil, fmt.Errorf("subscribe: count %d partitions: a row tagged %d", len(spans), k)
 		}
-		out[k] = n
+		out[k] = rowSet{rows: n, sum: sum, crc: crc}
 		seen++
 	}
 	if err := rows.Err(); err != nil {
@@ -380,6 +421,23 @@ func (s *Subscriber) horizon(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("subscribe: read the highest offset: %w", mysqlx.Translate(err))
 	}
 	return h, nil
+}
+
+// The server's default lock wait for the sessions of the host's queue
+// (MoveToDLQ's among them): how long an INSERT that allocated an offset
+// may wait on a lock before it commits or fails.
+const sqlLockWait = "-- name: SubscribeLockWait\n" +
+	"SELECT @@GLOBAL.innodb_lock_wait_timeout"
+
+// LockWaitTimeout reads the queue database's innodb_lock_wait_timeout:
+// the settle window must exceed it (SettleFor), or a MoveToDLQ that waited
+// on a lock after allocating its offset can commit below the watermark.
+func LockWaitTimeout(ctx context.Context, db *sql.DB) (time.Duration, error) {
+	var secs uint64
+	if err := db.QueryRowContext(ctx, sqlLockWait).Scan(&secs); err != nil {
+		return 0, fmt.Errorf("subscribe: read innodb_lock_wait_timeout: %w", mysqlx.Translate(err))
+	}
+	return time.Duration(min(secs, 1<<30)) * time.Second, nil
 }
 
 // TopicLag is how far a group is behind on one dead-letter topic.

@@ -79,7 +79,7 @@ func newDoctorCmd(a *app) *cobra.Command {
 				Fix: "give --host-dsn as mend run gets it (--host-dsn=" + hostDSNSame + " when the submit queue's tables are in mend's database)"})
 		}
 		if sub.on(f) {
-			checks = append(checks, diagnoseSubscription(ctx, *queueDSN, sub.group, sub.warnAge)...)
+			checks = append(checks, diagnoseSubscription(ctx, *queueDSN, sub.group, sub.warnAge, sub.settle)...)
 		}
 		failed := 0
 		for _, c := range checks {

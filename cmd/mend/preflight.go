@@ -18,6 +18,14 @@ const hostDSNSame = "same"
 // preflightTimeout bounds mend run's checks of itself before it starts.
 const preflightTimeout = 30 * time.Second
 
+// givenSettle is the settle window run was given, 0 for the default.
+func givenSettle(c subscribeConfig) time.Duration {
+	if c.SettleGiven {
+		return c.Settle
+	}
+	return 0
+}
+
 // errPreflight marks a refusal to start: a doctor check failed.
 var errPreflight = errors.New("refusing to start")
 
@@ -32,7 +40,7 @@ func preflight(ctx context.Context, c runConfig, log *slog.Logger) error {
 	checks = append(checks, diagnoseHost(ctx, c.HostDSN, c.QueueDSN)...)
 	checks = append(checks, diagnoseWakeTopic(ctx, c.QueueDSN, c.WakeTopic, wakeTopicIgnore(c.Sub.Group), c.WakeTopicUnjoined))
 	if c.Sub.On {
-		checks = append(checks, diagnoseSubscription(ctx, c.QueueDSN, c.Sub.Group, subscribeLagWarn)...)
+		checks = append(checks, diagnoseSubscription(ctx, c.QueueDSN, c.Sub.Group, subscribeLagWarn, givenSettle(c.Sub))...)
 	}
 	var failed []check
 	for _, ch := range checks {

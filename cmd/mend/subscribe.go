@@ -37,6 +37,9 @@ type subscribeConfig struct {
 	Interval time.Duration
 	Settle   time.Duration
 	PageSize int
+	// SettleGiven: --subscribe-settle was given; otherwise the window is
+	// subscribe.SettleFor the queue database's innodb_lock_wait_timeout.
+	SettleGiven bool
 }
 
 // addSubscribeFlags defines the subscription's flags on mend run.
@@ -44,7 +47,7 @@ func addSubscribeFlags(f *flags, c *subscribeConfig) {
 	f.BoolVar(&c.On, "subscribe", false, "record dead letters by joining the *_dlq topics as consumer group --group\n(default: on when --queue-dsn is given; --subscribe=false when the host links the intake in)")
 	f.StringVar(&c.Group, "group", subscribe.GroupDefault, "the subscription's consumer group in the host's queue_offsets")
 	f.DurationVar(&c.Interval, "subscribe-interval", subscribe.PollIntervalDefault, "time between the subscription's passes: a new dead letter is recorded within it")
-	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages)")
+	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default above the queue database's innodb_lock_wait_timeout)")
 	f.IntVar(&c.PageSize, "subscribe-page-size", subscribe.PageSizeDefault, "rows the subscription reads per query")
 }
 
@@ -53,6 +56,7 @@ func (c *subscribeConfig) resolve(f *flags) error {
 	if !f.given("subscribe") {
 		c.On = f.given("queue-dsn")
 	}
+	c.SettleGiven = f.given("subscribe-settle")
 	if !c.On {
 		return nil
 	}
@@ -90,8 +94,9 @@ func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.L
 	if err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
+	settle := settleWindow(openCtx, db, c.Sub, log)
 	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.store, Group: c.Sub.Group, PageSize: c.Sub.PageSize,
-		PollInterval: c.Sub.Interval, Settle: c.Sub.Settle, Actor: "subscribe/" + c.Holder, Logger: log,
+		PollInterval: c.Sub.Interval, Settle: settle, Actor: "subscribe/" + c.Holder, Logger: log,
 		// Replicas divide the partitions through slot leases beside the queue leases.
 		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL}
 	if m != nil {
@@ -102,6 +107,30 @@ func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.L
 		return nil, errors.Join(usagef("subscription settings: %v", err), db.Close())
 	}
 	return &subscription{sub: s, db: db}, nil
+}
+
+// settleWindow is the subscription's settle window: --subscribe-settle
+// when given (with a warning when it is not above the queue database's
+// innodb_lock_wait_timeout), otherwise subscribe.SettleFor that timeout.
+func settleWindow(ctx context.Context, db *sql.DB, c subscribeConfig, log *slog.Logger) time.Duration {
+	lockWait, err := subscribe.LockWaitTimeout(ctx, db)
+	switch {
+	case err != nil:
+		log.Warn("could not read the queue database's innodb_lock_wait_timeout; the settle window is not checked against it", "err", err, "settle", c.Settle.String())
+		return c.Settle
+	case !c.SettleGiven:
+		return subscribe.SettleFor(lockWait)
+	case c.Settle <= lockWait:
+		log.Warn(settleRisk(c.Settle, lockWait), "settle", c.Settle.String(), "innodb_lock_wait_timeout", lockWait.String())
+	}
+	return c.Settle
+}
+
+// settleRisk says what a settle window at or below the lock wait puts at
+// risk.
+func settleRisk(settle, lockWait time.Duration) string {
+	return fmt.Sprintf("--subscribe-settle %s is not above the queue database's innodb_lock_wait_timeout (%s): a MoveToDLQ whose INSERT waits on a lock longer than the window "+
+		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, lockWait)
 }
 
 func (s *subscription) close() error {
@@ -119,6 +148,8 @@ type subscribeMetrics struct {
 	lagRows      *prometheus.GaugeVec
 	lagSeconds   *prometheus.GaugeVec
 	passes       prometheus.Histogram
+	failing      prometheus.Gauge
+	failures     *prometheus.CounterVec
 }
 
 func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
@@ -134,8 +165,12 @@ func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
 			Help: "Age (by failed_at) of the oldest row above the group's watermarks, by DLQ topic; 0 when there is none."}, []string{"topic"}),
 		passes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_subscribe_pass_seconds",
 			Help: "Duration of the subscription's passes.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mend_subscribe_failing_partitions",
+			Help: "Partitions whose recording is failing and waits out a backoff: each holds its watermark, and with it the host's GC of that partition, until it records or parks the row."}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_subscribe_record_failures_total",
+			Help: "Times recording a partition failed (the row is retried with backoff and parked after the bound), by topic."}, []string{"topic"}),
 	}
-	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes)
+	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes, sm.failing, sm.failures)
 	// Every counter exists at 0 from the start, as the docs say of all of
 	// them, so rate() and absent() work before the first event.
 	for _, r := range []string{"recorded", "already", "unrecordable", "dropped"} {
@@ -143,6 +178,7 @@ func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
 	}
 	for _, t := range dlqTopics() {
 		sm.unrecordable.WithLabelValues(t)
+		sm.failures.WithLabelValues(t)
 	}
 	return sm
 }
@@ -163,6 +199,10 @@ func (m *metrics) subscribeHooks() subscribe.Hooks {
 				sm.lagSeconds.WithLabelValues(l.Topic).Set(l.Age(now).Seconds())
 			}
 			sm.passes.Observe(st.Duration.Seconds())
+			sm.failing.Set(float64(st.Failing))
+		},
+		OnFailed: func(topic, _ string, _ uint64, _ int, _ error) {
+			sm.failures.WithLabelValues(topic).Inc()
 		},
 		OnUnrecordable: func(topic, _ string, _ uint64, _ error) {
 			sm.unrecordable.WithLabelValues(topic).Inc()
@@ -342,7 +382,7 @@ var queueMessagesRead = hostTable{name: "queue_messages", columns: queueMessageC
 // diagnoseSubscription checks what the subscription needs on the host's
 // queue database, and reports the group's lag (a warning when its oldest
 // row is older than warnAge: a stopped or failing mend holding GC back).
-func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge time.Duration) []check {
+func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge, settle time.Duration) []check {
 	label := "subscription"
 	db, err := subscribe.Open(ctx, queueDSN)
 	if err != nil {
@@ -365,6 +405,7 @@ func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge t
 	if out[0].Status == checkFail || out[1].Status == checkFail {
 		return out
 	}
+	out = append(out, checkSettle(ctx, db, label, settle))
 	lag, err := subscribe.Lag(ctx, db, group)
 	if err != nil {
 		return append(out, check{Name: label + " lag", Status: checkFail, Detail: err.Error()})
@@ -387,6 +428,27 @@ func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge t
 		c.Fix = "check that mend run is running with --queue-dsn (mend subscribe shows the lag per topic); to leave for good: mend subscribe --remove"
 	}
 	return append(out, c)
+}
+
+// checkSettle compares the settle window (0: the default, which follows
+// the server) with the queue database's innodb_lock_wait_timeout.
+func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Duration) check {
+	c := check{Name: label + " settle window", Status: checkOK}
+	lockWait, err := subscribe.LockWaitTimeout(ctx, db)
+	if err != nil {
+		c.Status, c.Detail = checkWarn, err.Error()
+		return c
+	}
+	if settle == 0 {
+		c.Detail = fmt.Sprintf("%s by default: above innodb_lock_wait_timeout (%s)", subscribe.SettleFor(lockWait), lockWait)
+		return c
+	}
+	c.Detail = fmt.Sprintf("--subscribe-settle %s, innodb_lock_wait_timeout %s", settle, lockWait)
+	if settle <= lockWait {
+		c.Status, c.Detail = checkWarn, settleRisk(settle, lockWait)
+		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it above %s", lockWait)
+	}
+	return c
 }
 
 // startSubscription starts the subscription when c.Sub.On (without --once:
@@ -471,6 +533,7 @@ type doctorSubscribe struct {
 	subscribe bool
 	group     string
 	warnAge   time.Duration
+	settle    time.Duration
 }
 
 func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
@@ -478,6 +541,7 @@ func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
 	f.BoolVar(&d.subscribe, "subscribe", false, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
 	f.StringVar(&d.group, "group", subscribe.GroupDefault, "the subscription's consumer group")
 	f.DurationVar(&d.warnAge, "lag-warn", subscribeLagWarn, "warn when the subscription's oldest unreleased dead letter is older than this")
+	f.DurationVar(&d.settle, "subscribe-settle", 0, "the settle window mend run is given, checked against the queue database's innodb_lock_wait_timeout (default: follows it)")
 	return d
 }
 

@@ -1,0 +1,327 @@
+package subscribe
+
+// The settle ledger: what this process knows about each partition between
+// its watermark and how far it has read, and the decisions that move the
+// read mark and the watermark. Nothing here touches a database; the
+// reader (reader.go) and the release (release.go) feed it what the
+// statements returned and carry out what it decides. The simulation test
+// drives this same code against a model of the queue's table and GC.
+
+import (
+	"errors"
+	"hash/crc32"
+	"strconv"
+	"time"
+
+	"github.com/mendq/mend"
+)
+
+// rowSet is an order-independent digest of a set of offsets: how many,
+// their sum and the sum of their CRC32s (of the decimal text, as the
+// server's CRC32(`offset`) computes it). Two ranges with the same count
+// but a row gone and another come differ in the sums, whichever rows
+// they are, except by a collision of both 64-bit sums at once.
+type rowSet struct {
+	rows     int
+	sum, crc uint64
+}
+
+func (r *rowSet) add(offset uint64) {
+	var b [20]byte
+	r.rows++
+	r.sum += offset
+	r.crc += uint64(crc32.ChecksumIEEE(strconv.AppendUint(b[:0], offset, 10)))
+}
+
+func (r rowSet) plus(o rowSet) rowSet {
+	return rowSet{rows: r.rows + o.rows, sum: r.sum + o.sum, crc: r.crc + o.crc}
+}
+
+func (r rowSet) minus(o rowSet) rowSet {
+	return rowSet{rows: r.rows - o.rows, sum: r.sum - o.sum, crc: r.crc - o.crc}
+}
+
+// setOf is the rowSet of offsets.
+func setOf(offsets ...uint64) rowSet {
+	var r rowSet
+	for _, o := range offsets {
+		r.add(o)
+	}
+	return r
+}
+
+// sample is the table's highest committed offset, stamped with a time
+// after the query that read it returned: every offset at or below it was
+// allocated, so its transaction began, before that time.
+type sample struct {
+	offset uint64
+	at     time.Time
+}
+
+// takeSample runs query (the horizon read) and stamps its answer with
+// now() read after it returned. Stamping it before would shrink the settle
+// window by however long the query took to reach the server.
+func takeSample(query func() (uint64, error), now func() time.Time) (sample, error) {
+	if planted.stampBeforeQuery {
+		at := now()
+		h, err := query()
+		return sample{h, at}, err
+	}
+	h, err := query()
+	return sample{h, now()}, err
+}
+
+// horizons are the samples of the settle window, oldest first.
+type horizons struct {
+	settle  time.Duration
+	samples []sample
+}
+
+func (h *horizons) add(s sample) { h.samples = append(h.samples, s) }
+
+// settled returns the highest offset every row at or below which is final:
+// the newest sample taken at least settle before now. Older samples are
+// dropped; ok is false while no sample is old enough.
+func (h *horizons) settled(now time.Time) (uint64, bool) {
+	if planted.ignoreSettle && len(h.samples) > 0 {
+		return h.samples[len(h.samples)-1].offset, true
+	}
+	cut := now.Add(-h.settle)
+	i := -1
+	for j, s := range h.samples {
+		if !s.at.After(cut) {
+			i = j
+		}
+	}
+	if i < 0 {
+		return 0, false
+	}
+	h.samples = h.samples[i:]
+	return h.samples[0].offset, true
+}
+
+// checkpoint is the end of a read not yet released: the rows the server
+// returned in (watermark, offset].
+type checkpoint struct {
+	offset uint64
+	read   rowSet
+}
+
+// ledger is one partition as this process knows it.
+//
+//	 acked (queue_offsets)          read (this process)
+//	     │                              │
+//	─────┼──────────────────────────────┼────────────▶ offset
+//	     │ recorded, waiting to settle  │ not read yet
+//	     └─ checkpoints c1 < c2 < ... ──┘
+type ledger struct {
+	topic, partition string
+	acked            uint64 // the group's watermark as this process last knew it
+	read             uint64 // every row up to here has been read and recorded (or parked)
+	cps              []checkpoint
+	pass             rowSet // the server's rows read in the current pass
+
+	// A partition whose recording failed waits until retryAt; failures
+	// counts the passes in a row that failed at the same offset.
+	failures  int
+	failingAt uint64
+	lastErr   error
+	retryAt   time.Time
+}
+
+func newLedger(topic, partition string, acked uint64) *ledger {
+	return &ledger{topic: topic, partition: partition, acked: acked, read: acked}
+}
+
+// reset forgets what was read: the partition is read again from acked.
+func (l *ledger) reset(acked uint64) {
+	l.acked, l.read, l.cps, l.pass = acked, acked, nil, rowSet{}
+}
+
+// pending is the rows read between the watermark and the newest
+// checkpoint.
+func (l *ledger) pending() rowSet {
+	if len(l.cps) == 0 {
+		return rowSet{}
+	}
+	return l.cps[len(l.cps)-1].read
+}
+
+// endPass closes the pass's reads into a checkpoint.
+func (l *ledger) endPass() {
+	if l.pass.rows > 0 {
+		l.cps = append(l.cps, checkpoint{offset: l.read, read: l.pending().plus(l.pass)})
+		l.pass = rowSet{}
+	}
+}
+
+// outcome is what recording did with one row.
+type outcome int
+
+const (
+	recorded outcome = iota // recorded now or before
+	parked                  // recorded as a parked stand-in (or refused even that: passed)
+	retry                   // not recorded; may pass: read it again
+)
+
+// page is one FetchByOffset page of a partition, as the reader holds it.
+type pageRead struct {
+	from    uint64   // the offset it was read after
+	kept    []uint64 // offsets of the rows kept, in order
+	dropped int      // rows the server matched only through its collation
+	all     rowSet   // every row the server returned
+	last    uint64   // offset of the last row the server returned
+}
+
+// apply moves the read mark past what a page's recording made durable:
+// outcomes[i] is kept[i]'s. A row to retry stops the partition just
+// before it. It reports whether the partition stopped (then it is read
+// again from its read mark next time).
+func (l *ledger) apply(pg pageRead, outcomes []outcome) (stopped bool) {
+	if l.read != pg.from && !planted.noEarlierStopGuard {
+		return true // an earlier page stopped at a failed row: read again from there
+	}
+	for j, o := range outcomes {
+		if o != retry {
+			continue
+		}
+		if planted.readPastRetry {
+			break
+		}
+		// Count as read only the server's rows below this one, and only
+		// when none of them was dropped (then they are the kept rows
+		// before it); otherwise the whole page is read again.
+		if j > 0 && pg.dropped == 0 {
+			l.read = pg.kept[j-1]
+			l.pass = l.pass.plus(setOf(pg.kept[:j]...))
+		}
+		return true
+	}
+	l.read = pg.last
+	l.pass = l.pass.plus(pg.all)
+	return false
+}
+
+// rowOutcome decides what becomes of a row from its recording error. A
+// row the intake refused for good (mend.ErrInvalid or
+// mend.ErrIdentityMismatch), or one that failed at the same offset
+// overdue times in a row, is parked: park records its stand-in, and
+// whether that failed. Anything else that failed is retried.
+func rowOutcome(err error, overdue bool, park func() error) outcome {
+	if err == nil {
+		return recorded
+	}
+	mismatch := errors.Is(err, mend.ErrIdentityMismatch)
+	if !mismatch && !errors.Is(err, mend.ErrInvalid) && !overdue {
+		return retry
+	}
+	if mismatch && planted.passMismatch {
+		return parked
+	}
+	if park() != nil && !planted.passUnparked {
+		return retry
+	}
+	return parked
+}
+
+// release is the decision for one partition: which checkpoint to release
+// (the newest at or below the settled offset), or none.
+func (l *ledger) due(settled uint64) (int, bool) {
+	i := -1
+	for j, c := range l.cps {
+		if c.offset <= settled {
+			i = j
+		}
+	}
+	return i, i >= 0
+}
+
+// advance is a watermark move: from the watermark the range was counted
+// from to a checkpoint, only if the watermark is still from.
+type advance struct {
+	topic, partition string
+	from, to         uint64
+	// cas: the move happens only when the watermark is still from; the
+	// planted variant only requires it below to.
+	cas bool
+}
+
+// allowed is the advance's guard as its UPDATE states it (advanceGuard):
+// whether it moves a watermark that is now current.
+func (a advance) allowed(current uint64) bool {
+	switch {
+	case planted.noForwardGuard:
+		return true
+	case !a.cas:
+		return current < a.to
+	default:
+		return current == a.from && current < a.to
+	}
+}
+
+// settle compares checkpoint i with what the range (acked, offset] holds
+// now. If they are the same set the watermark may move to it; otherwise a
+// row committed late (or rows went) and the partition is read again from
+// its watermark.
+func (l *ledger) settle(i int, now rowSet) (advance, bool) {
+	c := l.cps[i]
+	same := now == c.read
+	if planted.countOnly {
+		same = now.rows == c.read.rows
+	}
+	if !same {
+		l.reset(l.acked)
+		return advance{}, false
+	}
+	return advance{topic: l.topic, partition: l.partition, from: l.acked, to: c.offset, cas: !planted.noCAS}, true
+}
+
+// released records that checkpoint i's advance took effect.
+func (l *ledger) released(i int) {
+	c := l.cps[i]
+	rest := l.cps[i+1:]
+	for j := range rest {
+		rest[j].read = rest[j].read.minus(c.read)
+	}
+	l.acked = c.offset
+	l.cps = append([]checkpoint(nil), rest...)
+}
+
+// failed records that recording stopped the partition at offset at: it
+// is retried after a backoff that doubles per failure in a row (from
+// base, up to a minute), and after parkAfter failures at the same offset
+// the caller parks the row as a stand-in (see reader.go).
+func (l *ledger) failed(at uint64, err error, now time.Time, base time.Duration) {
+	if at == l.failingAt && l.failures > 0 {
+		l.failures++
+	} else {
+		l.failingAt, l.failures = at, 1
+	}
+	l.lastErr = err
+	l.retryAt = now.Add(min(base<<min(l.failures-1, 16), max(time.Minute, base)))
+}
+
+// succeeded clears the failure state once the partition reads past it.
+func (l *ledger) succeeded() {
+	l.failures, l.failingAt, l.lastErr, l.retryAt = 0, 0, nil, time.Time{}
+}
+
+// waiting reports whether the partition is in its failure backoff.
+func (l *ledger) waiting(now time.Time) bool { return now.Before(l.retryAt) }
+
+// planted holds deliberately broken variants of the decisions above, set
+// only by tests (the negative controls of the simulation): each one is a
+// way to lose a dead letter or move a watermark back that some test must
+// catch.
+var planted struct {
+	ignoreSettle       bool // release at the newest sample, not one Settle old
+	stampBeforeQuery   bool // stamp the horizon sample before its query ran
+	countOnly          bool // compare how many rows, not which
+	noCAS              bool // advance whatever the watermark is now (forward only)
+	noForwardGuard     bool // advance without any guard
+	readPastRetry      bool // mark a partition read past a row to retry
+	noEarlierStopGuard bool // let a later page move the read mark past an earlier failed row
+	passUnparked       bool // pass a refused row whose stand-in could not be recorded
+	passMismatch       bool // count an identity-mismatch row as read without a record or stand-in
+	membershipBehind   bool // run membership only after a recording that succeeded
+}

@@ -1,0 +1,260 @@
+package subscribe
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend"
+)
+
+var t0 = time.Unix(1_760_000_000, 0)
+
+func TestRowSet(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		a, b []uint64
+		same bool
+	}{
+		{"order does not matter", []uint64{3, 7, 9}, []uint64{9, 3, 7}, true},
+		{"a row gone and another come: same count, not the same set", []uint64{3, 7, 9}, []uint64{3, 5, 9}, false},
+		{"two swapped for two with the same sum", []uint64{10, 20}, []uint64{11, 19}, false},
+		{"empty", nil, nil, true},
+		{"one more", []uint64{1}, []uint64{1, 2}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := setOf(c.a...) == setOf(c.b...); got != c.same {
+				t.Fatalf("setOf(%v) == setOf(%v) is %v, want %v", c.a, c.b, got, c.same)
+			}
+		})
+	}
+	if got := setOf(1, 2, 3).minus(setOf(1)); got != setOf(2, 3) {
+		t.Fatalf("minus: %+v", got)
+	}
+}
+
+func TestTakeSample(t *testing.T) { report(t, takeSampleProblems()) }
+
+func takeSampleProblems() (problems []string) {
+	now := t0
+	clock := func() time.Time { return now }
+	sm, err := takeSample(func() (uint64, error) {
+		now = now.Add(1500 * time.Millisecond) // the query waits 1.5 s to reach the server
+		return 42, nil
+	}, clock)
+	if want := t0.Add(1500 * time.Millisecond); err != nil || sm.offset != 42 || !sm.at.Equal(want) {
+		problems = append(problems, fmt.Sprintf("sample %+v, %v; want offset 42 stamped when the query returned, %s", sm, err, want))
+	}
+	if _, err := takeSample(func() (uint64, error) { return 0, errors.New("down") }, clock); err == nil {
+		problems = append(problems, "a failed query gave no error")
+	}
+	return problems
+}
+
+// report fails t with each problem.
+func report(t *testing.T, problems []string) {
+	t.Helper()
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+func TestHorizonsSettled(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		samples []sample
+		now     time.Time
+		want    uint64
+		ok      bool
+		left    int
+	}{
+		{"none", nil, t0, 0, false, 0},
+		{"none old enough", []sample{{5, t0}}, t0.Add(9 * time.Second), 0, false, 1},
+		{"exactly the window", []sample{{5, t0}}, t0.Add(10 * time.Second), 5, true, 1},
+		{"the newest old enough wins; older ones go", []sample{{5, t0}, {8, t0.Add(time.Second)}, {12, t0.Add(5 * time.Second)}},
+			t0.Add(11 * time.Second), 8, true, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := horizons{settle: 10 * time.Second, samples: c.samples}
+			got, ok := h.settled(c.now)
+			if got != c.want || ok != c.ok || len(h.samples) != c.left {
+				t.Fatalf("settled = %d, %v with %d samples left; want %d, %v, %d", got, ok, len(h.samples), c.want, c.ok, c.left)
+			}
+		})
+	}
+}
+
+func TestLedgerApply(t *testing.T) { report(t, ledgerApplyProblems()) }
+
+func ledgerApplyProblems() (problems []string) {
+	page := func(from uint64, offsets ...uint64) pageRead {
+		p := pageRead{from: from, kept: offsets, all: setOf(offsets...), last: offsets[len(offsets)-1]}
+		return p
+	}
+	for _, c := range []struct {
+		name     string
+		pages    []pageRead
+		outcomes [][]outcome
+		read     uint64
+		pass     rowSet
+		stopped  []bool
+	}{
+		{"every row recorded: read to the page's end", []pageRead{page(0, 3, 5, 9)}, [][]outcome{{recorded, parked, recorded}},
+			9, setOf(3, 5, 9), []bool{false}},
+		{"a row to retry stops its partition just before it", []pageRead{page(0, 3, 5, 9)}, [][]outcome{{recorded, retry, recorded}},
+			3, setOf(3), []bool{true}},
+		{"the first row to retry: nothing read", []pageRead{page(0, 3, 5)}, [][]outcome{{retry, recorded}},
+			0, rowSet{}, []bool{true}},
+		{"a later page does not move the read mark past an earlier failed row", []pageRead{page(0, 3, 5), page(5, 7, 9)},
+			[][]outcome{{recorded, retry}, {recorded, recorded}}, 3, setOf(3), []bool{true, true}},
+		{"with dropped rows before a failed one the page is read again whole", []pageRead{{from: 0, kept: []uint64{3, 9}, dropped: 1, all: setOf(3, 5, 9), last: 9}},
+			[][]outcome{{recorded, retry}}, 0, rowSet{}, []bool{true}},
+	} {
+		l := newLedger("speculate_dlq", "q", 0)
+		for i, pg := range c.pages {
+			if got := l.apply(pg, c.outcomes[i]); got != c.stopped[i] {
+				problems = append(problems, fmt.Sprintf("%s: page %d: stopped %v, want %v", c.name, i, got, c.stopped[i]))
+			}
+		}
+		if l.read != c.read || l.pass != c.pass {
+			problems = append(problems, fmt.Sprintf("%s: read to %d with %+v; want %d with %+v", c.name, l.read, l.pass, c.read, c.pass))
+		}
+	}
+	return problems
+}
+
+func TestRowOutcome(t *testing.T) { report(t, rowOutcomeProblems()) }
+
+func rowOutcomeProblems() (problems []string) {
+	down := errors.New("the application database is down")
+	for _, c := range []struct {
+		name    string
+		err     error
+		overdue bool
+		parkErr error
+		want    outcome
+		parks   bool
+	}{
+		{"recorded", nil, false, nil, recorded, false},
+		{"an error that may pass: retry", down, false, nil, retry, false},
+		{"refused: parked", fmt.Errorf("x: %w", mend.ErrInvalid), false, nil, parked, true},
+		{"identity mismatch: parked", fmt.Errorf("x: %w", mend.ErrIdentityMismatch), false, nil, parked, true},
+		{"refused, and the stand-in failed: retry", fmt.Errorf("x: %w", mend.ErrInvalid), false, down, retry, true},
+		{"identity mismatch, and the stand-in failed: retry", fmt.Errorf("x: %w", mend.ErrIdentityMismatch), false, down, retry, true},
+		{"failing past the bound: parked", down, true, nil, parked, true},
+		{"failing past the bound, and the stand-in failed: retry", down, true, down, retry, true},
+	} {
+		parks := false
+		got := rowOutcome(c.err, c.overdue, func() error { parks = true; return c.parkErr })
+		if got != c.want || parks != c.parks {
+			problems = append(problems, fmt.Sprintf("%s: outcome %d (parked: %v), want %d (parked: %v)", c.name, got, parks, c.want, c.parks))
+		}
+	}
+	return problems
+}
+
+func TestLedgerSettle(t *testing.T) { report(t, ledgerSettleProblems()) }
+
+func ledgerSettleProblems() (problems []string) {
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	// The same set releases with a compare-and-set from the watermark.
+	l := newLedger("speculate_dlq", "q", 2)
+	l.apply(pageRead{from: 2, kept: []uint64{3, 5}, all: setOf(3, 5), last: 5}, []outcome{recorded, recorded})
+	l.endPass()
+	l.apply(pageRead{from: 5, kept: []uint64{8}, all: setOf(8), last: 8}, []outcome{recorded})
+	l.endPass()
+	if i, ok := l.due(6); !ok || i != 0 {
+		bad("due(6) = %d, %v; want checkpoint 0", i, ok)
+	} else {
+		adv, ok := l.settle(i, setOf(5, 3))
+		if !ok || adv != (advance{topic: "speculate_dlq", partition: "q", from: 2, to: 5, cas: true}) {
+			bad("settle = %+v, %v", adv, ok)
+		}
+		l.released(i)
+		if l.acked != 5 || len(l.cps) != 1 || l.cps[0].read != setOf(8) {
+			bad("after release: acked %d, checkpoints %+v", l.acked, l.cps)
+		}
+	}
+	// A row gone and another come: the same count is not the same set.
+	l = newLedger("speculate_dlq", "q", 0)
+	l.apply(pageRead{from: 0, kept: []uint64{3, 5}, all: setOf(3, 5), last: 5}, []outcome{recorded, recorded})
+	l.endPass()
+	if _, ok := l.settle(0, setOf(2, 3)); ok {
+		bad("released although offset 5 went and 2 came")
+	}
+	if l.read != 0 || len(l.cps) != 0 {
+		bad("not read again from the watermark: read %d, checkpoints %+v", l.read, l.cps)
+	}
+	// The advance from watermark 2 to checkpoint 5 moves only a watermark
+	// still at 2: a replica paused past its slot lease counted from there.
+	l = newLedger("speculate_dlq", "q", 2)
+	l.apply(pageRead{from: 2, kept: []uint64{3, 5}, all: setOf(3, 5), last: 5}, []outcome{recorded, recorded})
+	l.endPass()
+	adv, _ := l.settle(0, setOf(3, 5))
+	for _, c := range []struct {
+		name    string
+		current uint64
+		want    bool
+	}{
+		{"the watermark it was counted from", 2, true},
+		{"another replica moved it forward, still below", 3, false},
+		{"another replica moved it past", 7, false},
+	} {
+		if got := adv.allowed(c.current); got != c.want {
+			bad("advance, %s: allowed(%d) = %v, want %v", c.name, c.current, got, c.want)
+		}
+		guard, args := advanceGuard(adv)
+		if guard != sqlAdvanceCAS || strings.Count(guard, "?") != len(args) {
+			bad("advance, %s: the statement's guard %q %v is not the compare-and-set", c.name, guard, args)
+		}
+	}
+	return problems
+}
+
+func TestLedgerFailed(t *testing.T) {
+	l := newLedger("build_dlq", "b", 0)
+	base := time.Second
+	l.failed(7, errors.New("x"), t0, base)
+	l.failed(7, errors.New("x"), t0, base)
+	l.failed(7, errors.New("x"), t0, base)
+	if l.failures != 3 || !l.retryAt.Equal(t0.Add(4*time.Second)) || !l.waiting(t0.Add(3*time.Second)) || l.waiting(t0.Add(4*time.Second)) {
+		t.Fatalf("after 3 failures at one offset: %d, retry at %s", l.failures, l.retryAt)
+	}
+	l.failed(9, errors.New("y"), t0, base)
+	if l.failures != 1 || l.failingAt != 9 {
+		t.Fatalf("a failure at another offset counts from 1: %d at %d", l.failures, l.failingAt)
+	}
+	for range 30 {
+		l.failed(9, errors.New("y"), t0, base)
+	}
+	if !l.retryAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("backoff %s, want a minute at most", l.retryAt.Sub(t0))
+	}
+}
+
+// TestPlantedBugsFoundByTheseTests shows the table tests above catch the
+// planted variants the simulation cannot tell apart (see
+// TestSimulationFindsPlantedBugs): each run with its bug must fail.
+func TestPlantedBugsFoundByTheseTests(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		bug      *bool
+		problems func() []string
+	}{
+		{"a later page moves the read mark past an earlier failed row", &planted.noEarlierStopGuard, ledgerApplyProblems},
+		{"the advance is forward-only, not a compare-and-set", &planted.noCAS, ledgerSettleProblems},
+		{"the horizon sample is stamped before its query", &planted.stampBeforeQuery, takeSampleProblems},
+		{"the settle check compares a count", &planted.countOnly, ledgerSettleProblems},
+		{"a refused row passes when its stand-in fails", &planted.passUnparked, rowOutcomeProblems},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			*c.bug = true
+			defer func() { *c.bug = false }()
+			if len(c.problems()) == 0 {
+				t.Fatal("the planted bug passed the test meant to catch it")
+			}
+		})
+	}
+}

@@ -1,0 +1,297 @@
+package subscribe_test
+
+// The three ways issue 27 found a dead letter lost beside the real queue's
+// GC, one test each, written against the public API so that each fails on
+// the code before the fix.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/subscribe"
+)
+
+// partitionRecorder records through the real intake, except that rows of
+// partition bad fail one by one with a retryable error, and a batch
+// holding a row of partition hold waits until release is closed.
+type partitionRecorder struct {
+	in      subscribe.Recorder
+	bad     string
+	hold    string
+	entered chan struct{} // closed when a batch first waits on hold
+	release chan struct{}
+	once    sync.Once
+}
+
+var errAppDown = errors.New("the application database is down")
+
+func (r *partitionRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	if r.hold != "" && slices.ContainsFunc(ds, func(d dlq.Delivery) bool { return d.Source.Partition == r.hold }) {
+		r.once.Do(func() { close(r.entered) })
+		select {
+		case <-r.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	var good []dlq.Delivery
+	for _, d := range ds {
+		if d.Source.Partition != r.bad {
+			good = append(good, d)
+		}
+	}
+	res, err := r.in.RecordMany(ctx, good)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dlq.ManyResult, len(ds))
+	for i, d := range ds {
+		if d.Source.Partition == r.bad {
+			out[i] = dlq.ManyResult{Err: errAppDown}
+			continue
+		}
+		out[i], res = res[0], res[1:]
+	}
+	return out, nil
+}
+
+func TestLossMembershipApartFromRecording(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a partition first seen while a pass is stuck recording is joined before the pass ends", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rec := &partitionRecorder{in: b.intake, hold: "slow", entered: make(chan struct{}), release: make(chan struct{})}
+		b.deadLetter(t, "slow", "slow/batch/1")
+		s := b.sub(t, subscribe.Config{Intake: rec, PollInterval: 10 * time.Millisecond})
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		defer close(rec.release)
+		select {
+		case <-rec.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the subscription never recorded the first dead letter")
+		}
+		// A build_dlq partition (keyed by build: never registered ahead)
+		// gets its first dead letter while recording hangs.
+		b.deadLetterOn(t, "build", "b-7", "b-7", `{"build_id":"b-7"}`)
+		waitJoined(t, b, "build_dlq", "b-7")
+	})
+
+	t.Run("a row that keeps failing stops only its own partition: the others are recorded and released", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rec := &partitionRecorder{in: b.intake, bad: "bad"}
+		b.deadLetter(t, "bad", "bad/batch/1")
+		good := b.deadLetter(t, "good", "good/batch/1")
+		s := b.sub(t, subscribe.Config{Intake: rec})
+		for range 4 {
+			_, _ = s.Pass(context.Background()) // the old code fails the whole pass here
+			b.clock.Add(settle + time.Second)
+		}
+		if got := b.ids(t); !slices.Contains(got, "good/batch/1") {
+			t.Fatalf("records %v: the healthy partition's dead letter was not recorded", got)
+		}
+		if got := b.acked(t, "mend", "speculate_dlq", "good"); got != good {
+			t.Fatalf("the healthy partition's watermark is %d after 4 passes past the settle window, want %d", got, good)
+		}
+		if got := b.acked(t, "mend", "speculate_dlq", "bad"); got != 0 {
+			t.Fatalf("the failing partition's watermark moved to %d before its row was recorded", got)
+		}
+	})
+}
+
+// TestLossMembershipNegativeControl runs the stuck-recording case with
+// membership back inside the recording pass (the old code): the partition
+// stays unjoined however long the recording hangs. Not parallel: it plants
+// the bug in package state while no other test runs.
+func TestLossMembershipNegativeControl(t *testing.T) {
+	defer subscribe.PlantMembershipBehind()()
+	b := setup(t)
+	rec := &partitionRecorder{in: b.intake, hold: "slow", entered: make(chan struct{}), release: make(chan struct{})}
+	b.deadLetter(t, "slow", "slow/batch/1")
+	s := b.sub(t, subscribe.Config{Intake: rec, PollInterval: 10 * time.Millisecond})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	defer close(rec.release)
+	select {
+	case <-rec.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription never recorded the first dead letter")
+	}
+	b.deadLetterOn(t, "build", "b-7", "b-7", `{"build_id":"b-7"}`)
+	// With the bug nothing can join while the pass hangs; two seconds are
+	// 200 membership ticks of the fixed code.
+	time.Sleep(2 * time.Second)
+	if _, ok, err := b.world.Acked(context.Background(), "mend", "build_dlq", "b-7"); err != nil || ok {
+		t.Fatalf("joined %v (%v) with membership behind recording: this test cannot tell the variants apart", ok, err)
+	}
+}
+
+// waitJoined waits (bounded, for a hang) until group mend has a row for
+// topic/partition.
+func waitJoined(t *testing.T, b *bundle, topic, partition string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, ok, err := b.world.Acked(context.Background(), "mend", topic, partition)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%s was not joined within 30 s", topic, partition)
+		}
+		<-tick.C
+	}
+}
+
+func TestLossExactSettleCheck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	s := b.sub(t, subscribe.Config{})
+	tx, err := b.queue.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rawDLQ(t, tx, "speculate_dlq", "q", "q/batch/early", `{"id":"q/batch/early","queue":"q"}`) // allocated, not committed
+	b.deadLetter(t, "q", "q/batch/2")
+	gone := b.deadLetter(t, "q", "q/batch/3")
+	if st := pass(t, s); st.Recorded != 2 {
+		t.Fatalf("pass %+v; want the two committed rows recorded", st)
+	}
+	// Inside the settle window the queue's ctl deletes a row mend has read
+	// (DeleteMessage; RequeueDLQ deletes it too), and the early row
+	// commits: the range holds as many rows as mend read, not the same.
+	if _, err := b.queue.Exec("DELETE FROM queue_messages WHERE `offset` = ?", gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	settleAndPass(t, b, s)
+	if got := b.ids(t); !slices.Contains(got, "q/batch/early") {
+		t.Fatalf("records %v: the row that committed late was skipped (watermark %d)", got, b.acked(t, "mend", "speculate_dlq", "q"))
+	}
+}
+
+// stallConn delays the subscription's horizon query: onHorizon runs just
+// before it reaches the server, as if the statement had waited that long
+// (a network stall, CPU throttling, a paused process).
+type stallConn struct {
+	driver.Conn
+	onHorizon func()
+}
+
+func (c stallConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if strings.Contains(query, "name: SubscribeHorizon") && c.onHorizon != nil {
+		c.onHorizon()
+	}
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
+}
+
+func (c stallConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
+}
+
+func (c stallConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c stallConn) CheckNamedValue(v *driver.NamedValue) error {
+	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(v)
+}
+
+type stallConnector struct {
+	driver.Connector
+	onHorizon func()
+}
+
+func (c stallConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return stallConn{Conn: conn, onHorizon: c.onHorizon}, nil
+}
+
+func TestLossHorizonSampleStampedAfterItsQuery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	cfg, err := mysql.ParseDSN(b.qdsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tx *sql.Tx
+	var early uint64
+	stalled := false
+	// The first horizon query stalls 8 s (by the test's clock). Meanwhile a
+	// MoveToDLQ begins, allocates an offset and waits; a later one commits.
+	// The sample the query returns holds the later offset, so it must be
+	// stamped when the query returned, not when the pass began.
+	onHorizon := func() {
+		if stalled {
+			return
+		}
+		stalled = true
+		b.clock.Add(8 * time.Second)
+		var err error
+		if tx, err = b.queue.BeginTx(ctx, nil); err != nil {
+			t.Error(err)
+			return
+		}
+		rawDLQ(t, tx, "speculate_dlq", "q", "q/batch/early", `{"id":"q/batch/early","queue":"q"}`)
+		if err := tx.QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&early); err != nil {
+			t.Error(err)
+		}
+		b.deadLetter(t, "q", "q/batch/late")
+	}
+	b.deadLetter(t, "q", "q/batch/0") // the partition is joined and read from the first pass
+	qdb := sql.OpenDB(stallConnector{Connector: base, onHorizon: onHorizon})
+	defer qdb.Close()
+	qdb.SetMaxOpenConns(1) // one connection: the stall is on the pass's own
+	s := b.sub(t, subscribe.Config{DB: qdb})
+	if st := pass(t, s); st.Recorded != 2 || tx == nil {
+		t.Fatalf("pass %+v; want the first and the later row recorded", st)
+	}
+	defer func() { _ = tx.Rollback() }()
+	// 3 s after the early insert began (11 s after the pass began), with a
+	// settle window of 10 s: nothing may pass the open insert's offset.
+	b.clock.Add(3 * time.Second)
+	pass(t, s)
+	if got := b.acked(t, "mend", "speculate_dlq", "q"); got >= early {
+		t.Fatalf("the watermark moved to %d, past offset %d whose insert began 3 s ago (settle window %s)", got, early, settle)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	settleAndPass(t, b, s)
+	if got := b.ids(t); !slices.Contains(got, "q/batch/early") {
+		t.Fatalf("records %v: the early row was skipped", got)
+	}
+}
