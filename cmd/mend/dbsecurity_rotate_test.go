@@ -76,6 +76,10 @@ func TestDSNFileRotation(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := mysqltest.NewDB(t, migrations.Up, onDSN(sqtest.CreateApp), onDSN(sqtest.CreateQueue))
+			// The host's planner reads the wake topic: run refuses one nobody reads.
+			if err := (sqtest.World{App: db.SQL(t), Queue: db.SQL(t)}).Join(ctx, "orchestrator", "speculate", "q"); err != nil {
+				t.Fatal(err)
+			}
 			root, err := sql.Open("mysql", db.Server.RootDSN())
 			if err != nil {
 				t.Fatal(err)
