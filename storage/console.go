@@ -442,15 +442,7 @@ func (d *DB) ConsoleQueueRecords(ctx context.Context, queue string, state mend.S
 	if err != nil {
 		return nil, fmt.Errorf("storage: console queue records: %w", translate(err))
 	}
-	recs := make([]mend.Record, 0, len(rows))
-	for i := range rows {
-		rec, err := rows[i].record()
-		if err != nil {
-			return nil, err
-		}
-		recs = append(recs, rec)
-	}
-	return recs, nil
+	return recordsOf(rows)
 }
 
 // One record's events by its primary key range, bounded.
@@ -519,13 +511,5 @@ func (d *DB) ConsoleParked(ctx context.Context, f ParkedFilter) ([]mend.Record, 
 	if err != nil {
 		return nil, fmt.Errorf("storage: console parked: %w", translate(err))
 	}
-	recs := make([]mend.Record, 0, len(rows))
-	for i := range rows {
-		rec, err := rows[i].record()
-		if err != nil {
-			return nil, err
-		}
-		recs = append(recs, rec)
-	}
-	return recs, nil
+	return recordsOf(rows)
 }

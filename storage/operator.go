@@ -65,15 +65,7 @@ func (d *DB) RecordsSelect(ctx context.Context, f RecordFilter) ([]mend.Record, 
 	if err != nil {
 		return nil, fmt.Errorf("storage: select records: %w", translate(err))
 	}
-	recs := make([]mend.Record, 0, len(rows))
-	for i := range rows {
-		rec, err := rows[i].record()
-		if err != nil {
-			return nil, err
-		}
-		recs = append(recs, rec)
-	}
-	return recs, nil
+	return recordsOf(rows)
 }
 
 // ResolveParams names a record an operator closes by hand.

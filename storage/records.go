@@ -345,6 +345,19 @@ func (c *createArgs) size() int {
 	return 2*n + 512
 }
 
+// recordsOf turns rows read from mend_records into records, in order.
+func recordsOf(rows []recordRow) ([]mend.Record, error) {
+	recs := make([]mend.Record, 0, len(rows))
+	for i := range rows {
+		rec, err := rows[i].record()
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
 const sqlRecordGetBySource = `-- name: RecordGetBySource
 SELECT ` + freshRead + recordColumns + ` FROM mend_records WHERE queue = ? AND source_key = ?`
 

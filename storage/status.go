@@ -142,15 +142,7 @@ func (d *DB) RecordsList(ctx context.Context, queue string, limit int) ([]mend.R
 	if err := d.db.SelectContext(ctx, &rows, sqlRecordsList, queue, limit); err != nil {
 		return nil, fmt.Errorf("storage: list records: %w", translate(err))
 	}
-	recs := make([]mend.Record, 0, len(rows))
-	for i := range rows {
-		rec, err := rows[i].record()
-		if err != nil {
-			return nil, err
-		}
-		recs = append(recs, rec)
-	}
-	return recs, nil
+	return recordsOf(rows)
 }
 
 // RetryParams names a parked record to put back.
