@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -61,6 +62,19 @@ type fenceOutput struct {
 	Epoch   int64  // acquire: granted or holding epoch; observe: current epoch
 	Holder  string // acquire held, observe: the current holder
 	Live    bool   // observe: the term had time left
+	// Maybe narrows an acquire of unknown outcome (see narrowAcquires): if
+	// it took effect, it was granted one of these epochs; an empty set says
+	// it did not. Nil: nothing is known, any grant is possible.
+	Maybe *fenceEpochs `json:",omitempty"`
+}
+
+// fenceEpochs is a set of epochs, sorted. A pointer to it keeps
+// fenceOutput comparable.
+type fenceEpochs []int64
+
+func (e *fenceEpochs) has(epoch int64) bool {
+	i := sort.Search(len(*e), func(i int) bool { return (*e)[i] >= epoch })
+	return i < len(*e) && (*e)[i] == epoch
 }
 
 // fenceState is the lease of one queue. Live is false once the term is known
@@ -108,6 +122,8 @@ func fenceStep(state, input, output any) []any {
 	case fenceAcquire:
 		granted := fenceState{Epoch: s.Epoch + 1, Holder: in.Holder, Live: true}
 		switch {
+		case out.Unknown && out.Maybe != nil && !out.Maybe.has(granted.Epoch):
+			return []any{s}
 		case out.Unknown:
 			return []any{s, granted}
 		case out.Result == fenceOK:
@@ -208,6 +224,10 @@ var fenceModel = porcupine.NondeterministicModel{
 		in, out := input.(fenceInput), output.(fenceOutput)
 		var res string
 		switch {
+		case out.Unknown && out.Maybe != nil && len(*out.Maybe) == 0:
+			res = "unknown: did not take effect (lease history)"
+		case out.Unknown && out.Maybe != nil:
+			res = fmt.Sprintf("unknown: nothing or one of e%v (lease history)", []int64(*out.Maybe))
 		case out.Unknown:
 			res = "unknown"
 		case in.Kind == fenceObserve:
@@ -494,8 +514,131 @@ func fenceSetup(t *testing.T, contenders int) (*mysqltest.DB, *storage.DB, []*st
 // operations after it may depend on (TestFenceModelNeedsUnknownRenewals).
 // Before issue 35 renewals were left out too; that was sound only while the
 // model let an observe's "expired" stand for good.
+//
+// An acquire of unknown outcome that the lease history shows did not take
+// effect (narrowAcquires gave it no epoch) is free too: its step returns
+// the state unchanged.
 func freeOp(op porcupine.Operation) bool {
-	return op.Output.(fenceOutput).Unknown && op.Input.(fenceInput).Kind == fenceWrite
+	out, kind := op.Output.(fenceOutput), op.Input.(fenceInput).Kind
+	if !out.Unknown {
+		return false
+	}
+	return kind == fenceWrite || kind == fenceAcquire && out.Maybe != nil && len(*out.Maybe) == 0
+}
+
+// narrowAcquires narrows the acquires of history whose outcome the client
+// never learned, from grants: every term the lease history shows (it is
+// written in the acquire's own transaction). Each grant is a new epoch for
+// one holder, and a holder name belongs to one contender, so an acquire of
+// unknown outcome by h on q that took effect was granted one of the epochs
+// the lease history shows for h on q that no acquire of known outcome
+// returned; if there is none, it did not take effect. Which of several it
+// took is left to the checker: an effect can land after the client gave
+// up, so the order of calls does not decide it. Before issue 35's soak the
+// checker saw every such acquire as "granted the next epoch, or nothing";
+// twenty of them in one history made it give up (Unknown after 2 minutes).
+//
+//
+// When start (the wall time the history's call times count from) is set,
+// a grant is also held to the time the lease history gives it: the
+// database's NOW(6) in the granting statement, which ran after the call
+// (the server and the test read the same kernel clock; grantSlack allows
+// for rounding). So an acquire can have taken only an epoch granted after
+// it was called.
+//
+// It returns how many acquires it narrowed, how many of those did not take
+// effect, and orphans: epochs granted to a holder that has no acquire of
+// unknown outcome on that queue, which only an acquire reported as refused
+// with nothing done (and left out of the history) could have taken. The
+// checker then finds the history illegal: the epochs no longer follow.
+func narrowAcquires(history []porcupine.Operation, grants []fenceGrant, start time.Time) (narrowed, none, orphans int) {
+	type key struct{ queue, holder string }
+	unclaimed := map[key]map[int64]time.Time{}
+	for _, g := range grants {
+		k := key{g.Term.Queue, g.Term.Holder}
+		if unclaimed[k] == nil {
+			unclaimed[k] = map[int64]time.Time{}
+		}
+		unclaimed[k][g.Term.Epoch] = g.At
+	}
+	pending := map[key][]int{}
+	for i, op := range history {
+		in, out := op.Input.(fenceInput), op.Output.(fenceOutput)
+		if in.Kind != fenceAcquire {
+			continue
+		}
+		k := key{in.Queue, in.Holder}
+		switch {
+		case out.Unknown:
+			pending[k] = append(pending[k], i)
+		case out.Result == fenceOK:
+			delete(unclaimed[k], out.Epoch)
+		}
+	}
+	for k, ops := range pending {
+		for _, i := range ops {
+			call := start.Add(time.Duration(history[i].Call) - grantSlack)
+			epochs := fenceEpochs{}
+			for e, at := range unclaimed[k] {
+				if start.IsZero() || !at.Before(call) {
+					epochs = append(epochs, e)
+				}
+			}
+			slices.Sort(epochs)
+			out := history[i].Output.(fenceOutput)
+			out.Maybe = &epochs
+			history[i].Output = out
+			narrowed++
+			if len(epochs) == 0 {
+				none++
+			}
+		}
+	}
+	for k, epochs := range unclaimed {
+		if len(pending[k]) == 0 {
+			orphans += len(epochs)
+		}
+	}
+	return narrowed, none, orphans
+}
+
+// fenceGrant is a term the lease history shows and when it was granted,
+// by the database's clock.
+type fenceGrant struct {
+	Term mend.Term
+	At   time.Time
+}
+
+// grantSlack is how much earlier than an acquire's call the database's
+// clock may date the grant it made: the two clocks are the same kernel
+// clock, read in microseconds by the server.
+const grantSlack = 2 * time.Millisecond
+
+// grantsOf turns lease history rows into grants.
+func grantsOf(terms []storage.LeaseTerm) []fenceGrant {
+	out := make([]fenceGrant, len(terms))
+	for i, term := range terms {
+		out[i] = fenceGrant{Term: term.Term, At: term.AcquiredAt}
+	}
+	return out
+}
+
+// leaseGrants reads every term the lease history of queues shows.
+func leaseGrants(t *testing.T, s *storage.DB, queues []string) []fenceGrant {
+	t.Helper()
+	const limit = 1_000_000
+	var grants []fenceGrant
+	for _, q := range queues {
+		h, err := s.LeaseHistory(t.Context(), q, limit)
+		if err != nil {
+			t.Fatalf("lease history of %s: %v", q, err)
+		}
+		if len(h) == limit {
+			t.Fatalf("lease history of %s has %d terms or more: raise the limit", q, limit)
+		}
+		grants = append(grants, grantsOf(h)...)
+	}
+	return grants
 }
 
 // withoutFreeOps returns h without the operations freeOp leaves out.
@@ -564,13 +707,14 @@ type fenceVerdict struct {
 func judgeFenceRun(t *testing.T, run *fenceRun, direct *storage.DB, queues []string, records map[string][]mend.SourceID, faults *linFaults, contenders int, faultText string) fenceVerdict {
 	t.Helper()
 	committed := run.resolve(t, direct)
+	narrowed, none, orphans := narrowAcquires(run.history, leaseGrants(t, direct, queues), run.start)
 	events, violations := epochOrder(t, direct, records)
 	res, info, took := fenceCheck(run.history)
 	v := fenceVerdict{res: res, violations: violations}
-	v.summary = fmt.Sprintf("%d operations (%d writes of unknown outcome left out of the check: they constrain nothing) (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
+	v.summary = fmt.Sprintf("%d operations (%d of unknown outcome left out of the check: writes, and acquires the lease history shows did not take effect; they constrain nothing) (%d acquire, %d write, %d renew, %d release, %d observe) from %d contenders on %d queues; %d late writes under an old term; %d ambiguous writes (%d found committed by op_id); %d ambiguous acquires narrowed by the lease history (%d did not take effect), %d granted epochs no acquire claims; %d refused with nothing done; %d events in the log, %d epoch inversions; faults: %s; checker %s in %s",
 		len(run.history), len(run.history)-len(withoutFreeOps(run.history)), run.byKind[fenceAcquire].Load(), run.byKind[fenceWrite].Load(), run.byKind[fenceRenew].Load(),
 		run.byKind[fenceRelease].Load(), run.byKind[fenceObserve].Load(), contenders, len(queues), run.late.Load(), len(run.ambiguous), committed,
-		run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
+		narrowed, none, orphans, run.refused.Load(), events, len(violations), faultText, res, took.Round(time.Millisecond))
 	if res != porcupine.Ok || len(violations) > 0 {
 		v.evidence = keepEvidence(t, proofEvidence{
 			Model: fenceModel.ToModel(), Info: info, History: run.history, Result: res, Summary: v.summary,
@@ -579,6 +723,7 @@ func judgeFenceRun(t *testing.T, run *fenceRun, direct *storage.DB, queues []str
 				"epoch_inversions.json": violations,
 				"faults.json":           faultLog(run.start, faults.chaos, faults.cutter),
 				"routes.json":           faults.routes,
+				"start.json":            run.start.UTC(), // the wall time call_ns and return_ns count from
 			}),
 		})
 	}
@@ -613,14 +758,20 @@ func TestFenceLinearizable(t *testing.T) {
 // same workload with writes that skip the fence must be rejected.
 func TestFenceLinearizableCatchesUnfencedWriter(t *testing.T) {
 	t.Parallel()
-	_, direct, stores, queues, records, faults := fenceSetup(t, 6)
+	_, direct, stores, _, _, faults := fenceSetup(t, 6)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	const maxRuns = 5
 	checked := 0
 	for i := range maxRuns {
+		// Queues of its own per run: the model starts every history at
+		// epoch 0, so a run on the queues of an earlier one would be
+		// illegal from its first grant, whatever the writer did.
+		queues := []string{fmt.Sprintf("uf%da", i), fmt.Sprintf("uf%db", i)}
+		records := fenceRecords(t, direct, queues)
 		run := fenceWorkload(ctx, stores, direct, queues, records, unfencedWrite, 600)
 		run.resolve(t, direct)
+		narrowAcquires(run.history, leaseGrants(t, direct, queues), run.start)
 		checked += len(run.history)
 		res, info, took := fenceCheck(run.history)
 		if res == porcupine.Illegal {
