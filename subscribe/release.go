@@ -25,7 +25,9 @@ import (
 // everything it had read beyond it: 40% of the reads when two replicas
 // started together on a few deep partitions.
 func (s *Subscriber) release(ctx context.Context, divide bool, st *PassStats) error {
-	settled, ok := s.horizons.settled(s.cfg.NowFunc())
+	now := s.cfg.NowFunc()
+	st.Held = s.horizons.heldBy(now)
+	settled, ok := s.horizons.settled(now)
 	if !ok {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -117,9 +118,11 @@ const (
 // manyChunk bounds the partitions one read, count or advance names.
 const manyChunk = 100
 
-// The table's highest committed offset (one dive into the primary key).
+// The table's highest committed offset (one dive into the primary key),
+// and the server's clock in UTC, which the open transactions' start times
+// compare with.
 const sqlHorizon = "-- name: SubscribeHorizon\n" +
-	"SELECT COALESCE(MAX(`offset`), 0) FROM queue_messages"
+	"SELECT COALESCE(MAX(`offset`), 0), UTC_TIMESTAMP(6) FROM queue_messages"
 
 // Rows above the group's watermarks, per topic: what the group holds the
 // host's GC back on, and the lowest offset among them. It reads only the
@@ -415,12 +418,110 @@ func (s *Subscriber) countMany(ctx context.Context, spans []span) ([]rowSet, err
 	return out, nil
 }
 
-func (s *Subscriber) horizon(ctx context.Context) (uint64, error) {
+func (s *Subscriber) horizon(ctx context.Context) (uint64, time.Time, error) {
 	var h uint64
-	if err := s.cfg.DB.QueryRowContext(ctx, sqlHorizon).Scan(&h); err != nil {
-		return 0, fmt.Errorf("subscribe: read the highest offset: %w", mysqlx.Translate(err))
+	var at time.Time
+	if err := s.cfg.DB.QueryRowContext(ctx, sqlHorizon).Scan(&h, &at); err != nil {
+		return 0, time.Time{}, fmt.Errorf("subscribe: read the highest offset: %w", mysqlx.Translate(err))
 	}
-	return h, nil
+	return h, at.UTC(), nil
+}
+
+// The server's open transactions that may hold an offset of
+// queue_messages uncommitted, read just after each horizon sample (see
+// the package doc, "Open transactions"): how many InnoDB transactions
+// that are not read-only are open in sessions whose current database is
+// the queue's, and when the oldest of them began, by the server's clock in
+// UTC (trx_started is in the server's system time zone, whole seconds).
+// information_schema.innodb_trx and processlist show every session's only
+// to a user with PROCESS, on MySQL and MariaDB alike. Neither says which
+// table a transaction locked, so a long writer on another table of the
+// queue's database holds the watermarks too. MySQL's
+// performance_schema.data_locks would (SELECT on it alone), but gives no
+// start time and is empty while performance_schema is off; MariaDB has
+// none, and its innodb_locks lists only locks waited for, not the IX lock
+// every insert holds.
+//
+// InnoDB fills innodb_trx from a cache it refreshes only once nobody has
+// read it for 0.1 s, so a view can be older than the statement reading
+// it. The read therefore runs in a transaction of its own, begun inside
+// InnoDB first (sqlOpenTouch), and counts itself: a view that does not
+// show the reader's own transaction predates the sample and is not used
+// (openUnknown).
+const (
+	sqlOpenTouch = "-- name: SubscribeOpenTouch\n" +
+		"SELECT COUNT(*) FROM (SELECT 1 FROM queue_messages LIMIT 1) AS one"
+	sqlOpenTrx = "-- name: SubscribeOpenTrx\n" +
+		"SELECT COALESCE(SUM(t.trx_mysql_thread_id = CONNECTION_ID()), 0), COALESCE(SUM(t.trx_mysql_thread_id <> CONNECTION_ID()), 0),\n" +
+		"  MIN(CASE WHEN t.trx_mysql_thread_id <> CONNECTION_ID() THEN CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00') END)\n" +
+		"FROM information_schema.innodb_trx t JOIN information_schema.processlist p ON p.ID = t.trx_mysql_thread_id\n" +
+		"WHERE t.trx_is_read_only = 0 AND p.DB = DATABASE()"
+)
+
+// OpenGrant is the grant that lets the subscription see the open
+// transactions, on MySQL and MariaDB; account is the user's quoted account
+// ('mend'@'%'), or empty for a placeholder.
+func OpenGrant(account string) string {
+	return fmt.Sprintf("GRANT PROCESS ON *.* TO %s", cmp.Or(account, "<mend's queue user>"))
+}
+
+// ErrOpenHidden is returned (wrapped, with the server's refusal) when the
+// queue database's user may not read the server's open transactions.
+var ErrOpenHidden = errors.New("subscribe: the queue database's open transactions are hidden from this user")
+
+// OpenVisible reports whether db's user may read the server's open
+// transactions, by reading them (not from SHOW GRANTS, which misses roles
+// and wildcard grants): nil if it may, an error wrapping ErrOpenHidden if
+// the server refuses, any other error as is.
+func OpenVisible(ctx context.Context, db *sql.DB) error {
+	_, err := readOpen(ctx, db)
+	return err
+}
+
+// refused reports whether err is the server refusing a read for want of
+// a privilege, or because the table does not exist on this engine (a
+// proxy's restricted view).
+func refused(err error) bool {
+	switch mysqlx.ErrNumber(err) {
+	case 1044, 1142, 1143, 1227, 1146, 1109:
+		return true
+	}
+	return false
+}
+
+// errOpenStale is a view of the open transactions older than the read.
+var errOpenStale = errors.New("subscribe: the server's view of its open transactions predates the read (innodb_trx's cache)")
+
+// readOpen reads the open transactions (sqlOpenTrx): the oldest one's
+// start, zero when none is open.
+func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
+	wrap := func(err error) error {
+		if refused(err) {
+			return fmt.Errorf("%w: %w", ErrOpenHidden, err)
+		}
+		return fmt.Errorf("subscribe: read the open transactions: %w", mysqlx.Translate(err))
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	defer func() { err = errors.Join(err, tx.Rollback()) }()
+	var one, self, n int
+	var oldest sql.NullTime
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one); err != nil {
+		return time.Time{}, wrap(err)
+	}
+	if err := tx.QueryRowContext(ctx, sqlOpenTrx).Scan(&self, &n, &oldest); err != nil {
+		return time.Time{}, wrap(err)
+	}
+	switch {
+	case self == 0:
+		return time.Time{}, errOpenStale
+	case n > 0 && !oldest.Valid:
+		// A start time CONVERT_TZ could not convert: older than any sample.
+		return time.Unix(0, 0).UTC(), nil
+	}
+	return oldest.Time.UTC(), nil
 }
 
 // The server's default lock wait for the sessions of the host's queue

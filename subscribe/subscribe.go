@@ -27,6 +27,11 @@ type PassStats struct {
 	Dropped         int // rows the server matched only through its collation, passed
 	Advanced        int // partitions whose watermark moved
 	Late            int // partitions re-read because a row committed after a later one was read
+	// Held is how many horizon samples older than the settle window wait
+	// for a transaction open when they were taken: the window alone would
+	// have let watermarks pass offsets it may still commit (see
+	// Subscriber.SeesOpen).
+	Held int
 	// Failed is how many partitions stopped in this pass because
 	// recording failed (see Hooks.OnFailed); Waiting how many were not
 	// read because they wait out such a failure's backoff; Failing how
@@ -52,6 +57,7 @@ func (st *PassStats) add(o PassStats) {
 	st.Dropped += o.Dropped
 	st.Advanced += o.Advanced
 	st.Late += o.Late
+	st.Held = o.Held
 	st.Failed += o.Failed
 	st.Waiting, st.Failing = o.Waiting, o.Failing
 	st.Duration += o.Duration
@@ -71,6 +77,7 @@ type Subscriber struct {
 	lag      []TopicLag // as read at lagAt
 	lagAt    time.Time
 	share    *share // nil unless Config.Leases is set
+	open     openReader
 
 	life struct {
 		sync.Mutex
@@ -218,10 +225,11 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 		}
 	}
 	start, wall := s.cfg.NowFunc(), time.Now()
-	sm, err := takeSample(func() (uint64, error) { return s.horizon(ctx) }, s.cfg.NowFunc)
+	sm, err := takeSample(func() (uint64, time.Time, error) { return s.horizon(ctx) }, s.cfg.NowFunc)
 	if err != nil {
 		return st, err
 	}
+	sm.open = s.readOpen(ctx) // after the horizon returned: see the package doc, "Open transactions"
 	s.horizons.add(sm)
 	if err := s.loadOwn(ctx); err != nil {
 		return st, err
@@ -259,7 +267,7 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 	if st.Read > 0 || st.Joined > 0 || st.Advanced > 0 || st.Late > 0 || st.Failed > 0 {
 		s.log.InfoContext(ctx, "pass", "partitions", st.Partitions, "joined", st.Joined, "read", st.Read, "recorded", st.Recorded,
 			"already", st.Already, "unrecordable", st.Unrecordable, "dropped", st.Dropped, "advanced", st.Advanced, "late", st.Late,
-			"failed", st.Failed, "failing", st.Failing, "more", st.More)
+			"failed", st.Failed, "failing", st.Failing, "held", st.Held, "more", st.More)
 	}
 	if s.cfg.Hooks.OnPass != nil {
 		s.cfg.Hooks.OnPass(st)
