@@ -405,7 +405,7 @@ func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge, 
 	if out[0].Status == checkFail || out[1].Status == checkFail {
 		return out
 	}
-	out = append(out, checkSettle(ctx, db, label, settle))
+	out = append(out, checkSettle(ctx, db, label, settle), checkOpenVisible(ctx, db, label, grantee))
 	lag, err := subscribe.Lag(ctx, db, group)
 	if err != nil {
 		return append(out, check{Name: label + " lag", Status: checkFail, Detail: err.Error()})
@@ -447,6 +447,25 @@ func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Dura
 	if settle <= lockWait {
 		c.Status, c.Detail = checkWarn, settleRisk(settle, lockWait)
 		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it above %s", lockWait)
+	}
+	return c
+}
+
+// checkOpenVisible says whether the subscription sees the queue
+// database's open transactions, by reading them as a pass does, and what
+// is at risk when it cannot.
+func checkOpenVisible(ctx context.Context, db *sql.DB, label, grantee string) check {
+	c := check{Name: label + " open transactions", Status: checkOK,
+		Detail: "mend's user may read the server's open transactions (PROCESS): a watermark waits for a MoveToDLQ that began before its sample, however long it stays open"}
+	err := subscribe.OpenVisible(ctx, db)
+	switch {
+	case errors.Is(err, subscribe.ErrOpenHidden):
+		c.Status = checkWarn
+		c.Detail = "mend's user may not read the server's open transactions (" + oneLine(err.Error()) + "): the settle window alone protects a late commit, " +
+			"so a MoveToDLQ held open longer than the window (a client frozen mid-transaction) commits below mend's watermark, and the host's GC deletes it unrecorded"
+		c.Fix = subscribe.OpenGrant(grantee) + " (docs/operations.md, \"The settle window\")"
+	case err != nil:
+		c.Status, c.Detail = checkWarn, "cannot tell whether the subscription sees open transactions: "+oneLine(err.Error())
 	}
 	return c
 }

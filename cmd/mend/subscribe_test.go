@@ -140,3 +140,44 @@ func TestSubscribeMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestDoctorOpenTransactions: doctor tries the read a pass makes of the
+// queue database's open transactions: with PROCESS the line is ok, without
+// it a warning names what is at risk and the grant.
+func TestDoctorOpenTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	queueDB := mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))
+	base := []string{"SELECT ON %s.queue_messages", "SELECT, INSERT, UPDATE ON %s.queue_offsets"}
+	for _, c := range []struct {
+		name   string
+		grants []string
+		status string
+		want   []string
+	}{
+		{"with PROCESS", append(append([]string(nil), base...), "PROCESS ON *.*"), checkOK, []string{"however long"}},
+		{"without PROCESS", base, checkWarn, []string{"held open longer than the window", "GRANT PROCESS ON *.* TO '"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			checks := diagnoseSubscription(ctx, queueDB.User(t, c.grants...), "mend", time.Hour, 0)
+			var got *check
+			for i := range checks {
+				if checks[i].Name == "subscription open transactions" {
+					got = &checks[i]
+				}
+			}
+			if got == nil {
+				t.Fatalf("no open-transactions line in %+v", checks)
+			}
+			if got.Status != c.status {
+				t.Fatalf("status %s, want %s: %+v", got.Status, c.status, *got)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(got.Detail+" "+got.Fix, w) {
+					t.Errorf("line %+v lacks %q", *got, w)
+				}
+			}
+		})
+	}
+}
