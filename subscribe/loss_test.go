@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -403,5 +404,43 @@ func TestLossTransactionHeldOpen(t *testing.T) {
 				t.Fatalf("without PROCESS: recorded %v, row left %d; want it deleted by the GC unrecorded", recorded, left)
 			}
 		})
+	}
+}
+
+// TestFailingRowVisible: a row that keeps failing is named per partition
+// (offset, attempts, last error, the park bound) after every pass, and
+// parked at the bound, after which its partition no longer fails.
+func TestFailingRowVisible(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &partitionRecorder{in: b.intake, bad: "bad"}
+	off := b.deadLetter(t, "bad", "bad/batch/1")
+	b.deadLetter(t, "good", "good/batch/1")
+	s := b.sub(t, subscribe.Config{Intake: rec, ParkAfter: 3})
+	for attempt := 1; attempt <= 3; attempt++ {
+		st := pass(t, s)
+		want := subscribe.Failing{Topic: "speculate_dlq", Partition: "bad", Offset: off, Attempts: attempt, ParkAfter: 3}
+		if len(st.FailingRows) != 1 || st.Failing != 1 {
+			t.Fatalf("attempt %d: failing %d, rows %+v; want one partition", attempt, st.Failing, st.FailingRows)
+		}
+		got := st.FailingRows[0]
+		if !strings.Contains(got.LastError, errAppDown.Error()) || got.RetryAt.IsZero() {
+			t.Fatalf("attempt %d: %+v; want the last error and when it is retried", attempt, got)
+		}
+		got.LastError, got.RetryAt = "", time.Time{}
+		if got != want {
+			t.Fatalf("attempt %d: %+v, want %+v", attempt, got, want)
+		}
+		if f := s.Failing(); len(f) != 1 || f[0].Attempts != attempt {
+			t.Fatalf("Failing() = %+v after attempt %d", f, attempt)
+		}
+		b.clock.Add(time.Minute) // past the backoff
+	}
+	st := pass(t, s) // the fourth time the row is parked: the partition moves on
+	if st.Failing != 0 || len(st.FailingRows) != 0 || st.Unrecordable != 1 {
+		t.Fatalf("after the bound: %+v; want the row parked and nothing failing", st)
+	}
+	if got := b.ids(t); !slices.Contains(got, fmt.Sprintf("mend-subscribe/unrecordable/offset/%d", off)) {
+		t.Fatalf("records %v: no stand-in for offset %d", got, off)
 	}
 }

@@ -644,3 +644,106 @@ func groupOr(g string) string {
 	}
 	return g
 }
+
+// The lowest row above each of the group's watermarks: the row each
+// partition waits on (covering, from the index, as SubscribeLag).
+const sqlHeld = "-- name: SubscribeHeld\n" +
+	"SELECT o.topic, o.partition_key, o.offset_acked, MIN(m.`offset`)\n" +
+	"FROM queue_offsets o JOIN queue_messages m\n" +
+	"  ON m.topic = o.topic AND m.partition_key = o.partition_key AND m.`offset` > o.offset_acked\n" +
+	"WHERE o.consumer_group = ?\n" +
+	"GROUP BY o.topic, o.partition_key, o.offset_acked"
+
+// Those rows, by primary key.
+const sqlHeldRows = "-- name: SubscribeHeldRows\n" +
+	"SELECT `offset`, id, failed_at, failure_count, last_error FROM queue_messages WHERE `offset` IN (%s)"
+
+// HeldRow is the row a partition's watermark waits on: the lowest above
+// it. A partition held longer than the settle window and a few polls is
+// one whose recording fails (mend run's log and
+// mend_subscribe_failing_row_attempts say why) or that no mend runs for.
+type HeldRow struct {
+	Topic, Partition string
+	Watermark        uint64
+	Offset           uint64
+	ID               string
+	FailedAt         time.Time // when the host moved it to the DLQ
+	FailureCount     int
+	// LastError is the host's, as MoveToDLQ stored it. It may quote the
+	// payload: escape it wherever it is shown.
+	LastError string
+}
+
+// Held reads, for each partition of group, the row its watermark waits
+// on, keeping those the host dead-lettered more than olderThan before now,
+// oldest first, at most limit. It needs no running subscription (mend
+// status and subscribe use it).
+func Held(ctx context.Context, db *sql.DB, group string, olderThan time.Duration, now time.Time, limit int) ([]HeldRow, error) {
+	group = groupOr(group)
+	fail := func(err error) error {
+		return fmt.Errorf("subscribe: read the rows group %q waits on: %w", group, mysqlx.Translate(err))
+	}
+	rows, err := db.QueryContext(ctx, sqlHeld, group)
+	if err != nil {
+		return nil, fail(err)
+	}
+	defer rows.Close()
+	var held []HeldRow
+	for rows.Next() {
+		var h HeldRow
+		if err := rows.Scan(&h.Topic, &h.Partition, &h.Watermark, &h.Offset); err != nil {
+			return nil, fail(err)
+		}
+		held = append(held, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail(err)
+	}
+	rows.Close()
+	byOffset := map[uint64]*HeldRow{}
+	for from := 0; from < len(held); from += manyChunk {
+		chunk := held[from:min(from+manyChunk, len(held))]
+		args := make([]any, len(chunk))
+		for i := range chunk {
+			args[i] = chunk[i].Offset
+			byOffset[chunk[i].Offset] = &chunk[i]
+		}
+		q := fmt.Sprintf(sqlHeldRows, strings.TrimSuffix(strings.Repeat("?,", len(args)), ","))
+		rs, err := db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fail(err)
+		}
+		for rs.Next() {
+			var offset uint64
+			var id, lastErr sql.NullString
+			var failedAt sql.NullInt64
+			var count sql.NullInt64
+			if err := rs.Scan(&offset, &id, &failedAt, &count, &lastErr); err != nil {
+				rs.Close()
+				return nil, fail(err)
+			}
+			if h := byOffset[offset]; h != nil {
+				h.ID, h.LastError, h.FailureCount = id.String, lastErr.String, int(count.Int64)
+				if failedAt.Valid && failedAt.Int64 > 0 {
+					h.FailedAt = time.UnixMilli(failedAt.Int64).UTC()
+				}
+			}
+		}
+		err = rs.Err()
+		rs.Close()
+		if err != nil {
+			return nil, fail(err)
+		}
+	}
+	out := held[:0]
+	for _, h := range held {
+		// A row the GC removed meanwhile has no failed_at: skip it.
+		if !h.FailedAt.IsZero() && now.Sub(h.FailedAt) > olderThan {
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b HeldRow) int {
+		return cmp.Or(a.FailedAt.Compare(b.FailedAt), cmp.Compare(a.Offset, b.Offset))
+	})
+	return out[:min(len(out), max(limit, 0))], nil
+}

@@ -5,9 +5,11 @@ package subscribe
 // release.go) are put together and run.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,6 +39,9 @@ type PassStats struct {
 	// read because they wait out such a failure's backoff; Failing how
 	// many partitions are failing after the pass (in their backoff).
 	Failed, Waiting, Failing int
+	// FailingRows names the partitions failing after the pass, one each:
+	// the row that keeps failing, how often, why, and when it is parked.
+	FailingRows []Failing
 	// More reports that some partition had rows left when its page budget
 	// ran out; Run starts the next pass at once.
 	More bool
@@ -59,7 +64,7 @@ func (st *PassStats) add(o PassStats) {
 	st.Late += o.Late
 	st.Held = o.Held
 	st.Failed += o.Failed
-	st.Waiting, st.Failing = o.Waiting, o.Failing
+	st.Waiting, st.Failing, st.FailingRows = o.Waiting, o.Failing, o.FailingRows
 	st.Duration += o.Duration
 	st.Lag = o.Lag
 }
@@ -77,7 +82,10 @@ type Subscriber struct {
 	lag      []TopicLag // as read at lagAt
 	lagAt    time.Time
 	share    *share // nil unless Config.Leases is set
-	open     openReader
+	// failing is the last pass's FailingRows, for Failing.
+	failingMu sync.Mutex
+	failing   []Failing
+	open      openReader
 
 	life struct {
 		sync.Mutex
@@ -259,10 +267,17 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 	for _, l := range s.parts {
 		if l.waiting(now) {
 			st.Failing++
+			st.FailingRows = append(st.FailingRows, s.failingOf(l))
 		}
 	}
+	slices.SortFunc(st.FailingRows, func(a, b Failing) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
 	s.log.DebugContext(ctx, "pass phases", "sample", sampled.String(), "read", read.String(), "release", released.String(),
 		"lag", time.Since(phase).String())
+	s.failingMu.Lock()
+	s.failing = st.FailingRows
+	s.failingMu.Unlock()
 	st.Duration = now.Sub(start)
 	if st.Read > 0 || st.Joined > 0 || st.Advanced > 0 || st.Late > 0 || st.Failed > 0 {
 		s.log.InfoContext(ctx, "pass", "partitions", st.Partitions, "joined", st.Joined, "read", st.Read, "recorded", st.Recorded,
@@ -273,6 +288,45 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 		s.cfg.Hooks.OnPass(st)
 	}
 	return st, nil
+}
+
+// Failing is a partition whose recording keeps failing: it holds its
+// watermark, and with it the host's GC of that partition, until the row
+// records or is parked.
+type Failing struct {
+	Topic, Partition string
+	// Offset is the row that failed; 0 when mend's store failed the whole
+	// batch (no row's fault: that never parks a row).
+	Offset uint64
+	// Attempts is how many times in a row recording failed there.
+	Attempts int
+	// LastError is the last failure, as mend's logs show it. It may quote
+	// the payload: escape it wherever it is shown.
+	LastError string
+	// ParkAfter is the bound: after this many attempts the row is parked
+	// as a stand-in (Config.ParkAfter); 0 for a store failure.
+	ParkAfter int
+	// RetryAt is when the partition is read again.
+	RetryAt time.Time
+}
+
+// Failing lists the partitions whose recording is failing now (the
+// last pass's view; Run's passes update it).
+func (s *Subscriber) Failing() []Failing {
+	s.failingMu.Lock()
+	defer s.failingMu.Unlock()
+	return slices.Clone(s.failing)
+}
+
+func (s *Subscriber) failingOf(l *ledger) Failing {
+	f := Failing{Topic: l.topic, Partition: l.partition, Offset: l.failingAt, Attempts: l.failures, RetryAt: l.retryAt}
+	if l.lastErr != nil {
+		f.LastError = l.lastErr.Error()
+	}
+	if f.Offset != 0 {
+		f.ParkAfter = s.cfg.ParkAfter
+	}
+	return f
 }
 
 // lagEvery bounds the age of the lag a pass reports. The lag changes when
