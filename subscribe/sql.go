@@ -4,7 +4,9 @@ package subscribe
 // queue database: the real queue's own consumer-group protocol (join,
 // fetch, advance, leave) plus read-only discovery, settle and lag queries.
 // They need exactly the grants the host's own consumers hold: SELECT on
-// queue_messages; SELECT, INSERT, UPDATE and DELETE on queue_offsets.
+// queue_messages; SELECT, INSERT, UPDATE and DELETE on queue_offsets; the
+// open-transactions read (SubscribeOpenTrx) also PROCESS, and runs
+// without it as the window alone.
 // `offset` is quoted everywhere: it is a reserved word on MariaDB.
 
 import (
