@@ -81,7 +81,8 @@ type Subscriber struct {
 	horizons horizons
 	lag      []TopicLag // as read at lagAt
 	lagAt    time.Time
-	share    *share // nil unless Config.Leases is set
+	share    *share    // nil unless Config.Leases is set
+	heldSaid time.Time // when a release held by an open transaction last said so
 	// failing is the last pass's FailingRows, for Failing.
 	failingMu sync.Mutex
 	failing   []Failing
