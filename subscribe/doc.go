@@ -157,8 +157,12 @@
 // it, so while none that began before the sample is open, every offset at
 // or below it is final. The read runs in a transaction of its own and is
 // used only if it shows that transaction: InnoDB refreshes innodb_trx only
-// after 0.1 s without readers, and a stale view could miss a transaction;
-// a sample newer than the last usable view waits. Without PROCESS (found
+// after 0.1 s without readers, and a stale view could miss a transaction.
+// The samples taken since the last usable read (or before the first) wait
+// for the next; only if reads stay unusable for a whole window (others
+// reading innodb_trx more often than every 0.1 s throughout) does the
+// window alone decide, so that the watermarks, and with them the host's
+// GC, are never held for good by a view that cannot refresh. Without PROCESS (found
 // by trying the read, again every minute) the window alone decides, and a
 // MoveToDLQ held open longer than it can be lost; doctor says so. The
 // ledger takes all of this as data on the sample (openView) and needs no

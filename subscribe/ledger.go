@@ -84,10 +84,6 @@ const (
 type openView struct {
 	state  openState
 	oldest time.Time
-	// fresh is how far the view is known current, by the database's
-	// clock: the dbAt of the sample it was read after. A sample newer
-	// than the last view read is held, since what it waits for is unknown.
-	fresh time.Time
 }
 
 // openSlack widens "began before the sample" by the precision of the
@@ -114,32 +110,58 @@ func takeSample(query func() (uint64, time.Time, error), now func() time.Time) (
 type horizons struct {
 	settle  time.Duration
 	samples []sample
-	// view is the open transactions as last read; viewing is false while
-	// they cannot be read (openNone), and then only the window counts.
-	view    openView
-	viewing bool
+	// view is the open transactions as last read, at viewAt (mend's
+	// clock). Until a first read is usable (viewAt zero) every sample is
+	// held: what it waits for is unknown. After a read that says they
+	// cannot be read (openNone, hidden) only the window counts. A view
+	// older than the window that staleReads reads in a row since could not
+	// refresh (innodb_trx read by others more often than every 0.1 s
+	// throughout) holds nothing either: it must not hold the watermarks,
+	// and with them the host's GC, for good. A view merely old (this
+	// process paused mid-pass) still holds.
+	view     openView
+	viewAt   time.Time
+	viewDB   time.Time // the database's clock at the sample the view was read after
+	hidden   bool
+	since    time.Time // the first sample's time, while no read was usable
+	failedIn int       // reads in a row since the view that could not be used
 }
+
+// staleReads is how many reads in a row must fail to refresh a view older
+// than the window before it stops holding samples.
+const staleReads = 3
 
 func (h *horizons) add(s sample) {
 	h.samples = append(h.samples, s)
 	switch s.open.state {
 	case openRead:
-		h.view, h.viewing = s.open, true
-		h.view.fresh = s.dbAt
+		h.view, h.viewAt, h.viewDB, h.hidden, h.failedIn = s.open, s.at, s.dbAt, false, 0
 	case openNone:
-		h.view, h.viewing = openView{}, false
+		h.view, h.viewAt, h.hidden, h.failedIn = openView{}, s.at, true, 0
+	default:
+		h.failedIn++
+		if h.viewAt.IsZero() && h.since.IsZero() {
+			h.since = s.at
+		}
 	}
 }
 
 // held reports whether a transaction that began before s was taken is
 // open still: it may hold an offset at or below s's, uncommitted, however
 // long ago s was taken.
-func (h *horizons) held(s sample) bool {
-	if !h.viewing || s.dbAt.IsZero() || planted.ignoreOpen {
+func (h *horizons) held(s sample, now time.Time) bool {
+	if h.hidden || s.dbAt.IsZero() || planted.ignoreOpen {
 		return false
 	}
-	if s.dbAt.After(h.view.fresh) {
-		return true // taken after the last view was read: unknown
+	last := h.viewAt
+	if last.IsZero() {
+		last = h.since
+	}
+	if h.failedIn >= staleReads && now.Sub(last) > h.settle {
+		return false
+	}
+	if h.viewAt.IsZero() || s.dbAt.After(h.viewDB) {
+		return true // taken after the last usable read: what it waits for is unknown
 	}
 	return !h.view.oldest.IsZero() && !h.view.oldest.After(s.dbAt.Add(openSlack))
 }
@@ -158,7 +180,7 @@ func (h *horizons) settled(now time.Time) (uint64, bool) {
 	i := -1
 	var top uint64
 	for j, s := range h.samples {
-		if s.at.After(cut) || h.held(s) {
+		if s.at.After(cut) || h.held(s, now) {
 			break
 		}
 		i, top = j, max(top, s.offset)
@@ -181,7 +203,7 @@ func (h *horizons) heldBy(now time.Time) int {
 		if s.at.After(cut) {
 			break
 		}
-		if h.held(s) {
+		if h.held(s, now) {
 			n++
 		}
 	}

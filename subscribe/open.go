@@ -40,8 +40,9 @@ func (s *Subscriber) SeesOpen() bool {
 
 // readOpen reads the open transactions for a sample just taken. A refusal
 // makes the view openNone (the window alone decides), and the read is
-// tried again openReprobe later; any other failure is openUnknown, and the
-// last view stands.
+// tried again openReprobe later; any other failure (a stale view among
+// them) is openUnknown, and the samples since the last usable read wait
+// for the next (see horizons).
 func (s *Subscriber) readOpen(ctx context.Context) openView {
 	r := &s.open
 	r.mu.Lock()
@@ -65,8 +66,13 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 		}
 		r.visible, r.hidden = false, now
 		return openView{state: openNone}
+	case errors.Is(err, errOpenStale):
+		// Another reader kept innodb_trx's cache from refreshing: common
+		// with several replicas, and harmless while it passes.
+		s.log.DebugContext(ctx, "the queue database's view of its open transactions predates this read; samples since the last usable one wait", "err", err)
+		return openView{state: openUnknown}
 	default:
-		s.log.WarnContext(ctx, "could not read the queue database's open transactions; the last view of them stands", "err", err)
+		s.log.WarnContext(ctx, "could not read the queue database's open transactions; samples since the last usable read wait", "err", err)
 		return openView{state: openUnknown}
 	}
 }

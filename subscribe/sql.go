@@ -449,7 +449,10 @@ func (s *Subscriber) horizon(ctx context.Context) (uint64, time.Time, error) {
 // it. The read therefore runs in a transaction of its own, begun inside
 // InnoDB first (sqlOpenTouch), and counts itself: a view that does not
 // show the reader's own transaction predates the sample and is not used
-// (openUnknown).
+// (openUnknown: the samples taken since the last usable read wait for the
+// next; if none comes within the settle window, because something reads
+// innodb_trx more often than every 0.1 s throughout, the window alone
+// decides).
 const (
 	sqlOpenTouch = "-- name: SubscribeOpenTouch\n" +
 		"SELECT COUNT(*) FROM (SELECT 1 FROM queue_messages LIMIT 1) AS one"
