@@ -40,7 +40,9 @@
 // behind or membership found a new partition):
 //
 //  1. sample the table's highest committed offset, stamped with the time
-//     its query returned (see "Out-of-order commits");
+//     its query returned (see "Out-of-order commits"), and, where mend's
+//     user may, when the oldest open transaction began (see "Open
+//     transactions");
 //  2. read the group's rows (its partitions and watermarks);
 //  3. read this replica's share of the partitions (see "Replicas"), each
 //     from where this process left it, with the real FetchByOffset (topic =
@@ -67,7 +69,8 @@
 // The statements are the real subscriber's join (INSERT IGNORE at offset
 // 0), advance and leave (DELETE, only for Remove), plus reads. The grants
 // are the host's own consumers': SELECT on queue_messages; SELECT, INSERT,
-// UPDATE on queue_offsets, and DELETE to leave.
+// UPDATE on queue_offsets, and DELETE to leave; PROCESS, optional, lets it
+// see open transactions.
 //
 // # State model
 //
@@ -112,8 +115,9 @@
 //     too), takes gap locks on the host's hottest table, and still misses an
 //     insert caught between allocating its offset and writing its index
 //     entry;
-//   - information_schema.innodb_trx or the processlist: they need PROCESS
-//     and do not show which offset a transaction allocated;
+//   - information_schema.innodb_trx or the processlist alone: they need
+//     PROCESS and do not show which offset a transaction allocated (where
+//     PROCESS is granted they extend the window: "Open transactions");
 //   - a settle window (chosen): an offset at or below the highest committed
 //     offset sampled by a query that returned at time t was allocated before
 //     t, so the transaction inserting it began before t. (The time is taken
@@ -133,11 +137,39 @@
 // interval; only the watermark waits, so the host's GC keeps a dead letter
 // for Settle longer than it would without mend. The assumption is
 // explicit: a transaction held open longer than Settle (a client frozen
-// mid-MoveToDLQ) can still be skipped, and so can rows on a server whose
+// mid-MoveToDLQ) can still be skipped without PROCESS (see "Open
+// transactions"), and so can rows on a server whose
 // auto-increment is not one increasing counter (auto_increment_increment
 // across several writable primaries). The test that commits N+1 before N
 // shows the window working, and its negative control (Settle 0) shows the
 // skip.
+//
+// # Open transactions
+//
+// Where mend's user holds PROCESS, each sample also carries when the
+// oldest transaction open just after the horizon query began (innodb_trx
+// joined with processlist: InnoDB transactions that are not read-only, in
+// sessions whose current database is the queue's; by the server's clock,
+// as is the sample), and the ledger holds every sample such a transaction
+// began before (within a second: start times have whole seconds) until a
+// later read no longer shows it, past the window, however long. A
+// transaction that allocated an offset at or below a sample began before
+// it, so while none that began before the sample is open, every offset at
+// or below it is final. The read runs in a transaction of its own and is
+// used only if it shows that transaction: InnoDB refreshes innodb_trx only
+// after 0.1 s without readers, and a stale view could miss a transaction.
+// The samples taken since the last usable read (or before the first) wait
+// for the next; only if reads stay unusable for a whole window (others
+// reading innodb_trx more often than every 0.1 s throughout) does the
+// window alone decide, so that the watermarks, and with them the host's
+// GC, are never held for good by a view that cannot refresh. Without PROCESS (found
+// by trying the read, again every minute) the window alone decides, and a
+// MoveToDLQ held open longer than it can be lost; doctor says so. The
+// ledger takes all of this as data on the sample (openView) and needs no
+// database; the simulation holds inserts open past the window in the
+// schedules where mend sees them. TestLossTransactionHeldOpen shows a
+// MoveToDLQ held open four windows recorded with PROCESS and lost
+// without.
 //
 // # Registering ahead
 //
@@ -198,7 +230,10 @@
 // just before the row that failed, waits out a backoff of its own
 // (doubling from PollInterval up to a minute), and the other partitions
 // are read, recorded and released in the same pass. Each failure is
-// counted (Hooks.OnFailed, PassStats.Failed and Failing). A row that fails
+// counted (Hooks.OnFailed, PassStats.Failed and Failing) and named per
+// partition (PassStats.FailingRows, Subscriber.Failing: the offset, how
+// many times in a row, the last error, the park bound); Held reads from
+// the queue database alone which row each partition waits on. A row that fails
 // ParkAfter times in a row (10) for a reason that may pass (a buildsignal
 // whose build lookup fails while the application database is down) is
 // parked as the stand-in below, so it holds its partition's watermark, and

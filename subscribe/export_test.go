@@ -16,3 +16,8 @@ func PlantMembershipBehind() (undo func()) {
 	planted.membershipBehind = true
 	return func() { planted.membershipBehind = false }
 }
+
+// BlindToOpen makes s read no open transactions, as without the grant: the
+// controls of the settle window use it on a server where the test's user
+// may read them.
+func BlindToOpen(s *Subscriber) { s.open.blind = true }

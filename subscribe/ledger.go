@@ -52,52 +52,162 @@ func setOf(offsets ...uint64) rowSet {
 
 // sample is the table's highest committed offset, stamped with a time
 // after the query that read it returned: every offset at or below it was
-// allocated, so its transaction began, before that time.
+// allocated, so its transaction began, before that time. dbAt is the
+// queue database's clock (UTC) as the same query read it, zero when
+// unknown: the open transactions' start times (openView) compare with it.
 type sample struct {
 	offset uint64
 	at     time.Time
+	dbAt   time.Time
+	open   openView
 }
 
-// takeSample runs query (the horizon read) and stamps its answer with
-// now() read after it returned. Stamping it before would shrink the settle
-// window by however long the query took to reach the server.
-func takeSample(query func() (uint64, error), now func() time.Time) (sample, error) {
+// openState says what a sample knows of the open transactions.
+type openState int
+
+const (
+	// openUnknown: reading them failed for a reason that may pass; the
+	// last view read stands (holding a sample longer is safe).
+	openUnknown openState = iota
+	// openNone: mend's user may not read them (or the server cannot
+	// show them): the settle window alone decides.
+	openNone
+	// openRead: oldest is when the oldest open transaction that may
+	// insert into queue_messages began (zero: none is open), by the
+	// queue database's clock (UTC).
+	openRead
+)
+
+// openView is the server's open transactions as one read, just after a
+// horizon sample, saw them (see sqlOpenTrx). Plain data: the ledger needs
+// no database to decide with it.
+type openView struct {
+	state  openState
+	oldest time.Time
+}
+
+// openSlack widens "began before the sample" by the precision of the
+// server's transaction start times (whole seconds) and the time between
+// the horizon query's clock reading and its reading of the offsets.
+const openSlack = time.Second
+
+// takeSample runs query (the horizon read, which returns the database's
+// clock too) and stamps its answer with now() read after it returned.
+// Stamping it before would shrink the settle window by however long the
+// query took to reach the server.
+func takeSample(query func() (uint64, time.Time, error), now func() time.Time) (sample, error) {
 	if planted.stampBeforeQuery {
 		at := now()
-		h, err := query()
-		return sample{h, at}, err
+		h, dbAt, err := query()
+		return sample{offset: h, at: at, dbAt: dbAt}, err
 	}
-	h, err := query()
-	return sample{h, now()}, err
+	h, dbAt, err := query()
+	return sample{offset: h, at: now(), dbAt: dbAt}, err
 }
 
-// horizons are the samples of the settle window, oldest first.
+// horizons are the samples of the settle window, oldest first, and the
+// newest view of the server's open transactions.
 type horizons struct {
 	settle  time.Duration
 	samples []sample
+	// view is the open transactions as last read, at viewAt (mend's
+	// clock). Until a first read is usable (viewAt zero) every sample is
+	// held: what it waits for is unknown. After a read that says they
+	// cannot be read (openNone, hidden) only the window counts. A view
+	// older than the window that staleReads reads in a row since could not
+	// refresh (innodb_trx read by others more often than every 0.1 s
+	// throughout) holds nothing either: it must not hold the watermarks,
+	// and with them the host's GC, for good. A view merely old (this
+	// process paused mid-pass) still holds.
+	view     openView
+	viewAt   time.Time
+	viewDB   time.Time // the database's clock at the sample the view was read after
+	hidden   bool
+	since    time.Time // the first sample's time, while no read was usable
+	failedIn int       // reads in a row since the view that could not be used
 }
 
-func (h *horizons) add(s sample) { h.samples = append(h.samples, s) }
+// staleReads is how many reads in a row must fail to refresh a view older
+// than the window before it stops holding samples.
+const staleReads = 3
+
+func (h *horizons) add(s sample) {
+	h.samples = append(h.samples, s)
+	switch s.open.state {
+	case openRead:
+		h.view, h.viewAt, h.viewDB, h.hidden, h.failedIn = s.open, s.at, s.dbAt, false, 0
+	case openNone:
+		h.view, h.viewAt, h.hidden, h.failedIn = openView{}, s.at, true, 0
+	default:
+		h.failedIn++
+		if h.viewAt.IsZero() && h.since.IsZero() {
+			h.since = s.at
+		}
+	}
+}
+
+// held reports whether a transaction that began before s was taken is
+// open still: it may hold an offset at or below s's, uncommitted, however
+// long ago s was taken.
+func (h *horizons) held(s sample, now time.Time) bool {
+	if h.hidden || s.dbAt.IsZero() || planted.ignoreOpen {
+		return false
+	}
+	last := h.viewAt
+	if last.IsZero() {
+		last = h.since
+	}
+	if h.failedIn >= staleReads && now.Sub(last) > h.settle {
+		return false
+	}
+	if h.viewAt.IsZero() || s.dbAt.After(h.viewDB) {
+		return true // taken after the last usable read: what it waits for is unknown
+	}
+	return !h.view.oldest.IsZero() && !h.view.oldest.After(s.dbAt.Add(openSlack))
+}
 
 // settled returns the highest offset every row at or below which is final:
-// the newest sample taken at least settle before now. Older samples are
-// dropped; ok is false while no sample is old enough.
+// the highest of the samples taken at least settle before now, up to the
+// first a transaction still open began before. (A later sample can be
+// lower: the host's GC or ctl deleted the table's highest row.) Older
+// samples are dropped, the newest kept with that offset; ok is false while
+// no sample is old enough and free.
 func (h *horizons) settled(now time.Time) (uint64, bool) {
 	if planted.ignoreSettle && len(h.samples) > 0 {
 		return h.samples[len(h.samples)-1].offset, true
 	}
 	cut := now.Add(-h.settle)
 	i := -1
+	var top uint64
 	for j, s := range h.samples {
-		if !s.at.After(cut) {
-			i = j
+		if s.at.After(cut) || h.held(s, now) {
+			break
 		}
+		i, top = j, max(top, s.offset)
 	}
 	if i < 0 {
 		return 0, false
 	}
 	h.samples = h.samples[i:]
-	return h.samples[0].offset, true
+	h.samples[0].offset = top
+	return top, true
+}
+
+// heldBy returns how many samples old enough to settle wait for an open
+// transaction: non-zero means the window alone would have let the
+// watermark pass an offset a transaction may still commit.
+func (h *horizons) heldBy(now time.Time) int {
+	cut := now.Add(-h.settle)
+	n := 0
+	for _, s := range h.samples {
+		if s.at.After(cut) {
+			break
+		}
+		if h.held(s, now) {
+			n++
+		}
+	}
+	return n
 }
 
 // checkpoint is the end of a read not yet released: the rows the server
@@ -324,4 +434,5 @@ var planted struct {
 	passUnparked       bool // pass a refused row whose stand-in could not be recorded
 	passMismatch       bool // count an identity-mismatch row as read without a record or stand-in
 	membershipBehind   bool // run membership only after a recording that succeeded
+	ignoreOpen         bool // settle past a sample a transaction open still began before
 }

@@ -40,14 +40,14 @@ func TestTakeSample(t *testing.T) { report(t, takeSampleProblems()) }
 func takeSampleProblems() (problems []string) {
 	now := t0
 	clock := func() time.Time { return now }
-	sm, err := takeSample(func() (uint64, error) {
+	sm, err := takeSample(func() (uint64, time.Time, error) {
 		now = now.Add(1500 * time.Millisecond) // the query waits 1.5 s to reach the server
-		return 42, nil
+		return 42, t0, nil
 	}, clock)
 	if want := t0.Add(1500 * time.Millisecond); err != nil || sm.offset != 42 || !sm.at.Equal(want) {
 		problems = append(problems, fmt.Sprintf("sample %+v, %v; want offset 42 stamped when the query returned, %s", sm, err, want))
 	}
-	if _, err := takeSample(func() (uint64, error) { return 0, errors.New("down") }, clock); err == nil {
+	if _, err := takeSample(func() (uint64, time.Time, error) { return 0, time.Time{}, errors.New("down") }, clock); err == nil {
 		problems = append(problems, "a failed query gave no error")
 	}
 	return problems
@@ -71,9 +71,11 @@ func TestHorizonsSettled(t *testing.T) {
 		left    int
 	}{
 		{"none", nil, t0, 0, false, 0},
-		{"none old enough", []sample{{5, t0}}, t0.Add(9 * time.Second), 0, false, 1},
-		{"exactly the window", []sample{{5, t0}}, t0.Add(10 * time.Second), 5, true, 1},
-		{"the newest old enough wins; older ones go", []sample{{5, t0}, {8, t0.Add(time.Second)}, {12, t0.Add(5 * time.Second)}},
+		{"none old enough", []sample{{offset: 5, at: t0}}, t0.Add(9 * time.Second), 0, false, 1},
+		{"exactly the window", []sample{{offset: 5, at: t0}}, t0.Add(10 * time.Second), 5, true, 1},
+		{"the newest old enough wins; older ones go", []sample{{offset: 5, at: t0}, {offset: 8, at: t0.Add(time.Second)}, {offset: 12, at: t0.Add(5 * time.Second)}},
+			t0.Add(11 * time.Second), 8, true, 2},
+		{"the highest old enough wins: the table's top row was deleted since", []sample{{offset: 8, at: t0}, {offset: 5, at: t0.Add(time.Second)}, {offset: 12, at: t0.Add(5 * time.Second)}},
 			t0.Add(11 * time.Second), 8, true, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -81,6 +83,71 @@ func TestHorizonsSettled(t *testing.T) {
 			got, ok := h.settled(c.now)
 			if got != c.want || ok != c.ok || len(h.samples) != c.left {
 				t.Fatalf("settled = %d, %v with %d samples left; want %d, %v, %d", got, ok, len(h.samples), c.want, c.ok, c.left)
+			}
+		})
+	}
+}
+
+// TestHorizonsOpenTransactions: with the open transactions read, a sample
+// waits past the window for as long as a transaction that began before it
+// (by the database's clock, within openSlack) stays open; without them
+// (or when they cannot be read), the window alone decides.
+func TestHorizonsOpenTransactions(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	db := func(s int) time.Time { return t0.Add(time.Hour + time.Duration(s)*time.Second) } // the server's clock runs apart from mend's
+	since := func(s int) openView { return openView{state: openRead, oldest: db(s)} }
+	none := openView{state: openRead}
+	for _, c := range []struct {
+		name    string
+		samples []sample
+		now     time.Time
+		want    uint64
+		ok      bool
+		held    int
+	}{
+		{"a transaction that began before the sample and is open still holds it past the window",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: since(-3)}, {offset: 9, at: at(40), dbAt: db(40), open: since(-3)}}, at(45), 0, false, 1},
+		{"once it ended the sample settles",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: since(-3)}, {offset: 9, at: at(40), dbAt: db(40), open: none}}, at(45), 5, true, 0},
+		{"a sample after a held one waits with it",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: since(-3)}, {offset: 7, at: at(2), dbAt: db(2), open: since(-3)}, {offset: 9, at: at(40), dbAt: db(40), open: since(-3)}}, at(45), 0, false, 2},
+		{"the samples before the transaction began settle",
+			[]sample{{offset: 3, at: at(0), dbAt: db(0), open: none}, {offset: 5, at: at(5), dbAt: db(5), open: since(4)}, {offset: 9, at: at(40), dbAt: db(40), open: since(4)}}, at(45), 3, true, 1},
+		{"a transaction that began well after the sample does not hold it",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: none}, {offset: 9, at: at(40), dbAt: db(40), open: since(30)}}, at(45), 5, true, 0},
+		{"one that began within the start times' precision after it does",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: none}, {offset: 9, at: at(40), dbAt: db(40), open: since(1)}}, at(45), 0, false, 1},
+		{"a failed read keeps the last view: still held",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: since(-3)}, {offset: 9, at: at(40), dbAt: db(40)}}, at(45), 0, false, 1},
+		{"a sample whose read failed waits for a usable one: a transaction begun since the last is unknown",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: none}, {offset: 7, at: at(2), dbAt: db(2)}, {offset: 9, at: at(40), dbAt: db(40)}}, at(45), 5, true, 1},
+		{"and is judged once one comes",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: none}, {offset: 7, at: at(2), dbAt: db(2)}, {offset: 9, at: at(40), dbAt: db(40), open: none}}, at(45), 7, true, 0},
+		{"a view older than the window that reads since could not refresh (innodb_trx never idle) holds nothing",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: since(-3)}, {offset: 6, at: at(20), dbAt: db(20)}, {offset: 7, at: at(30), dbAt: db(30)}, {offset: 9, at: at(40), dbAt: db(40)}},
+			at(51), 9, true, 0},
+		{"until a first read is usable every sample waits",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0)}, {offset: 9, at: at(40), dbAt: db(40)}}, at(45), 0, false, 1},
+		{"unless reads kept failing for a whole window",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0)}, {offset: 6, at: at(20), dbAt: db(20)}, {offset: 9, at: at(40), dbAt: db(40)}}, at(45), 6, true, 0},
+		{"a view merely old (the process paused) still holds",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: since(-3)}}, at(51), 0, false, 1},
+		{"without the grant the window alone decides",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: since(-3)}, {offset: 9, at: at(40), dbAt: db(40), open: openView{state: openNone}}}, at(45), 5, true, 0},
+		{"the window still applies with nothing open",
+			[]sample{{offset: 5, at: at(0), dbAt: db(0), open: none}}, at(9), 0, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := horizons{settle: 10 * time.Second}
+			for _, s := range c.samples {
+				h.add(s)
+			}
+			if got := h.heldBy(c.now); got != c.held {
+				t.Errorf("heldBy = %d, want %d", got, c.held)
+			}
+			got, ok := h.settled(c.now)
+			if got != c.want || ok != c.ok {
+				t.Fatalf("settled = %d, %v; want %d, %v", got, ok, c.want, c.ok)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -293,5 +294,153 @@ func TestLossHorizonSampleStampedAfterItsQuery(t *testing.T) {
 	settleAndPass(t, b, s)
 	if got := b.ids(t); !slices.Contains(got, "q/batch/early") {
 		t.Fatalf("records %v: the early row was skipped", got)
+	}
+}
+
+// TestLossTransactionHeldOpen: a MoveToDLQ whose transaction stays open
+// four settle windows (40 s by the test's clock against the 10 s window)
+// commits offset N after N+1 committed, while the host's DLQ group acks
+// what it sees at once and, once N has committed, the real GC statement
+// runs after every pass.
+// With PROCESS the subscription sees the transaction open, its watermark
+// waits below N however long, and N is recorded before the GC may delete
+// it. Without PROCESS the window alone decides: the watermark passes N
+// while it is open, and the GC deletes N unrecorded, the loss the docs
+// name (docs/operations.md, "The settle window").
+func TestLossTransactionHeldOpen(t *testing.T) {
+	t.Parallel()
+	base := []string{"SELECT ON %s.queue_messages", "SELECT, INSERT, UPDATE ON %s.queue_offsets"}
+	for _, c := range []struct {
+		name   string
+		grants []string
+		lost   bool
+	}{
+		{"with PROCESS the watermark waits for the open transaction and its row is recorded", append(slices.Clone(base), "PROCESS ON *.*"), false},
+		{"without PROCESS the window alone decides and the row is lost, as documented", base, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			db, err := subscribe.Open(ctx, b.qsrv.User(t, c.grants...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			s := b.sub(t, subscribe.Config{DB: db})
+			ack := func() {
+				t.Helper()
+				if _, err := b.world.AckAll(ctx, "orchestrator-dlq", "speculate_dlq"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			host := func() {
+				t.Helper()
+				ack()
+				if _, err := b.world.GC(ctx, "speculate_dlq"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// innodb_trx shows a fresh view only after 0.1 s without reads:
+			// passes that rely on it are spaced wider (polling, bounded).
+			tick := time.NewTicker(150 * time.Millisecond)
+			defer tick.Stop()
+			b.deadLetter(t, "q", "q/batch/0") // the partition is joined and read from the first pass
+			pass(t, s)
+			if got := s.SeesOpen(); got == c.lost {
+				t.Fatalf("SeesOpen = %v with grants %v", got, c.grants)
+			}
+			tx, err := b.queue.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback() }()
+			rawDLQ(t, tx, "speculate_dlq", "q", "q/batch/held", `{"id":"q/batch/held","queue":"q"}`)
+			var held uint64
+			if err := tx.QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&held); err != nil {
+				t.Fatal(err)
+			}
+			after := b.deadLetter(t, "q", "q/batch/after") // N+1 commits first
+			// While the transaction is open the host's group acks at once;
+			// the GC runs once it has committed (its DELETE of a range
+			// holding the open row waits on that row's lock).
+			for range 20 { // 40 s by the clock, with the transaction open throughout
+				ack()
+				<-tick.C
+				b.clock.Add(2 * time.Second)
+				pass(t, s)
+			}
+			acked := b.acked(t, "mend", "speculate_dlq", "q")
+			switch {
+			case !c.lost && acked >= held:
+				t.Fatalf("the watermark moved to %d, past offset %d whose transaction is still open", acked, held)
+			case c.lost && acked < after:
+				t.Fatalf("the watermark is %d, not past %d, after 4 windows without PROCESS: this test cannot tell the variants apart", acked, after)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for passes := 0; passes < 6 || !c.lost && time.Now().Before(deadline); passes++ {
+				<-tick.C
+				b.clock.Add(settle + time.Second)
+				pass(t, s)
+				host()
+				if !c.lost && slices.Contains(b.ids(t), "q/batch/held") && b.acked(t, "mend", "speculate_dlq", "q") >= after {
+					break
+				}
+			}
+			var left int
+			if err := b.queue.QueryRow("SELECT COUNT(*) FROM queue_messages WHERE `offset` = ?", held).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			recorded := slices.Contains(b.ids(t), "q/batch/held")
+			switch {
+			case !c.lost && !recorded:
+				t.Fatalf("records %v: the row held open was not recorded (watermark %d, row still there: %v)", b.ids(t), b.acked(t, "mend", "speculate_dlq", "q"), left == 1)
+			case !c.lost && b.acked(t, "mend", "speculate_dlq", "q") < after:
+				t.Fatalf("the watermark stayed at %d after the row was recorded", b.acked(t, "mend", "speculate_dlq", "q"))
+			case c.lost && (recorded || left != 0):
+				t.Fatalf("without PROCESS: recorded %v, row left %d; want it deleted by the GC unrecorded", recorded, left)
+			}
+		})
+	}
+}
+
+// TestFailingRowVisible: a row that keeps failing is named per partition
+// (offset, attempts, last error, the park bound) after every pass, and
+// parked at the bound, after which its partition no longer fails.
+func TestFailingRowVisible(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &partitionRecorder{in: b.intake, bad: "bad"}
+	off := b.deadLetter(t, "bad", "bad/batch/1")
+	b.deadLetter(t, "good", "good/batch/1")
+	s := b.sub(t, subscribe.Config{Intake: rec, ParkAfter: 3})
+	for attempt := 1; attempt <= 3; attempt++ {
+		st := pass(t, s)
+		want := subscribe.Failing{Topic: "speculate_dlq", Partition: "bad", Offset: off, Attempts: attempt, ParkAfter: 3}
+		if len(st.FailingRows) != 1 || st.Failing != 1 {
+			t.Fatalf("attempt %d: failing %d, rows %+v; want one partition", attempt, st.Failing, st.FailingRows)
+		}
+		got := st.FailingRows[0]
+		if !strings.Contains(got.LastError, errAppDown.Error()) || got.RetryAt.IsZero() {
+			t.Fatalf("attempt %d: %+v; want the last error and when it is retried", attempt, got)
+		}
+		got.LastError, got.RetryAt = "", time.Time{}
+		if got != want {
+			t.Fatalf("attempt %d: %+v, want %+v", attempt, got, want)
+		}
+		if f := s.Failing(); len(f) != 1 || f[0].Attempts != attempt {
+			t.Fatalf("Failing() = %+v after attempt %d", f, attempt)
+		}
+		b.clock.Add(time.Minute) // past the backoff
+	}
+	st := pass(t, s) // the fourth time the row is parked: the partition moves on
+	if st.Failing != 0 || len(st.FailingRows) != 0 || st.Unrecordable != 1 {
+		t.Fatalf("after the bound: %+v; want the row parked and nothing failing", st)
+	}
+	if got := b.ids(t); !slices.Contains(got, fmt.Sprintf("mend-subscribe/unrecordable/offset/%d", off)) {
+		t.Fatalf("records %v: no stand-in for offset %d", got, off)
 	}
 }

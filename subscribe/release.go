@@ -5,7 +5,12 @@ package subscribe
 
 import (
 	"context"
+	"time"
 )
+
+// heldSayEvery bounds how often a release held by an open transaction
+// says so.
+const heldSayEvery = time.Minute
 
 // release advances the watermark of each partition to its newest settled
 // checkpoint, after checking that the range holds exactly the rows this
@@ -25,7 +30,16 @@ import (
 // everything it had read beyond it: 40% of the reads when two replicas
 // started together on a few deep partitions.
 func (s *Subscriber) release(ctx context.Context, divide bool, st *PassStats) error {
-	settled, ok := s.horizons.settled(s.cfg.NowFunc())
+	now := s.cfg.NowFunc()
+	st.Held = s.horizons.heldBy(now)
+	if st.Held > 0 && now.Sub(s.heldSaid) >= heldSayEvery {
+		// Each pass adds a sample while the transaction stays open: say
+		// so, since it holds the host's GC of every partition meanwhile.
+		s.heldSaid = now
+		s.log.WarnContext(ctx, "a transaction open on the queue database since before the settle window holds every watermark until it ends",
+			"oldest_began", s.horizons.view.oldest, "held_samples", st.Held, "settle", s.cfg.Settle.String())
+	}
+	settled, ok := s.horizons.settled(now)
 	if !ok {
 		return nil
 	}

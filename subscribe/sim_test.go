@@ -6,7 +6,9 @@ package subscribe
 // settle window) that commit out of order or roll back, the host's DLQ
 // group acking at once, the real GC deleting each partition's rows at or
 // below the lowest watermark of its groups once the queue is idle, the
-// ctl deleting rows, new partitions, two mend replicas paused mid-pass
+// ctl deleting rows, new partitions, inserts held open past the settle
+// window where mend sees the open transactions (an "open lock seen" flag
+// per schedule), two mend replicas paused mid-pass
 // and resumed, mend's store and the queue database failing, and rows that
 // fail or can never be recorded. The replicas run the ledger's own code
 // (takeSample, horizons, ledger.apply/settle/released, rowOutcome,
@@ -34,8 +36,13 @@ import (
 )
 
 const (
-	simSettle   = 10 * time.Second
-	simMaxOpen  = 8 * time.Second // inserts commit or roll back within this: below the settle window
+	simSettle  = 10 * time.Second
+	simMaxOpen = 8 * time.Second // inserts commit or roll back within this: below the settle window
+	// simLongOpen bounds the inserts held open past the settle window (a
+	// MoveToDLQ frozen mid-transaction), which only a schedule whose mend
+	// sees the open transactions (simWorld.seesOpen: PROCESS) has: without
+	// it they are the documented loss.
+	simLongOpen = 40 * time.Second
 	simPoll     = time.Second
 	simGCIdle   = 10 * time.Second
 	simPage     = 2
@@ -63,6 +70,7 @@ type simRow struct {
 	committed  bool
 	gone       bool      // deleted (GC, ctl) or rolled back
 	endAt      time.Time // when its transaction ends
+	began      time.Time // when its transaction began
 	rollback   bool
 	commitAt   time.Time
 }
@@ -82,6 +90,7 @@ type simWorld struct {
 	recorded map[uint64]bool // offsets mend recorded (or parked a stand-in for)
 
 	storeDown, appDown bool
+	seesOpen           bool // mend may read the open transactions (PROCESS)
 	queueDownUntil     time.Time
 	parkFlaky          bool
 	lastGC             time.Time
@@ -151,9 +160,13 @@ func (w *simWorld) insert() {
 	case x < 6:
 		r.kind = simFlaky
 	}
-	if w.rng.IntN(3) == 0 {
+	r.began = w.now
+	switch x := w.rng.IntN(30); {
+	case x == 0 && w.seesOpen:
+		r.endAt = w.now.Add(simSettle + time.Duration(w.rng.Int64N(int64(simLongOpen-simSettle))))
+	case x < 10:
 		r.endAt = w.now.Add(time.Duration(w.rng.Int64N(int64(simMaxOpen))))
-	} else {
+	default:
 		r.endAt = w.now
 	}
 	r.rollback = w.rng.IntN(12) == 0
@@ -258,6 +271,31 @@ func (w *simWorld) ctl() {
 
 func (w *simWorld) horizon() uint64 { return w.top }
 
+// openView is the open-transactions read after a sample: when the oldest
+// open insert began, if mend may read it. One read in four finds
+// innodb_trx's cache older than itself (another reader kept it from
+// refreshing) and is not used, at most twice in a row: readers that keep
+// the cache from refreshing for a whole settle window (which makes the
+// ledger fall back to the window alone, staleReads) are the documented
+// limit, not modelled.
+func (w *simWorld) openView(p *simReplica) openView {
+	if !w.seesOpen {
+		return openView{state: openNone}
+	}
+	if p.stale < staleReads-1 && w.rng.IntN(4) == 0 {
+		p.stale++
+		return openView{state: openUnknown}
+	}
+	p.stale = 0
+	v := openView{state: openRead}
+	for _, r := range w.open {
+		if v.oldest.IsZero() || r.began.Before(v.oldest) {
+			v.oldest = r.began
+		}
+	}
+	return v
+}
+
 // record is the intake: RecordMany over offsets.
 func (w *simWorld) record(rows []*simRow) ([]error, error) {
 	if w.storeDown {
@@ -299,6 +337,7 @@ type simReplica struct {
 	nextJoin time.Time
 	phase    int
 	pending  []simDue // counted, not yet advanced
+	stale    int      // open-transaction reads in a row that were not usable
 }
 
 type simDue struct {
@@ -349,16 +388,17 @@ func (p *simReplica) step() {
 		if p.fail("sample") {
 			return
 		}
-		sm, _ := takeSample(func() (uint64, error) {
+		sm, _ := takeSample(func() (uint64, time.Time, error) {
 			if w.rng.IntN(4) == 0 {
 				stall := time.Duration(w.rng.Int64N(int64(6 * time.Second)))
 				w.logf("replica %d: horizon query stalls %s", p.id, stall)
 				w.advance(stall)
 			}
-			return w.horizon(), nil
+			return w.horizon(), w.now, nil
 		}, func() time.Time { return w.now })
+		sm.open = w.openView(p)
 		p.horizons.add(sm)
-		w.logf("replica %d: sample %d at %.3fs", p.id, sm.offset, sm.at.Sub(time.Unix(0, 0)).Seconds())
+		w.logf("replica %d: sample %d at %.3fs; open transactions %v", p.id, sm.offset, sm.at.Sub(time.Unix(0, 0)).Seconds(), simOpenText(sm.open))
 		p.phase = 1
 	case 1: // load the watermarks, read and record
 		if p.fail("read") {
@@ -527,6 +567,18 @@ func (p *simReplica) readAll() {
 	}
 }
 
+func simOpenText(v openView) string {
+	switch {
+	case v.state == openNone:
+		return "hidden"
+	case v.state == openUnknown:
+		return "unusable (stale)"
+	case v.oldest.IsZero():
+		return "none"
+	}
+	return fmt.Sprintf("since %.3fs", v.oldest.Sub(time.Unix(0, 0)).Seconds())
+}
+
 // set is the settle check's statement: the rows of (after, upTo] now.
 func (w *simWorld) set(topic, key string, after, upTo uint64) rowSet {
 	var s rowSet
@@ -578,6 +630,8 @@ func (w *simWorld) write(k simGKey, v uint64) {
 func simulate(t testing.TB, seed uint64, verbose bool) (string, []string) {
 	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Unix(0, 0), offsets: map[simGKey]uint64{}, parts: map[[2]string][]*simRow{},
 		recorded: map[uint64]bool{}, highWater: map[simGKey]uint64{}, verbose: verbose}
+	w.seesOpen = w.rng.IntN(2) == 0
+	w.logf("mend sees open transactions: %v", w.seesOpen)
 	for i := range 2 {
 		w.reps = append(w.reps, &simReplica{id: i, w: w, horizons: horizons{settle: simSettle}, parts: map[partKey]*ledger{}})
 	}
@@ -697,6 +751,7 @@ func TestSimulationFindsPlantedBugs(t *testing.T) {
 		bug  *bool
 	}{
 		{"the release ignores the settle window", &planted.ignoreSettle},
+		{"the release ignores a transaction open since before its sample", &planted.ignoreOpen},
 		{"the horizon sample is stamped before its query", &planted.stampBeforeQuery},
 		{"the settle check compares a count", &planted.countOnly},
 		{"the advance has no guard", &planted.noForwardGuard},

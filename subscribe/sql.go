@@ -4,13 +4,16 @@ package subscribe
 // queue database: the real queue's own consumer-group protocol (join,
 // fetch, advance, leave) plus read-only discovery, settle and lag queries.
 // They need exactly the grants the host's own consumers hold: SELECT on
-// queue_messages; SELECT, INSERT, UPDATE and DELETE on queue_offsets.
+// queue_messages; SELECT, INSERT, UPDATE and DELETE on queue_offsets; the
+// open-transactions read (SubscribeOpenTrx) also PROCESS, and runs
+// without it as the window alone.
 // `offset` is quoted everywhere: it is a reserved word on MariaDB.
 
 import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -117,9 +120,11 @@ const (
 // manyChunk bounds the partitions one read, count or advance names.
 const manyChunk = 100
 
-// The table's highest committed offset (one dive into the primary key).
+// The table's highest committed offset (one dive into the primary key),
+// and the server's clock in UTC, which the open transactions' start times
+// compare with.
 const sqlHorizon = "-- name: SubscribeHorizon\n" +
-	"SELECT COALESCE(MAX(`offset`), 0) FROM queue_messages"
+	"SELECT COALESCE(MAX(`offset`), 0), UTC_TIMESTAMP(6) FROM queue_messages"
 
 // Rows above the group's watermarks, per topic: what the group holds the
 // host's GC back on, and the lowest offset among them. It reads only the
@@ -415,12 +420,113 @@ func (s *Subscriber) countMany(ctx context.Context, spans []span) ([]rowSet, err
 	return out, nil
 }
 
-func (s *Subscriber) horizon(ctx context.Context) (uint64, error) {
+func (s *Subscriber) horizon(ctx context.Context) (uint64, time.Time, error) {
 	var h uint64
-	if err := s.cfg.DB.QueryRowContext(ctx, sqlHorizon).Scan(&h); err != nil {
-		return 0, fmt.Errorf("subscribe: read the highest offset: %w", mysqlx.Translate(err))
+	var at time.Time
+	if err := s.cfg.DB.QueryRowContext(ctx, sqlHorizon).Scan(&h, &at); err != nil {
+		return 0, time.Time{}, fmt.Errorf("subscribe: read the highest offset: %w", mysqlx.Translate(err))
 	}
-	return h, nil
+	return h, at.UTC(), nil
+}
+
+// The server's open transactions that may hold an offset of
+// queue_messages uncommitted, read just after each horizon sample (see
+// the package doc, "Open transactions"): how many InnoDB transactions
+// that are not read-only are open in sessions whose current database is
+// the queue's, and when the oldest of them began, by the server's clock in
+// UTC (trx_started is in the server's system time zone, whole seconds).
+// information_schema.innodb_trx and processlist show every session's only
+// to a user with PROCESS, on MySQL and MariaDB alike. Neither says which
+// table a transaction locked, so a long writer on another table of the
+// queue's database holds the watermarks too. MySQL's
+// performance_schema.data_locks would (SELECT on it alone), but gives no
+// start time and is empty while performance_schema is off; MariaDB has
+// none, and its innodb_locks lists only locks waited for, not the IX lock
+// every insert holds.
+//
+// InnoDB fills innodb_trx from a cache it refreshes only once nobody has
+// read it for 0.1 s, so a view can be older than the statement reading
+// it. The read therefore runs in a transaction of its own, begun inside
+// InnoDB first (sqlOpenTouch), and counts itself: a view that does not
+// show the reader's own transaction predates the sample and is not used
+// (openUnknown: the samples taken since the last usable read wait for the
+// next; if none comes within the settle window, because something reads
+// innodb_trx more often than every 0.1 s throughout, the window alone
+// decides).
+const (
+	sqlOpenTouch = "-- name: SubscribeOpenTouch\n" +
+		"SELECT COUNT(*) FROM (SELECT 1 FROM queue_messages LIMIT 1) AS one"
+	sqlOpenTrx = "-- name: SubscribeOpenTrx\n" +
+		"SELECT COALESCE(SUM(t.trx_mysql_thread_id = CONNECTION_ID()), 0), COALESCE(SUM(t.trx_mysql_thread_id <> CONNECTION_ID()), 0),\n" +
+		"  MIN(CASE WHEN t.trx_mysql_thread_id <> CONNECTION_ID() THEN CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00') END)\n" +
+		"FROM information_schema.innodb_trx t JOIN information_schema.processlist p ON p.ID = t.trx_mysql_thread_id\n" +
+		"WHERE t.trx_is_read_only = 0 AND p.DB = DATABASE()"
+)
+
+// OpenGrant is the grant that lets the subscription see the open
+// transactions, on MySQL and MariaDB; account is the user's quoted account
+// ('mend'@'%'), or empty for a placeholder.
+func OpenGrant(account string) string {
+	return fmt.Sprintf("GRANT PROCESS ON *.* TO %s", cmp.Or(account, "<mend's queue user>"))
+}
+
+// ErrOpenHidden is returned (wrapped, with the server's refusal) when the
+// queue database's user may not read the server's open transactions.
+var ErrOpenHidden = errors.New("subscribe: the queue database's open transactions are hidden from this user")
+
+// OpenVisible reports whether db's user may read the server's open
+// transactions, by reading them (not from SHOW GRANTS, which misses roles
+// and wildcard grants): nil if it may, an error wrapping ErrOpenHidden if
+// the server refuses, any other error as is.
+func OpenVisible(ctx context.Context, db *sql.DB) error {
+	_, err := readOpen(ctx, db)
+	return err
+}
+
+// refused reports whether err is the server refusing a read for want of
+// a privilege, or because the table does not exist on this engine (a
+// proxy's restricted view).
+func refused(err error) bool {
+	switch mysqlx.ErrNumber(err) {
+	case 1044, 1142, 1143, 1227, 1146, 1109:
+		return true
+	}
+	return false
+}
+
+// errOpenStale is a view of the open transactions older than the read.
+var errOpenStale = errors.New("subscribe: the server's view of its open transactions predates the read (innodb_trx's cache)")
+
+// readOpen reads the open transactions (sqlOpenTrx): the oldest one's
+// start, zero when none is open.
+func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
+	wrap := func(err error) error {
+		if refused(err) {
+			return fmt.Errorf("%w: %w", ErrOpenHidden, err)
+		}
+		return fmt.Errorf("subscribe: read the open transactions: %w", mysqlx.Translate(err))
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	defer func() { err = errors.Join(err, tx.Rollback()) }()
+	var one, self, n int
+	var oldest sql.NullTime
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one); err != nil {
+		return time.Time{}, wrap(err)
+	}
+	if err := tx.QueryRowContext(ctx, sqlOpenTrx).Scan(&self, &n, &oldest); err != nil {
+		return time.Time{}, wrap(err)
+	}
+	switch {
+	case self == 0:
+		return time.Time{}, errOpenStale
+	case n > 0 && !oldest.Valid:
+		// A start time CONVERT_TZ could not convert: older than any sample.
+		return time.Unix(0, 0).UTC(), nil
+	}
+	return oldest.Time.UTC(), nil
 }
 
 // The server's default lock wait for the sessions of the host's queue
@@ -542,4 +648,107 @@ func groupOr(g string) string {
 		return GroupDefault
 	}
 	return g
+}
+
+// The lowest row above each of the group's watermarks: the row each
+// partition waits on (covering, from the index, as SubscribeLag).
+const sqlHeld = "-- name: SubscribeHeld\n" +
+	"SELECT o.topic, o.partition_key, o.offset_acked, MIN(m.`offset`)\n" +
+	"FROM queue_offsets o JOIN queue_messages m\n" +
+	"  ON m.topic = o.topic AND m.partition_key = o.partition_key AND m.`offset` > o.offset_acked\n" +
+	"WHERE o.consumer_group = ?\n" +
+	"GROUP BY o.topic, o.partition_key, o.offset_acked"
+
+// Those rows, by primary key.
+const sqlHeldRows = "-- name: SubscribeHeldRows\n" +
+	"SELECT `offset`, id, failed_at, failure_count, last_error FROM queue_messages WHERE `offset` IN (%s)"
+
+// HeldRow is the row a partition's watermark waits on: the lowest above
+// it. A partition held longer than the settle window and a few polls is
+// one whose recording fails (mend run's log and
+// mend_subscribe_failing_row_attempts say why) or that no mend runs for.
+type HeldRow struct {
+	Topic, Partition string
+	Watermark        uint64
+	Offset           uint64
+	ID               string
+	FailedAt         time.Time // when the host moved it to the DLQ
+	FailureCount     int
+	// LastError is the host's, as MoveToDLQ stored it. It may quote the
+	// payload: escape it wherever it is shown.
+	LastError string
+}
+
+// Held reads, for each partition of group, the row its watermark waits
+// on, keeping those the host dead-lettered more than olderThan before now,
+// oldest first, at most limit. It needs no running subscription (mend
+// status and subscribe use it).
+func Held(ctx context.Context, db *sql.DB, group string, olderThan time.Duration, now time.Time, limit int) ([]HeldRow, error) {
+	group = groupOr(group)
+	fail := func(err error) error {
+		return fmt.Errorf("subscribe: read the rows group %q waits on: %w", group, mysqlx.Translate(err))
+	}
+	rows, err := db.QueryContext(ctx, sqlHeld, group)
+	if err != nil {
+		return nil, fail(err)
+	}
+	defer rows.Close()
+	var held []HeldRow
+	for rows.Next() {
+		var h HeldRow
+		if err := rows.Scan(&h.Topic, &h.Partition, &h.Watermark, &h.Offset); err != nil {
+			return nil, fail(err)
+		}
+		held = append(held, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail(err)
+	}
+	rows.Close()
+	byOffset := map[uint64]*HeldRow{}
+	for from := 0; from < len(held); from += manyChunk {
+		chunk := held[from:min(from+manyChunk, len(held))]
+		args := make([]any, len(chunk))
+		for i := range chunk {
+			args[i] = chunk[i].Offset
+			byOffset[chunk[i].Offset] = &chunk[i]
+		}
+		q := fmt.Sprintf(sqlHeldRows, strings.TrimSuffix(strings.Repeat("?,", len(args)), ","))
+		rs, err := db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fail(err)
+		}
+		for rs.Next() {
+			var offset uint64
+			var id, lastErr sql.NullString
+			var failedAt sql.NullInt64
+			var count sql.NullInt64
+			if err := rs.Scan(&offset, &id, &failedAt, &count, &lastErr); err != nil {
+				rs.Close()
+				return nil, fail(err)
+			}
+			if h := byOffset[offset]; h != nil {
+				h.ID, h.LastError, h.FailureCount = id.String, lastErr.String, int(count.Int64)
+				if failedAt.Valid && failedAt.Int64 > 0 {
+					h.FailedAt = time.UnixMilli(failedAt.Int64).UTC()
+				}
+			}
+		}
+		err = rs.Err()
+		rs.Close()
+		if err != nil {
+			return nil, fail(err)
+		}
+	}
+	out := held[:0]
+	for _, h := range held {
+		// A row the GC removed meanwhile has no failed_at: skip it.
+		if !h.FailedAt.IsZero() && now.Sub(h.FailedAt) > olderThan {
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b HeldRow) int {
+		return cmp.Or(a.FailedAt.Compare(b.FailedAt), cmp.Compare(a.Offset, b.Offset))
+	})
+	return out[:min(len(out), max(limit, 0))], nil
 }

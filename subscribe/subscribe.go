@@ -5,9 +5,11 @@ package subscribe
 // release.go) are put together and run.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -27,11 +29,19 @@ type PassStats struct {
 	Dropped         int // rows the server matched only through its collation, passed
 	Advanced        int // partitions whose watermark moved
 	Late            int // partitions re-read because a row committed after a later one was read
+	// Held is how many horizon samples older than the settle window wait
+	// for a transaction open when they were taken: the window alone would
+	// have let watermarks pass offsets it may still commit (see
+	// Subscriber.SeesOpen).
+	Held int
 	// Failed is how many partitions stopped in this pass because
 	// recording failed (see Hooks.OnFailed); Waiting how many were not
 	// read because they wait out such a failure's backoff; Failing how
 	// many partitions are failing after the pass (in their backoff).
 	Failed, Waiting, Failing int
+	// FailingRows names the partitions failing after the pass, one each:
+	// the row that keeps failing, how often, why, and when it is parked.
+	FailingRows []Failing
 	// More reports that some partition had rows left when its page budget
 	// ran out; Run starts the next pass at once.
 	More bool
@@ -52,8 +62,9 @@ func (st *PassStats) add(o PassStats) {
 	st.Dropped += o.Dropped
 	st.Advanced += o.Advanced
 	st.Late += o.Late
+	st.Held = o.Held
 	st.Failed += o.Failed
-	st.Waiting, st.Failing = o.Waiting, o.Failing
+	st.Waiting, st.Failing, st.FailingRows = o.Waiting, o.Failing, o.FailingRows
 	st.Duration += o.Duration
 	st.Lag = o.Lag
 }
@@ -70,7 +81,12 @@ type Subscriber struct {
 	horizons horizons
 	lag      []TopicLag // as read at lagAt
 	lagAt    time.Time
-	share    *share // nil unless Config.Leases is set
+	share    *share    // nil unless Config.Leases is set
+	heldSaid time.Time // when a release held by an open transaction last said so
+	// failing is the last pass's FailingRows, for Failing.
+	failingMu sync.Mutex
+	failing   []Failing
+	open      openReader
 
 	life struct {
 		sync.Mutex
@@ -218,10 +234,11 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 		}
 	}
 	start, wall := s.cfg.NowFunc(), time.Now()
-	sm, err := takeSample(func() (uint64, error) { return s.horizon(ctx) }, s.cfg.NowFunc)
+	sm, err := takeSample(func() (uint64, time.Time, error) { return s.horizon(ctx) }, s.cfg.NowFunc)
 	if err != nil {
 		return st, err
 	}
+	sm.open = s.readOpen(ctx) // after the horizon returned: see the package doc, "Open transactions"
 	s.horizons.add(sm)
 	if err := s.loadOwn(ctx); err != nil {
 		return st, err
@@ -251,20 +268,66 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 	for _, l := range s.parts {
 		if l.waiting(now) {
 			st.Failing++
+			st.FailingRows = append(st.FailingRows, s.failingOf(l))
 		}
 	}
+	slices.SortFunc(st.FailingRows, func(a, b Failing) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
 	s.log.DebugContext(ctx, "pass phases", "sample", sampled.String(), "read", read.String(), "release", released.String(),
 		"lag", time.Since(phase).String())
+	s.failingMu.Lock()
+	s.failing = st.FailingRows
+	s.failingMu.Unlock()
 	st.Duration = now.Sub(start)
 	if st.Read > 0 || st.Joined > 0 || st.Advanced > 0 || st.Late > 0 || st.Failed > 0 {
 		s.log.InfoContext(ctx, "pass", "partitions", st.Partitions, "joined", st.Joined, "read", st.Read, "recorded", st.Recorded,
 			"already", st.Already, "unrecordable", st.Unrecordable, "dropped", st.Dropped, "advanced", st.Advanced, "late", st.Late,
-			"failed", st.Failed, "failing", st.Failing, "more", st.More)
+			"failed", st.Failed, "failing", st.Failing, "held", st.Held, "more", st.More)
 	}
 	if s.cfg.Hooks.OnPass != nil {
 		s.cfg.Hooks.OnPass(st)
 	}
 	return st, nil
+}
+
+// Failing is a partition whose recording keeps failing: it holds its
+// watermark, and with it the host's GC of that partition, until the row
+// records or is parked.
+type Failing struct {
+	Topic, Partition string
+	// Offset is the row that failed; 0 when mend's store failed the whole
+	// batch (no row's fault: that never parks a row).
+	Offset uint64
+	// Attempts is how many times in a row recording failed there.
+	Attempts int
+	// LastError is the last failure, as mend's logs show it. It may quote
+	// the payload: escape it wherever it is shown.
+	LastError string
+	// ParkAfter is the bound: after this many attempts the row is parked
+	// as a stand-in (Config.ParkAfter); 0 for a store failure.
+	ParkAfter int
+	// RetryAt is when the partition is read again.
+	RetryAt time.Time
+}
+
+// Failing lists the partitions whose recording is failing now (the
+// last pass's view; Run's passes update it).
+func (s *Subscriber) Failing() []Failing {
+	s.failingMu.Lock()
+	defer s.failingMu.Unlock()
+	return slices.Clone(s.failing)
+}
+
+func (s *Subscriber) failingOf(l *ledger) Failing {
+	f := Failing{Topic: l.topic, Partition: l.partition, Offset: l.failingAt, Attempts: l.failures, RetryAt: l.retryAt}
+	if l.lastErr != nil {
+		f.LastError = l.lastErr.Error()
+	}
+	if f.Offset != 0 {
+		f.ParkAfter = s.cfg.ParkAfter
+	}
+	return f
 }
 
 // lagEvery bounds the age of the lag a pass reports. The lag changes when

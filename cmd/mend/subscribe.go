@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -150,6 +151,7 @@ type subscribeMetrics struct {
 	passes       prometheus.Histogram
 	failing      prometheus.Gauge
 	failures     *prometheus.CounterVec
+	failingRow   *prometheus.GaugeVec
 }
 
 func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
@@ -169,8 +171,11 @@ func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
 			Help: "Partitions whose recording is failing and waits out a backoff: each holds its watermark, and with it the host's GC of that partition, until it records or parks the row."}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_subscribe_record_failures_total",
 			Help: "Times recording a partition failed (the row is retried with backoff and parked after the bound), by topic."}, []string{"topic"}),
+		failingRow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mend_subscribe_failing_row_attempts",
+			Help: "Per partition whose recording is failing now: how many times in a row its row failed (it is parked as a stand-in at --subscribe's park bound, 10); absent once it records. mend status and mend subscribe name the row, mend run's log the error."},
+			[]string{"topic", "partition"}),
 	}
-	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes, sm.failing, sm.failures)
+	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes, sm.failing, sm.failures, sm.failingRow)
 	// Every counter exists at 0 from the start, as the docs say of all of
 	// them, so rate() and absent() work before the first event.
 	for _, r := range []string{"recorded", "already", "unrecordable", "dropped"} {
@@ -200,6 +205,14 @@ func (m *metrics) subscribeHooks() subscribe.Hooks {
 			}
 			sm.passes.Observe(st.Duration.Seconds())
 			sm.failing.Set(float64(st.Failing))
+			sm.failingRow.Reset()
+			for _, f := range st.FailingRows {
+				// A label value that is not UTF-8 is refused: that partition
+				// shows in the count and the log only.
+				if g, err := sm.failingRow.GetMetricWithLabelValues(f.Topic, f.Partition); err == nil {
+					g.Set(float64(f.Attempts))
+				}
+			}
 		},
 		OnFailed: func(topic, _ string, _ uint64, _ int, _ error) {
 			sm.failures.WithLabelValues(topic).Inc()
@@ -220,6 +233,22 @@ func subscriptionLag(ctx context.Context, queueDSN, group string) ([]subscribe.T
 	return subscribe.Lag(ctx, db, group)
 }
 
+// subscriptionLagHeld reads a group's lag from the host's queue database,
+// and the partitions held longest.
+func subscriptionLagHeld(ctx context.Context, queueDSN, group string, now time.Time) ([]subscribe.TopicLag, []subscribe.HeldRow, error) {
+	db, err := subscribe.Open(ctx, queueDSN)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer db.Close()
+	lag, err := subscribe.Lag(ctx, db, group)
+	if err != nil {
+		return nil, nil, err
+	}
+	held, err := subscribe.Held(ctx, db, group, subscribeHeldShow, now, subscribeHeldLimit)
+	return lag, held, err
+}
+
 // lagJSON is a topic's lag in --json output.
 type lagJSON struct {
 	Topic      string  `json:"topic"`
@@ -236,8 +265,9 @@ func toLagJSON(lag []subscribe.TopicLag, now time.Time) []lagJSON {
 	return out
 }
 
-// printLag prints a group's lag per topic.
-func printLag(w io.Writer, group string, lag []subscribe.TopicLag, now time.Time) error {
+// printLag prints a group's lag per topic, and the partitions held
+// longest with the row each waits on.
+func printLag(w io.Writer, group string, lag []subscribe.TopicLag, held []subscribe.HeldRow, now time.Time) error {
 	if len(lag) == 0 {
 		_, err := fmt.Fprintf(w, "subscription: group %q has joined no partition of the host's queue database\n", group)
 		return err
@@ -248,7 +278,59 @@ func printLag(w io.Writer, group string, lag []subscribe.TopicLag, now time.Time
 	for _, l := range lag {
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", l.Topic, l.Partitions, l.Rows, fmtAge(l.Age(now)))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "partitions held longer than %s, each by the row its watermark waits on (a failing row: mend run's log and\n"+
+		"mend_subscribe_failing_row_attempts say why; it is parked as a stand-in after 10 attempts, about five minutes):\n", fmtAge(subscribeHeldShow))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TOPIC/PARTITION\tWATERMARK\tOFFSET\tWAITING\tMESSAGE ID\tHOST'S LAST ERROR")
+	for _, h := range held {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\t%s\n", escapeShown(h.Topic+"/"+h.Partition, 80), h.Watermark, h.Offset,
+			fmtAge(now.Sub(h.FailedAt)), escapeShown(h.ID, 60), escapeShown(h.LastError, 120))
+	}
 	return tw.Flush()
+}
+
+// subscribeHeldShow is how long a partition's watermark must have waited
+// on a row before status and subscribe name it: past the default settle
+// window and a few backoffs.
+const subscribeHeldShow = 5 * time.Minute
+
+// subscribeHeldLimit bounds the held partitions status and subscribe name.
+const subscribeHeldLimit = 20
+
+// escapeShown quotes text that comes from the host's rows (their IDs and
+// errors may quote the payload) so that no byte of it reaches a terminal
+// as itself, clipped to about n bytes.
+func escapeShown(s string, n int) string {
+	if len(s) > n {
+		s = clipLine(s, n)
+	}
+	return strconv.Quote(s)
+}
+
+// heldJSON is a held partition in --json output.
+type heldJSON struct {
+	Topic      string  `json:"topic"`
+	Partition  string  `json:"partition"`
+	Watermark  uint64  `json:"watermark"`
+	Offset     uint64  `json:"offset"`
+	ID         string  `json:"message_id"`
+	AgeSeconds float64 `json:"waiting_seconds"`
+	LastError  string  `json:"host_last_error"`
+}
+
+func toHeldJSON(held []subscribe.HeldRow, now time.Time) []heldJSON {
+	out := make([]heldJSON, 0, len(held))
+	for _, h := range held {
+		out = append(out, heldJSON{Topic: h.Topic, Partition: h.Partition, Watermark: h.Watermark, Offset: h.Offset, ID: h.ID,
+			AgeSeconds: now.Sub(h.FailedAt).Seconds(), LastError: h.LastError})
+	}
+	return out
 }
 
 // refuseLiveSubscribers refuses --remove --yes while a mend run of group
@@ -343,10 +425,14 @@ func newSubscribeCmd(a *app) *cobra.Command {
 			return err
 		}
 		now := time.Now()
-		if f.json {
-			return writeJSON(a.stdout, map[string]any{"group": *group, "topics": toLagJSON(lag, now), "removed": false})
+		held, err := subscribe.Held(ctx, db, *group, subscribeHeldShow, now, subscribeHeldLimit)
+		if err != nil {
+			return err
 		}
-		if err := printLag(a.stdout, *group, lag, now); err != nil {
+		if f.json {
+			return writeJSON(a.stdout, map[string]any{"group": *group, "topics": toLagJSON(lag, now), "held": toHeldJSON(held, now), "removed": false})
+		}
+		if err := printLag(a.stdout, *group, lag, held, now); err != nil {
 			return err
 		}
 		if *remove {
@@ -405,7 +491,7 @@ func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge, 
 	if out[0].Status == checkFail || out[1].Status == checkFail {
 		return out
 	}
-	out = append(out, checkSettle(ctx, db, label, settle))
+	out = append(out, checkSettle(ctx, db, label, settle), checkOpenVisible(ctx, db, label, grantee))
 	lag, err := subscribe.Lag(ctx, db, group)
 	if err != nil {
 		return append(out, check{Name: label + " lag", Status: checkFail, Detail: err.Error()})
@@ -447,6 +533,25 @@ func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Dura
 	if settle <= lockWait {
 		c.Status, c.Detail = checkWarn, settleRisk(settle, lockWait)
 		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it above %s", lockWait)
+	}
+	return c
+}
+
+// checkOpenVisible says whether the subscription sees the queue
+// database's open transactions, by reading them as a pass does, and what
+// is at risk when it cannot.
+func checkOpenVisible(ctx context.Context, db *sql.DB, label, grantee string) check {
+	c := check{Name: label + " open transactions", Status: checkOK,
+		Detail: "mend's user may read the server's open transactions (PROCESS): a watermark waits for a MoveToDLQ that began before its sample, however long it stays open"}
+	err := subscribe.OpenVisible(ctx, db)
+	switch {
+	case errors.Is(err, subscribe.ErrOpenHidden):
+		c.Status = checkWarn
+		c.Detail = "mend's user may not read the server's open transactions (" + oneLine(err.Error()) + "): the settle window alone protects a late commit, " +
+			"so a MoveToDLQ held open longer than the window (a client frozen mid-transaction) commits below mend's watermark, and the host's GC deletes it unrecorded"
+		c.Fix = subscribe.OpenGrant(grantee) + " (docs/operations.md, \"The settle window\")"
+	case err != nil:
+		c.Status, c.Detail = checkWarn, "cannot tell whether the subscription sees open transactions: "+oneLine(err.Error())
 	}
 	return c
 }
@@ -509,19 +614,19 @@ func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, pri
 	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	lag, err := subscriptionLag(ctx, s.queueDSN, s.group)
+	now := time.Now()
+	lag, held, err := subscriptionLagHeld(ctx, s.queueDSN, s.group, now)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
 	if f.json {
-		return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"group": s.group, "topics": toLagJSON(lag, now)}})
+		return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"group": s.group, "topics": toLagJSON(lag, now), "held": toHeldJSON(held, now)}})
 	}
 	if err := printQueues(); err != nil {
 		return err
 	}
 	fmt.Fprintln(a.stdout)
-	return printLag(a.stdout, s.group, lag, now)
+	return printLag(a.stdout, s.group, lag, held, now)
 }
 
 // subscribeLagWarn is when doctor (and run's preflight) warn that the

@@ -122,7 +122,9 @@ func TestSubscribeMetrics(t *testing.T) {
 	m := newMetrics()
 	h := m.subscribeHooks()
 	h.OnPass(subscribe.PassStats{Recorded: 3, Already: 1, Dropped: 2, Duration: time.Millisecond,
-		Lag: []subscribe.TopicLag{{Topic: "speculate_dlq", Partitions: 2, Rows: 5, Oldest: time.Now().Add(-time.Minute)}}})
+		Lag:         []subscribe.TopicLag{{Topic: "speculate_dlq", Partitions: 2, Rows: 5, Oldest: time.Now().Add(-time.Minute)}},
+		Failing:     1,
+		FailingRows: []subscribe.Failing{{Topic: "buildsignal_dlq", Partition: "b-1", Offset: 9, Attempts: 4, LastError: "boom", ParkAfter: 10}}})
 	h.OnUnrecordable("speculate_dlq", "q", 7, errors.New("boom"))
 	rec := httptest.NewRecorder()
 	newHTTPHandler(m, func(context.Context) error { return nil }, &scrubber{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -134,9 +136,99 @@ func TestSubscribeMetrics(t *testing.T) {
 		`mend_subscribe_lag_rows{topic="speculate_dlq"} 5`,
 		`mend_subscribe_lag_seconds{topic="speculate_dlq"} 6`, // about 60 s
 		`mend_subscribe_pass_seconds_count 1`,
+		`mend_subscribe_failing_row_attempts{partition="b-1",topic="buildsignal_dlq"} 4`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestDoctorOpenTransactions: doctor tries the read a pass makes of the
+// queue database's open transactions: with PROCESS the line is ok, without
+// it a warning names what is at risk and the grant.
+func TestDoctorOpenTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	queueDB := mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))
+	base := []string{"SELECT ON %s.queue_messages", "SELECT, INSERT, UPDATE ON %s.queue_offsets"}
+	for _, c := range []struct {
+		name   string
+		grants []string
+		status string
+		want   []string
+	}{
+		{"with PROCESS", append(append([]string(nil), base...), "PROCESS ON *.*"), checkOK, []string{"however long"}},
+		{"without PROCESS", base, checkWarn, []string{"held open longer than the window", "GRANT PROCESS ON *.* TO '"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			checks := diagnoseSubscription(ctx, queueDB.User(t, c.grants...), "mend", time.Hour, 0)
+			var got *check
+			for i := range checks {
+				if checks[i].Name == "subscription open transactions" {
+					got = &checks[i]
+				}
+			}
+			if got == nil {
+				t.Fatalf("no open-transactions line in %+v", checks)
+			}
+			if got.Status != c.status {
+				t.Fatalf("status %s, want %s: %+v", got.Status, c.status, *got)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(got.Detail+" "+got.Fix, w) {
+					t.Errorf("line %+v lacks %q", *got, w)
+				}
+			}
+		})
+	}
+}
+
+// TestSubscribeShowsHeld: mend subscribe and mend status name each
+// partition whose watermark has waited long on a row, with that row's
+// offset, message ID and the host's last error, escaped: the error quotes
+// a payload that carries terminal control bytes.
+func TestSubscribeShowsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mendDB := mysqltest.NewDB(t, migrations.Up)
+	queueDB := mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))
+	old := time.Now().Add(-time.Hour)
+	w := sqtest.World{Queue: queueDB.SQL(t), NowMS: func() int64 { return old.UnixMilli() }}
+	if err := w.Join(ctx, "mend", "buildsignal_dlq", "b-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish(ctx, "buildsignal", "b-1", "sig-1", []byte(`{"build_id":"b-1"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	evil := "lookup of build \x1b[2J\nFAKE LINE failed"
+	if err := w.MoveToDLQ(ctx, "buildsignal", "b-1", "sig-1", sqtest.Failure{Count: 3, LastError: evil}); err != nil {
+		t.Fatal(err)
+	}
+	mendRun := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := Main(ctx, args, &out, &errOut, func(string) string { return "" }); code != exitOK {
+			t.Fatalf("mend %s: exit %d\n%s\n%s", args[0], code, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+	for _, out := range []string{
+		mendRun("subscribe", "--queue-dsn", queueDB.DSN),
+		mendRun("status", "--dsn", mendDB.DSN, "--queue-dsn", queueDB.DSN),
+	} {
+		for _, want := range []string{"partitions held longer than", `"buildsignal_dlq/b-1"`, `"sig-1"`, `\x1b[2J\nFAKE LINE`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "\x1b") || strings.Contains(out, "\nFAKE LINE") {
+			t.Errorf("the host's error reached the output unescaped:\n%q", out)
+		}
+	}
+	out := mendRun("subscribe", "--queue-dsn", queueDB.DSN, "--json")
+	if !strings.Contains(out, `"held"`) || !strings.Contains(out, `"message_id": "sig-1"`) {
+		t.Errorf("--json lacks the held partition:\n%s", out)
 	}
 }
