@@ -8,7 +8,9 @@
 #                         .ci/run can build them in the background while the other jobs run
 #
 #   VITESS_DIR=~/.cache/mend/vitess-v0.24.4
-#     bin/        vtcombo vttestserver mysqlctl vtctldclient (go build -trimpath, about 320 MB)
+#     bin/        vtcombo vttestserver mysqlctl vtctldclient (go build -trimpath, about 320 MB), and
+#                 for the multi-process cluster (internal/vitesscluster): vtctld vtgate vttablet
+#                 (about 250 MB more; a build that finds some binaries builds only the missing ones)
 #     mysql/bin/  mysqld mysql mysqladmin mysqlbinlog wrappers (VT_MYSQL_ROOT=VITESS_DIR/mysql)
 #     config/     a copy of Vitess's config/ (VTROOT=VITESS_DIR); mycnf/test-suite.cnf is rewritten
 #                 for MySQL 9.7 (innodb_redo_log_capacity, not innodb_log_file_size)
@@ -24,7 +26,7 @@ cd "$(dirname "$0")"
 version=v0.24.4
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/mend"
 dir="$cache/vitess-$version"
-bins=(vtcombo vttestserver mysqlctl vtctldclient)
+bins=(vtcombo vttestserver mysqlctl vtctldclient vtctld vtgate vttablet)
 
 built() {
 	local b
@@ -51,8 +53,12 @@ rootfs="$cache/rootfs/mysql"
 
 if ! built; then
 	mkdir -p "$dir"
-	if [[ ! -x "$dir/bin/vttestserver" || ! -x "$dir/bin/vtcombo" || ! -x "$dir/bin/mysqlctl" || ! -x "$dir/bin/vtctldclient" ]]; then
-		echo "mend: building Vitess $version into $dir/bin (nice -n 19; several minutes) ..." >&2
+	missing=()
+	for b in "${bins[@]}"; do
+		[[ -x "$dir/bin/$b" ]] || { [[ $b == vtcombo && -x "$dir/bin/vtcombo.bin" ]]; } || missing+=("./go/cmd/$b")
+	done
+	if ((${#missing[@]} > 0)); then
+		echo "mend: building Vitess $version (${missing[*]##*/}) into $dir/bin (nice -n 19; several minutes) ..." >&2
 		moddir=$(go mod download -json "vitess.io/vitess@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 		[[ -d "$moddir" ]] || { echo "mend: go mod download gave no module directory" >&2; exit 1; }
 		src="$dir/src.tmp"
@@ -61,13 +67,16 @@ if ! built; then
 		chmod -R u+w "$src"
 		start=$(date +%s)
 		mkdir -p "$dir/bin.tmp"
-		(cd "$src" && nice -n 19 go build -trimpath -o "$dir/bin.tmp/" \
-			./go/cmd/vtcombo ./go/cmd/vttestserver ./go/cmd/mysqlctl ./go/cmd/vtctldclient)
+		(cd "$src" && nice -n 19 go build -trimpath -o "$dir/bin.tmp/" "${missing[@]}")
 		echo "mend: Vitess built in $(($(date +%s) - start)) s" >&2
-		rm -rf "$dir/config.tmp"
-		cp -r "$src/config" "$dir/config.tmp"
-		rm -rf "$dir/bin" "$src"
-		mv "$dir/bin.tmp" "$dir/bin"
+		if [[ ! -f "$dir/config/mycnf/test-suite.cnf" ]]; then
+			rm -rf "$dir/config.tmp"
+			cp -r "$src/config" "$dir/config.tmp"
+		fi
+		rm -rf "$src"
+		mkdir -p "$dir/bin"
+		mv "$dir"/bin.tmp/* "$dir/bin/"
+		rmdir "$dir/bin.tmp"
 	fi
 	if [[ ! -f "$dir/config/mycnf/test-suite.cnf" ]]; then
 		[[ -d "$dir/config.tmp" ]] || {
