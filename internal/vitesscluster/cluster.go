@@ -102,8 +102,9 @@ type Tablet struct {
 	// MySQLPort, Port and GRPCPort are mysqld's, and vttablet's HTTP and gRPC ports (127.0.0.1).
 	MySQLPort, Port, GRPCPort int
 
-	dir  string // $VTDATAROOT/vt_UID
-	proc *proc  // vttablet
+	dir    string // $VTDATAROOT/vt_UID
+	proc   *proc  // vttablet
+	killed bool   // by KillPrimary (under Cluster.mu)
 }
 
 // Socket returns the path of the tablet's mysqld socket.
@@ -531,7 +532,23 @@ func (c *Cluster) KillPrimary(ctx context.Context, shard string) (*Tablet, error
 		return nil, fmt.Errorf("vitesscluster: mysqld %d of %s: %w", pid, t.Alias, err)
 	}
 	<-t.proc.exited
+	c.mu.Lock()
+	t.killed = true
+	c.mu.Unlock()
 	return t, nil
+}
+
+// Alive returns how many of shard's tablets KillPrimary has not killed.
+func (c *Cluster) Alive(shard string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.Tablets {
+		if t.Shard == shard && !t.killed {
+			n++
+		}
+	}
+	return n
 }
 
 // EmergencyReparent promotes the most advanced reachable replica of shard
