@@ -227,6 +227,10 @@ func runFailover(t *testing.T, c *vitesscluster.Cluster, bin *cli, prefix string
 		reps = append(reps, r)
 	}
 
+	// Whatever happens, the paused writes go on before the replicas are stopped (cleanups run
+	// last-registered first), so a failed run does not hang in Stop.
+	t.Cleanup(z.releaseAll)
+
 	// The intake, as the DLQ consumers run it: pages of deliveries, each page recorded again
 	// until it is durable (a consumer acknowledges nothing before that).
 	intakeStore, err := storage.Open(ctx, c.DSN(), storage.Options{})
@@ -266,6 +270,12 @@ func runFailover(t *testing.T, c *vitesscluster.Cluster, bin *cli, prefix string
 						}
 						v, _ := retries.LoadOrStore(name, new(atomic.Int64))
 						v.(*atomic.Int64).Add(1)
+						// A consumer's redelivery delay, not synchronisation: the shard may be
+						// between primaries for seconds.
+						select {
+						case <-ctx.Done():
+						case <-time.After(50 * time.Millisecond):
+						}
 					}
 				}
 				errs <- nil
@@ -328,14 +338,14 @@ func runFailover(t *testing.T, c *vitesscluster.Cluster, bin *cli, prefix string
 	case <-time.After(foBound):
 		t.Fatalf("nobody took %s over within %v", z.queue, foBound)
 	}
-	close(z.release)
+	z.releaseOnce.Do(func() { close(z.release) })
 	var res failoverResult
 	select {
 	case res.zombieErr = <-z.result:
 	case <-time.After(foBound):
 		t.Fatalf("the paused planner's write did not return within %v", foBound)
 	}
-	close(z.succRelease)
+	z.succReleaseOnce.Do(func() { close(z.succRelease) })
 	t.Logf("the paused planner's write under its ended term returned: %v", res.zombieErr)
 
 	// Every record done, then the replicas stop.
@@ -556,6 +566,14 @@ type zombie struct {
 	succOnce        sync.Once
 	succBlocked     chan struct{}
 	succRelease     chan struct{}
+
+	releaseOnce, succReleaseOnce sync.Once
+}
+
+// releaseAll lets every paused write go on.
+func (z *zombie) releaseAll() {
+	z.releaseOnce.Do(func() { close(z.release) })
+	z.succReleaseOnce.Do(func() { close(z.succRelease) })
 }
 
 // role decides what a write to queue under term does: pause (the first), wait for the
