@@ -552,10 +552,25 @@ func (c *Cluster) Alive(shard string) int {
 }
 
 // EmergencyReparent promotes the most advanced reachable replica of shard
-// (EmergencyReparentShard) and returns it: for a shard whose primary is dead.
+// (EmergencyReparentShard) and returns it: for a shard whose primary is dead. Then it removes
+// the shard's killed tablets from the topology (DeleteTablets), as an operator retires a dead
+// machine: a tablet that cannot be reached fails every later PlannedReparentShard of its shard.
 func (c *Cluster) EmergencyReparent(ctx context.Context, shard string) (*Tablet, error) {
 	if _, err := c.Vtctld(ctx, "EmergencyReparentShard", "--wait-replicas-timeout=60s", c.Keyspace+"/"+shard); err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	var dead []string
+	for _, t := range c.Tablets {
+		if t.Shard == shard && t.killed {
+			dead = append(dead, t.Alias)
+		}
+	}
+	c.mu.Unlock()
+	if len(dead) > 0 {
+		if _, err := c.Vtctld(ctx, append([]string{"DeleteTablets", "--allow-primary"}, dead...)...); err != nil {
+			return nil, err
+		}
 	}
 	return c.Primary(ctx, shard)
 }
