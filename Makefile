@@ -102,7 +102,7 @@ test-vitess: ## Run the storage, fence and reconcile suites, the porcupine proof
 .PHONY: test-vitess-failover
 test-vitess-failover: ## Run the failover scenario (storm through vtgate, PlannedReparentShard of each shard, kill -9 of a primary + EmergencyReparentShard) on a multi-process semi-sync Vitess cluster, with its negative control
 	bash scripts/ensure-mysql.sh
-	bash scripts/vitess.sh >/dev/null
+	bash scripts/vitess.sh --cluster >/dev/null
 	@report="$$(mktemp)"; status=0; start=$$(date +%s); \
 	MEND_TEST_VITESS_CLUSTER=1 MEND_TEST_BACKEND="$${MEND_TEST_BACKEND:-local}" MEND_TEST_REPORT="$$report" $(GO) test -p 1 -count=1 -timeout=$(TEST_TIMEOUT) -v \
 		-run '^(TestClusterKeepsAcknowledgedWrites|TestVitessFailover)$$' ./internal/vitesscluster/ ./itest/ || status=$$?; \

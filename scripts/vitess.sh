@@ -6,11 +6,14 @@
 #   vitess.sh             prints the cache directory (VITESS_DIR below), building what is missing
 #   vitess.sh --bins-only builds only the binaries (no MySQL root file system needed yet), so
 #                         .ci/run can build them in the background while the other jobs run
+#   vitess.sh --cluster   also builds what the multi-process cluster runs (vtctld vtgate vttablet;
+#                         make test-vitess-failover, internal/vitesscluster); without it they are not
+#                         built, so make test-vitess and CI do not wait for them
 #
 #   VITESS_DIR=~/.cache/mend/vitess-v0.24.4
 #     bin/        vtcombo vttestserver mysqlctl vtctldclient (go build -trimpath, about 320 MB), and
-#                 for the multi-process cluster (internal/vitesscluster): vtctld vtgate vttablet
-#                 (about 250 MB more; a build that finds some binaries builds only the missing ones)
+#                 with --cluster, for the multi-process cluster (internal/vitesscluster): vtctld vtgate
+#                 vttablet (about 360 MB more; a build that finds some binaries builds only the missing ones)
 #     mysql/bin/  mysqld mysql mysqladmin mysqlbinlog wrappers (VT_MYSQL_ROOT=VITESS_DIR/mysql)
 #     config/     a copy of Vitess's config/ (VTROOT=VITESS_DIR); mycnf/test-suite.cnf is rewritten
 #                 for MySQL 9.7 (innodb_redo_log_capacity, not innodb_log_file_size)
@@ -26,7 +29,7 @@ cd "$(dirname "$0")"
 version=v0.24.4
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/mend"
 dir="$cache/vitess-$version"
-bins=(vtcombo vttestserver mysqlctl vtctldclient vtctld vtgate vttablet)
+bins=(vtcombo vttestserver mysqlctl vtctldclient)
 
 built() {
 	local b
@@ -36,7 +39,13 @@ built() {
 }
 
 bins_only=false
-[[ "${1:-}" == --bins-only ]] && bins_only=true
+for arg in "$@"; do
+	case $arg in
+	--bins-only) bins_only=true ;;
+	--cluster) bins+=(vtctld vtgate vttablet) ;;
+	*) echo "usage: vitess.sh [--bins-only] [--cluster]" >&2; exit 2 ;;
+	esac
+done
 
 mkdir -p "$cache"
 if ! built; then

@@ -47,7 +47,7 @@ const (
 var ShardNames = vitessdb.ShardNames
 
 // ErrNoBinaries means the Vitess cache lacks the cluster's binaries (scripts/vitess.sh builds them).
-var ErrNoBinaries = errors.New("vitesscluster: Vitess binaries not built (bash scripts/vitess.sh builds vtctld, vtgate and vttablet too)")
+var ErrNoBinaries = errors.New("vitesscluster: Vitess binaries not built (bash scripts/vitess.sh --cluster builds vtctld, vtgate and vttablet too)")
 
 // Find returns the Vitess directory if it holds every binary the cluster runs, and /usr/bin/etcd
 // (or etcd on PATH) exists; else an error saying what is missing.
