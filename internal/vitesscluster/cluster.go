@@ -636,19 +636,14 @@ func (c *Cluster) serveFlags(port, grpc int) []string {
 }
 
 // command builds a command that runs as nobody when the caller is root, in a process group of
-// its own, its output in logs/NAME.log.
+// its own, its output in logs/NAME.log; ctx's end kills it.
 func (c *Cluster) command(ctx context.Context, name, bin string, args ...string) (*exec.Cmd, string, error) {
 	argv := append([]string{bin}, args...)
 	if os.Geteuid() == 0 {
 		argv = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 			"--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"}, argv...)
 	}
-	var cmd *exec.Cmd
-	if ctx != nil {
-		cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
-	} else {
-		cmd = exec.Command(argv[0], argv[1:]...)
-	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = c.Dir
 	cmd.Env = c.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -663,7 +658,8 @@ func (c *Cluster) command(ctx context.Context, name, bin string, args ...string)
 
 // start runs a long-lived process.
 func (c *Cluster) start(name, bin string, args ...string) (*proc, error) {
-	cmd, logPath, err := c.command(nil, name, bin, args...)
+	// Not tied to a caller's context: the process lives until KillPrimary or Close.
+	cmd, logPath, err := c.command(context.Background(), name, bin, args...)
 	if err != nil {
 		return nil, err
 	}
