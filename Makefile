@@ -93,6 +93,23 @@ test-vitess: ## Run the storage, fence and reconcile suites, the porcupine proof
 	echo "== servers the test packages used (package: engine version via backend) =="; sort "$$report"; rm -f "$$report"; \
 	bash scripts/vitess-leftovers.sh || status=1; exit $$status
 
+# make test-vitess-failover (issue 34): a production-shaped Vitess cluster (internal/vitesscluster: etcd,
+# vtctld, vtgate, per shard a primary and two replicas each with its own mysqld, durability semi_sync), then
+# mend's failover scenario on it (itest's TestVitessFailover, with its negative control) and the cluster's own
+# test (acknowledged writes survive a planned and an emergency reparent). The host's tables are on a local
+# mysqld of the harness (MEND_TEST_BACKEND=local unless set: no container to race other runs' reaping; ENGINE=
+# as elsewhere). One cluster per package, one package at a time (-p 1): each is 7 processes per shard.
+.PHONY: test-vitess-failover
+test-vitess-failover: ## Run the failover scenario (storm through vtgate, PlannedReparentShard of each shard, kill -9 of a primary + EmergencyReparentShard) on a multi-process semi-sync Vitess cluster, with its negative control
+	bash scripts/ensure-mysql.sh
+	bash scripts/vitess.sh --cluster >/dev/null
+	@report="$$(mktemp)"; status=0; start=$$(date +%s); \
+	MEND_TEST_VITESS_CLUSTER=1 MEND_TEST_BACKEND="$${MEND_TEST_BACKEND:-local}" MEND_TEST_REPORT="$$report" $(GO) test -p 1 -count=1 -timeout=$(TEST_TIMEOUT) -v \
+		-run '^(TestClusterKeepsAcknowledgedWrites|TestVitessFailover)$$' ./internal/vitesscluster/ ./itest/ || status=$$?; \
+	echo "== servers the test packages used (package: engine version via backend) =="; sort "$$report"; rm -f "$$report"; \
+	echo "test-vitess-failover: $$(( $$(date +%s) - start )) s"; \
+	bash scripts/vitess-leftovers.sh || status=1; bash scripts/docker-leftovers.sh || status=1; exit $$status
+
 lint: ## Check formatting (gofmt), go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [[ -n "$$out" ]]; then echo "gofmt: these files need formatting:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

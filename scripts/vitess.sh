@@ -6,9 +6,14 @@
 #   vitess.sh             prints the cache directory (VITESS_DIR below), building what is missing
 #   vitess.sh --bins-only builds only the binaries (no MySQL root file system needed yet), so
 #                         .ci/run can build them in the background while the other jobs run
+#   vitess.sh --cluster   also builds what the multi-process cluster runs (vtctld vtgate vttablet;
+#                         make test-vitess-failover, internal/vitesscluster); without it they are not
+#                         built, so make test-vitess and CI do not wait for them
 #
 #   VITESS_DIR=~/.cache/mend/vitess-v0.24.4
-#     bin/        vtcombo vttestserver mysqlctl vtctldclient (go build -trimpath, about 320 MB)
+#     bin/        vtcombo vttestserver mysqlctl vtctldclient (go build -trimpath, about 320 MB), and
+#                 with --cluster, for the multi-process cluster (internal/vitesscluster): vtctld vtgate
+#                 vttablet (about 360 MB more; a build that finds some binaries builds only the missing ones)
 #     mysql/bin/  mysqld mysql mysqladmin mysqlbinlog wrappers (VT_MYSQL_ROOT=VITESS_DIR/mysql)
 #     config/     a copy of Vitess's config/ (VTROOT=VITESS_DIR); mycnf/test-suite.cnf is rewritten
 #                 for MySQL 9.7 (innodb_redo_log_capacity, not innodb_log_file_size)
@@ -34,7 +39,13 @@ built() {
 }
 
 bins_only=false
-[[ "${1:-}" == --bins-only ]] && bins_only=true
+for arg in "$@"; do
+	case $arg in
+	--bins-only) bins_only=true ;;
+	--cluster) bins+=(vtctld vtgate vttablet) ;;
+	*) echo "usage: vitess.sh [--bins-only] [--cluster]" >&2; exit 2 ;;
+	esac
+done
 
 mkdir -p "$cache"
 if ! built; then
@@ -51,8 +62,12 @@ rootfs="$cache/rootfs/mysql"
 
 if ! built; then
 	mkdir -p "$dir"
-	if [[ ! -x "$dir/bin/vttestserver" || ! -x "$dir/bin/vtcombo" || ! -x "$dir/bin/mysqlctl" || ! -x "$dir/bin/vtctldclient" ]]; then
-		echo "mend: building Vitess $version into $dir/bin (nice -n 19; several minutes) ..." >&2
+	missing=()
+	for b in "${bins[@]}"; do
+		[[ -x "$dir/bin/$b" ]] || { [[ $b == vtcombo && -x "$dir/bin/vtcombo.bin" ]]; } || missing+=("./go/cmd/$b")
+	done
+	if ((${#missing[@]} > 0)); then
+		echo "mend: building Vitess $version (${missing[*]##*/}) into $dir/bin (nice -n 19; several minutes) ..." >&2
 		moddir=$(go mod download -json "vitess.io/vitess@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 		[[ -d "$moddir" ]] || { echo "mend: go mod download gave no module directory" >&2; exit 1; }
 		src="$dir/src.tmp"
@@ -61,13 +76,16 @@ if ! built; then
 		chmod -R u+w "$src"
 		start=$(date +%s)
 		mkdir -p "$dir/bin.tmp"
-		(cd "$src" && nice -n 19 go build -trimpath -o "$dir/bin.tmp/" \
-			./go/cmd/vtcombo ./go/cmd/vttestserver ./go/cmd/mysqlctl ./go/cmd/vtctldclient)
+		(cd "$src" && nice -n 19 go build -trimpath -o "$dir/bin.tmp/" "${missing[@]}")
 		echo "mend: Vitess built in $(($(date +%s) - start)) s" >&2
-		rm -rf "$dir/config.tmp"
-		cp -r "$src/config" "$dir/config.tmp"
-		rm -rf "$dir/bin" "$src"
-		mv "$dir/bin.tmp" "$dir/bin"
+		if [[ ! -f "$dir/config/mycnf/test-suite.cnf" ]]; then
+			rm -rf "$dir/config.tmp"
+			cp -r "$src/config" "$dir/config.tmp"
+		fi
+		rm -rf "$src"
+		mkdir -p "$dir/bin"
+		mv "$dir"/bin.tmp/* "$dir/bin/"
+		rmdir "$dir/bin.tmp"
 	fi
 	if [[ ! -f "$dir/config/mycnf/test-suite.cnf" ]]; then
 		[[ -d "$dir/config.tmp" ]] || {
