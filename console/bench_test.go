@@ -106,11 +106,12 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 	var names []string
 	timed("ConsoleAlerts", func() error { _, err := store.ConsoleAlerts(ctx, alertParams); return err })
-	timed("RepairLatency", func() error { _, err := store.RepairLatency(ctx, latencyWindow, 0); return err })
+	timed("ConsoleTotals", func() error { _, err := store.ConsoleTotals(ctx); return err })
+	timed("ConsoleDueQueues", func() error { _, _, err := store.ConsoleDueQueues(ctx, dueQueuesRead); return err })
 	timed("ConsoleQueueNames", func() error { names, _, err = store.ConsoleQueueNames(ctx, "", PageSizeDefault); return err })
-	timed("ConsoleQueueStatus", func() error { _, err := store.ConsoleQueueStatus(ctx, names); return err })
-	timed("ConsoleQueueLatency", func() error { _, _, err := store.ConsoleQueueLatency(ctx, names, latencyWindow); return err })
-	timed("ConsolePerMinute", func() error { _, err := store.ConsolePerMinute(ctx, chartMinutes); return err })
+	timed("ConsoleQueueStatus", func() error { _, _, err := store.ConsoleQueueStatus(ctx, names); return err })
+	timed("ConsoleLatency", func() error { _, err := store.ConsoleLatency(ctx, latencyWindow, names); return err })
+	timed("ConsolePerMinute", func() error { _, _, err := store.ConsolePerMinute(ctx, chartMinutes); return err })
 	timed("ConsoleQueueRecords", func() error {
 		_, err := store.ConsoleQueueRecords(ctx, "c00007", "", storage.RecordCursor{}, PageSizeDefault)
 		return err
