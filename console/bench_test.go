@@ -110,8 +110,7 @@ func BenchmarkConsolePages(b *testing.B) {
 	timed("ConsoleDueQueues", func() error { _, _, err := store.ConsoleDueQueues(ctx, dueQueuesRead); return err })
 	timed("ConsoleQueueNames", func() error { names, _, err = store.ConsoleQueueNames(ctx, "", PageSizeDefault); return err })
 	timed("ConsoleQueueStatus", func() error { _, _, err := store.ConsoleQueueStatus(ctx, names); return err })
-	timed("ConsoleLatency", func() error { _, err := store.ConsoleLatency(ctx, latencyWindow, names); return err })
-	timed("ConsolePerMinute", func() error { _, _, err := store.ConsolePerMinute(ctx, chartMinutes); return err })
+	timed("ConsoleActivity", func() error { _, err := store.ConsoleActivity(ctx, chartMinutes, names); return err })
 	timed("ConsoleQueueRecords", func() error {
 		_, err := store.ConsoleQueueRecords(ctx, "c00007", "", storage.RecordCursor{}, PageSizeDefault)
 		return err

@@ -18,8 +18,7 @@ type Store interface {
 	ConsoleQueueStatus(ctx context.Context, queues []string) ([]storage.QueueStatus, bool, error)
 	ConsoleDueQueues(ctx context.Context, limit int) ([]storage.QueueAge, bool, error)
 	ConsoleTotals(ctx context.Context) (storage.ConsoleTotals, error)
-	ConsoleLatency(ctx context.Context, window time.Duration, queues []string) (storage.ConsoleLatency, error)
-	ConsolePerMinute(ctx context.Context, minutes int) ([]storage.Minute, bool, error)
+	ConsoleActivity(ctx context.Context, minutes int, queues []string) (storage.ConsoleActivity, error)
 	ConsoleAlerts(ctx context.Context, p storage.ConsoleAlertParams) (storage.ConsoleAlerts, error)
 	ConsoleQueueRecords(ctx context.Context, queue string, state mend.State, after storage.RecordCursor, limit int) ([]mend.Record, error)
 	ConsoleRecordEvents(ctx context.Context, queue string, id mend.RecordID, limit int) ([]mend.Event, error)
@@ -55,7 +54,8 @@ var alertParams = storage.ConsoleAlertParams{
 const (
 	parkedPagesAfter = 15 * time.Minute
 	lagPagesAfter    = 10 * time.Minute
-	latencyWindow    = storage.RepairLatencyWindowDefault
+	// chartMinutes is the overview's window: its repair latency (mend
+	// status's RepairLatencyWindowDefault, an hour) and its chart.
 	chartMinutes     = 60
 	leaseHistoryRows = 20
 	recordEventsMax  = 500

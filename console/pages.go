@@ -269,9 +269,11 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	p.CountsPart = part
-	if p.Latency, err = st.ConsoleLatency(ctx, latencyWindow, names); err != nil {
+	act, err := st.ConsoleActivity(ctx, chartMinutes, names)
+	if err != nil {
 		return "", nil, err
 	}
+	p.Latency, p.Chart, p.ChartPart = act.Latency, makeChart(act.Minutes), act.Truncated
 	for _, q := range qs {
 		row := queueRow{QueueStatus: q, Latency: p.Latency.Queues[q.Queue], Pages: pages[q.Queue]}
 		row.Open = q.Counts[mend.StatePending] + q.Counts[mend.StateWaiting] + q.Counts[mend.StateSettled]
@@ -298,11 +300,6 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			}
 		}
 	}
-	mins, chartPart, err := st.ConsolePerMinute(ctx, chartMinutes)
-	if err != nil {
-		return "", nil, err
-	}
-	p.Chart, p.ChartPart = makeChart(mins), chartPart
 	return "overview", p, nil
 }
 

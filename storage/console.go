@@ -2,8 +2,6 @@ package storage
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -293,26 +291,34 @@ func sortAges(qs []QueueAge) {
 	})
 }
 
-// The window's repairs, newest first, at most the limit's: the
-// mend_records_recent range (index-only). Each statement below summarises
-// this set: the count and maximum, a nearest rank, the named queues'.
-const consoleRepairsFrom = `(SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
-	FROM mend_records
-	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL
-	ORDER BY updated_at DESC LIMIT ?)`
+// The records finished within the window, newest first, at most the
+// limit's: one index-only pass over the mend_records_recent range that
+// gives the chart's finished and recorded counts and the repair latencies
+// (us is -1 for a record whose dead letter carried no failure time).
+const sqlConsoleRecentDone = `-- name: ConsoleRecentDone
+SELECT TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS fin_s, TIMESTAMPDIFF(SECOND, created_at, NOW(6)) AS rec_s,
+	COALESCE(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0), -1) AS us
+FROM mend_records
+WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND
+ORDER BY updated_at DESC LIMIT ?`
 
-const sqlConsoleLatency = `-- name: ConsoleLatency
-SELECT COUNT(*) AS n, COALESCE(MAX(us), 0) AS mx FROM ` + consoleRepairsFrom + ` l`
+// Records recorded within the window that are not finished were last
+// updated within it too (updated_at >= created_at): the open and parked
+// states' mend_records_recent ranges, index-only.
+const sqlConsoleRecordedOpen = `-- name: ConsoleRecordedOpen
+SELECT FLOOR(TIMESTAMPDIFF(SECOND, created_at, NOW(6)) / 60) AS ago, COUNT(*) AS n
+FROM (SELECT created_at FROM mend_records
+	WHERE state IN ('pending', 'waiting', 'settled', 'parked')
+		AND updated_at >= NOW(6) - INTERVAL ? SECOND AND created_at >= NOW(6) - INTERVAL ? SECOND
+	LIMIT ?) r
+GROUP BY ago`
 
-const sqlConsoleLatencyRank = `-- name: ConsoleLatencyRank
-SELECT us FROM ` + consoleRepairsFrom + ` l ORDER BY us LIMIT 1 OFFSET ?`
-
-// The named queues' repairs among the window's newest, through the same
-// index range filtered on its queue column.
+// The named queues' repairs within the window: for each queue, the
+// mend_records_queue_state range (queue, 'done', updated_at), index-only.
 const sqlConsoleQueueLatency = `-- name: ConsoleQueueLatency
 SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
 FROM mend_records
-WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL AND queue IN (%s)
+WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND AND failed_at IS NOT NULL AND queue IN (%s)
 ORDER BY updated_at DESC
 LIMIT ?`
 
@@ -323,103 +329,15 @@ type QueueLatencySummary struct {
 }
 
 // ConsoleLatency is the overview's repair latency: RepairLatency's figures
-// (nearest rank, the same definition of a repair and its latency) over
-// the window's newest consoleRepairsLimit repairs, and each named queue's.
+// (the same repairs, latency and nearest rank) over the window's newest
+// consoleRepairsLimit repairs, and each named queue's.
 type ConsoleLatency struct {
 	RepairLatency
 	Queues map[string]QueueLatencySummary
-	// Truncated says the window held more repairs than were read: the
-	// figures are those of the newest consoleRepairsLimit.
+	// Truncated says the window held more than was read: the figures are
+	// those of the newest repairs.
 	Truncated bool
 }
-
-// ConsoleLatency computes the overview's repair latency over window by the
-// database clock, overall and for queues (which may be empty). Queues
-// without repairs in the window are absent from Queues.
-//
-// Returns ErrInvalid for a window that is not positive.
-func (d *DB) ConsoleLatency(ctx context.Context, window time.Duration, queues []string) (ConsoleLatency, error) {
-	out := ConsoleLatency{RepairLatency: RepairLatency{Window: window}, Queues: map[string]QueueLatencySummary{}}
-	if window <= 0 {
-		return out, &mend.ValidationError{Field: "window", Reason: "must be positive"}
-	}
-	w, lim := window.Microseconds(), consoleRepairsLimit
-	var row struct {
-		N   int64 `db:"n"`
-		Max int64 `db:"mx"`
-	}
-	if err := d.db.GetContext(ctx, &row, sqlConsoleLatency, w, lim); err != nil {
-		return out, fmt.Errorf("storage: console latency: %w", translate(err))
-	}
-	out.Count, out.Max, out.Truncated = row.N, time.Duration(row.Max)*time.Microsecond, row.N >= int64(lim)
-	if row.N > 0 {
-		for _, pc := range []struct {
-			p   float64
-			out *time.Duration
-		}{{0.5, &out.P50}, {0.99, &out.P99}} {
-			rank := int64(math.Ceil(pc.p * float64(row.N)))
-			var us int64
-			// A repair finishing between the reads moves the ranks by
-			// one; the summary is of a moving window either way.
-			if err := d.db.GetContext(ctx, &us, sqlConsoleLatencyRank, w, lim, rank-1); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return out, fmt.Errorf("storage: console latency: %w", translate(err))
-			}
-			*pc.out = time.Duration(us) * time.Microsecond
-		}
-	}
-	if len(queues) == 0 {
-		return out, nil
-	}
-	args := []any{w}
-	for _, q := range queues {
-		if err := mend.ValidateIdentity("queue", q, true); err != nil {
-			return out, err
-		}
-		args = append(args, q)
-	}
-	args = append(args, lim)
-	var rows []struct {
-		Queue []byte `db:"queue"`
-		US    int64  `db:"us"`
-	}
-	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueLatency, placeholders(len(queues))), args...); err != nil {
-		return out, fmt.Errorf("storage: console queue latency: %w", translate(err))
-	}
-	out.Truncated = out.Truncated || len(rows) >= lim
-	by := map[string][]int64{}
-	for _, r := range rows {
-		by[string(r.Queue)] = append(by[string(r.Queue)], r.US)
-	}
-	rank := func(us []int64, p float64) time.Duration {
-		i := int(math.Ceil(p*float64(len(us)))) - 1
-		return time.Duration(us[max(i, 0)]) * time.Microsecond
-	}
-	for q, us := range by {
-		slices.Sort(us)
-		out.Queues[q] = QueueLatencySummary{Count: int64(len(us)), P50: rank(us, 0.5), P99: rank(us, 0.99)}
-	}
-	return out, nil
-}
-
-// Records recorded within the window were also last updated within it
-// (updated_at >= created_at), so the mend_records_recent ranges (one per
-// state, index-only) bound the read to the window's rows.
-const sqlConsoleRecordedPerMinute = `-- name: ConsoleRecordedPerMinute
-SELECT FLOOR(TIMESTAMPDIFF(SECOND, created_at, NOW(6)) / 60) AS ago, COUNT(*) AS n
-FROM (SELECT created_at FROM mend_records
-	WHERE state IN ('pending', 'waiting', 'settled', 'parked', 'done')
-		AND updated_at >= NOW(6) - INTERVAL ? SECOND AND created_at >= NOW(6) - INTERVAL ? SECOND
-	LIMIT ?) r
-GROUP BY ago`
-
-const sqlConsoleDonePerMinute = `-- name: ConsoleDonePerMinute
-SELECT FLOOR(TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) / 60) AS ago, COUNT(*) AS n,
-	COALESCE(MAX(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0)), 0) AS max_us,
-	COALESCE(AVG(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0)), 0) AS avg_us
-FROM (SELECT updated_at, failed_at FROM mend_records
-	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND
-	ORDER BY updated_at DESC LIMIT ?) r
-GROUP BY ago`
 
 // Minute is one minute of the console's chart; Ago 0 is the current minute.
 type Minute struct {
@@ -431,60 +349,135 @@ type Minute struct {
 	LatencyAvg, LatencyMax time.Duration
 }
 
-// ConsolePerMinute returns one Minute for each of the last minutes minutes
-// by the database clock, oldest first. truncated says a count read
-// consoleRepairsLimit rows: the chart then misses the oldest minutes' rest.
+// ConsoleActivity is the overview's last minutes: the repair latency over
+// them and the chart's counts per minute.
+type ConsoleActivity struct {
+	Latency ConsoleLatency
+	// Minutes, oldest first, one per minute of the window.
+	Minutes []Minute
+	// Truncated says a read reached its bound: the latency figures are the
+	// newest repairs', the chart's oldest minutes partial.
+	Truncated bool
+}
+
+// ConsoleActivity reads the last minutes minutes by the database clock:
+// the repair latency over them, overall and for queues (which may be
+// empty; queues without repairs are absent from Latency.Queues), and the
+// records recorded and finished per minute.
 //
-// Returns ErrInvalid for minutes outside 1..1440.
-func (d *DB) ConsolePerMinute(ctx context.Context, minutes int) (out []Minute, truncated bool, err error) {
+// Returns ErrInvalid for minutes outside 1..1440 or a bad queue name.
+func (d *DB) ConsoleActivity(ctx context.Context, minutes int, queues []string) (ConsoleActivity, error) {
+	var out ConsoleActivity
 	if minutes < 1 || minutes > 1440 {
-		return nil, false, &mend.ValidationError{Field: "minutes", Reason: "must be 1 to 1440"}
+		return out, &mend.ValidationError{Field: "minutes", Reason: "must be 1 to 1440"}
 	}
-	out = make([]Minute, minutes)
-	for i := range out {
-		out[i].Ago = minutes - 1 - i
-	}
-	at := func(ago int64) *Minute {
-		if ago < 0 || ago >= int64(minutes) {
-			return nil
+	for _, q := range queues {
+		if err := mend.ValidateIdentity("queue", q, true); err != nil {
+			return out, err
 		}
-		return &out[minutes-1-int(ago)]
 	}
 	secs, lim := minutes*60, consoleRepairsLimit
+	window := time.Duration(secs) * time.Second
+	out.Latency = ConsoleLatency{RepairLatency: RepairLatency{Window: window}, Queues: map[string]QueueLatencySummary{}}
+	out.Minutes = make([]Minute, minutes)
+	for i := range out.Minutes {
+		out.Minutes[i].Ago = minutes - 1 - i
+	}
+	at := func(secsAgo int64) *Minute {
+		ago := secsAgo / 60
+		if secsAgo < 0 || ago >= int64(minutes) {
+			return nil
+		}
+		return &out.Minutes[minutes-1-int(ago)]
+	}
+	var done []struct {
+		FinS int64 `db:"fin_s"`
+		RecS int64 `db:"rec_s"`
+		US   int64 `db:"us"`
+	}
+	if err := d.db.SelectContext(ctx, &done, sqlConsoleRecentDone, secs, lim); err != nil {
+		return out, fmt.Errorf("storage: console activity: %w", translate(err))
+	}
+	out.Truncated = len(done) >= lim
+	lat := make([]int64, 0, len(done))
+	sums, with := make([]int64, minutes), make([]int64, minutes) // per minute: latency total, repairs with a failure time
+	for _, r := range done {
+		if m := at(r.RecS); m != nil {
+			m.Recorded++
+		}
+		m := at(r.FinS)
+		if m == nil {
+			continue
+		}
+		m.Done++
+		if r.US < 0 {
+			continue
+		}
+		lat = append(lat, r.US)
+		m.LatencyMax = max(m.LatencyMax, time.Duration(r.US)*time.Microsecond)
+		sums[minutes-1-m.Ago] += r.US
+		with[minutes-1-m.Ago]++
+	}
+	for i := range out.Minutes {
+		if with[i] > 0 {
+			out.Minutes[i].LatencyAvg = time.Duration(sums[i]/with[i]) * time.Microsecond
+		}
+	}
+	slices.Sort(lat)
+	l := &out.Latency
+	l.Count, l.Truncated = int64(len(lat)), out.Truncated
+	if len(lat) > 0 {
+		l.P50, l.P99, l.Max = nearestRank(lat, 0.5), nearestRank(lat, 0.99), time.Duration(lat[len(lat)-1])*time.Microsecond
+	}
 	var rec []struct {
 		Ago int64 `db:"ago"`
 		N   int64 `db:"n"`
 	}
-	if err := d.db.SelectContext(ctx, &rec, sqlConsoleRecordedPerMinute, secs, secs, lim); err != nil {
-		return nil, false, fmt.Errorf("storage: console recorded per minute: %w", translate(err))
+	if err := d.db.SelectContext(ctx, &rec, sqlConsoleRecordedOpen, secs, secs, lim); err != nil {
+		return out, fmt.Errorf("storage: console recorded per minute: %w", translate(err))
 	}
 	var read int64
 	for _, r := range rec {
 		read += r.N
-		if m := at(r.Ago); m != nil {
+		if m := at(r.Ago * 60); m != nil {
 			m.Recorded += r.N
 		}
 	}
-	truncated = read >= int64(lim)
-	var done []struct {
-		Ago   int64   `db:"ago"`
-		N     int64   `db:"n"`
-		MaxUS int64   `db:"max_us"`
-		AvgUS float64 `db:"avg_us"`
+	out.Truncated = out.Truncated || read >= int64(lim)
+	if len(queues) == 0 {
+		return out, nil
 	}
-	if err := d.db.SelectContext(ctx, &done, sqlConsoleDonePerMinute, secs, lim); err != nil {
-		return nil, false, fmt.Errorf("storage: console finished per minute: %w", translate(err))
+	args := []any{secs}
+	for _, q := range queues {
+		args = append(args, q)
 	}
-	read = 0
-	for _, r := range done {
-		read += r.N
-		if m := at(r.Ago); m != nil {
-			m.Done += r.N
-			m.LatencyMax = time.Duration(r.MaxUS) * time.Microsecond
-			m.LatencyAvg = time.Duration(r.AvgUS) * time.Microsecond
-		}
+	args = append(args, lim)
+	var rows []struct {
+		Queue []byte `db:"queue"`
+		US    int64  `db:"us"`
 	}
-	return out, truncated || read >= int64(lim), nil
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueLatency, placeholders(len(queues))), args...); err != nil {
+		return out, fmt.Errorf("storage: console queue latency: %w", translate(err))
+	}
+	if len(rows) >= lim {
+		out.Truncated, l.Truncated = true, true
+	}
+	by := map[string][]int64{}
+	for _, r := range rows {
+		by[string(r.Queue)] = append(by[string(r.Queue)], r.US)
+	}
+	for q, us := range by {
+		slices.Sort(us)
+		l.Queues[q] = QueueLatencySummary{Count: int64(len(us)), P50: nearestRank(us, 0.5), P99: nearestRank(us, 0.99)}
+	}
+	return out, nil
+}
+
+// nearestRank is the p-th percentile of sorted latencies (µs) by the
+// nearest-rank method RepairLatency uses: the value at rank ceil(p*n).
+func nearestRank(us []int64, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(us)))) - 1
+	return time.Duration(us[max(i, 0)]) * time.Microsecond
 }
 
 // The longest-overdue records through the (next_attempt_at, queue) index:

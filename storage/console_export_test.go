@@ -2,25 +2,23 @@ package storage
 
 // The console's statements whose plans TestConsoleQueryPlans checks.
 const (
-	SQLConsoleRecordQueues      = sqlConsoleRecordQueues
-	SQLConsoleLeaseQueues       = sqlConsoleLeaseQueues
-	SQLConsoleQueueCounts       = sqlConsoleQueueCounts
-	SQLConsoleQueueDone         = sqlConsoleQueueDone
-	SQLConsoleTotalOpen         = sqlConsoleTotalOpen
-	SQLConsoleTotalDue          = sqlConsoleTotalDue
-	SQLConsoleTotalParked       = sqlConsoleTotalParked
-	SQLConsoleDueQueues         = sqlConsoleDueQueues
-	SQLConsoleLatency           = sqlConsoleLatency
-	SQLConsoleLatencyRank       = sqlConsoleLatencyRank
-	SQLConsoleQueueLatency      = sqlConsoleQueueLatency
-	SQLConsoleRecordedPerMinute = sqlConsoleRecordedPerMinute
-	SQLConsoleDonePerMinute     = sqlConsoleDonePerMinute
-	SQLConsoleOverdue           = sqlConsoleOverdue
-	SQLConsoleParkedByQueue     = sqlConsoleParkedByQueue
-	SQLConsoleSlowRepairs       = sqlConsoleSlowRepairs
-	SQLConsoleQueueRecords      = sqlConsoleQueueRecords
-	SQLConsoleParked            = sqlConsoleParked
-	SQLConsoleRecordEvents      = sqlConsoleRecordEvents
+	SQLConsoleRecordQueues  = sqlConsoleRecordQueues
+	SQLConsoleLeaseQueues   = sqlConsoleLeaseQueues
+	SQLConsoleQueueCounts   = sqlConsoleQueueCounts
+	SQLConsoleQueueDone     = sqlConsoleQueueDone
+	SQLConsoleTotalOpen     = sqlConsoleTotalOpen
+	SQLConsoleTotalDue      = sqlConsoleTotalDue
+	SQLConsoleTotalParked   = sqlConsoleTotalParked
+	SQLConsoleDueQueues     = sqlConsoleDueQueues
+	SQLConsoleRecentDone    = sqlConsoleRecentDone
+	SQLConsoleRecordedOpen  = sqlConsoleRecordedOpen
+	SQLConsoleQueueLatency  = sqlConsoleQueueLatency
+	SQLConsoleOverdue       = sqlConsoleOverdue
+	SQLConsoleParkedByQueue = sqlConsoleParkedByQueue
+	SQLConsoleSlowRepairs   = sqlConsoleSlowRepairs
+	SQLConsoleQueueRecords  = sqlConsoleQueueRecords
+	SQLConsoleParked        = sqlConsoleParked
+	SQLConsoleRecordEvents  = sqlConsoleRecordEvents
 )
 
 // SetConsoleLimits lowers the console's read bounds for a test that must

@@ -235,10 +235,11 @@ func TestConsoleLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.store.ConsoleLatency(ctx, time.Hour, []string{"q1", "q2", "q3"})
+	act, err := b.store.ConsoleActivity(ctx, 60, []string{"q1", "q2", "q3"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := act.Latency
 	if got.Count != 20 || got.Count != want.Count || got.P50 != want.P50 || got.P99 != want.P99 || got.Max != want.Max || got.Truncated {
 		t.Errorf("ConsoleLatency = %+v; RepairLatency = %+v", got.RepairLatency, want)
 	}
@@ -250,25 +251,31 @@ func TestConsoleLatency(t *testing.T) {
 	}
 	restore := storage.SetConsoleLimits(100, 5)
 	defer restore()
-	got, err = b.store.ConsoleLatency(ctx, time.Hour, []string{"q1", "q2"})
+	act, err = b.store.ConsoleActivity(ctx, 60, []string{"q1", "q2"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	got = act.Latency
 	// The newest five repairs are q1's first five (latencies 1..5 s).
 	if !got.Truncated || got.Count != 5 || got.Max != 5*time.Second || got.P50 != 3*time.Second {
 		t.Errorf("ConsoleLatency bounded to 5 = %+v truncated %v; want the newest five (1..5 s), truncated", got.RepairLatency, got.Truncated)
 	}
-	mins, part, err := b.store.ConsolePerMinute(ctx, 60)
-	if err != nil || !part {
-		t.Errorf("ConsolePerMinute bounded to 5 = partial %v, %v; want partial", part, err)
+	if !act.Truncated {
+		t.Errorf("ConsoleActivity bounded to 5 repairs: not truncated")
 	}
 	restore()
-	mins, part, err = b.store.ConsolePerMinute(ctx, 60)
-	if err != nil || part {
-		t.Fatalf("ConsolePerMinute = partial %v, %v", part, err)
+	act, err = b.store.ConsoleActivity(ctx, 60, nil)
+	if err != nil || act.Truncated || len(act.Latency.Queues) != 0 {
+		t.Fatalf("ConsoleActivity = truncated %v queues %v, %v", act.Truncated, act.Latency.Queues, err)
 	}
-	if m1, m2 := mins[len(mins)-2], mins[len(mins)-3]; m1.Done != 10 || m2.Done != 10 || m1.LatencyMax != 10*time.Second {
-		t.Errorf("minutes 1 and 2 ago = %+v, %+v; want 10 finished each, max 10 s a minute ago", m1, m2)
+	mins := act.Minutes
+	// q1's ten finished 60.000-60.009 s ago (minute 1), q2's ten 120.000-120.009 s ago (minute 2); all were
+	// recorded within the last minute (this test backdates only their finish), and the 20 finished within the
+	// window are counted as recorded now; the one backdated to two hours ago is not read (a real record is
+	// never finished before it is recorded, so the window's finished rows hold every recorded one).
+	if m0, m1, m2 := mins[len(mins)-1], mins[len(mins)-2], mins[len(mins)-3]; m1.Done != 10 || m2.Done != 10 || m0.Done != 0 ||
+		m1.LatencyMax != 10*time.Second || m1.LatencyAvg != 5500*time.Millisecond || m2.LatencyMax != 20*time.Second || m0.Recorded != 20 {
+		t.Errorf("minutes 0, 1 and 2 ago = %+v, %+v, %+v; want 20 recorded now, 10 finished a minute ago (avg 5.5 s, max 10 s), 10 two minutes ago (max 20 s)", m0, m1, m2)
 	}
 }
 
@@ -483,7 +490,7 @@ func TestConsoleQueryPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := consolePlanProblems(t, b)
-		for _, name := range []string{"ConsoleQueueCounts", "ConsoleLatency", "ConsoleDonePerMinute", "ConsoleSlowRepairs", "ConsoleParkedByQueue"} {
+		for _, name := range []string{"ConsoleQueueCounts", "ConsoleQueueLatency", "ConsoleRecentDone", "ConsoleSlowRepairs", "ConsoleParkedByQueue"} {
 			if len(got[name]) == 0 {
 				t.Errorf("%s passes the plan check without the index it was written for", name)
 			}
@@ -524,7 +531,7 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 	t.Helper()
 	page := []any{"q1", "q2", "q3"}
 	in := func(q string) string { return fmt.Sprintf(q, "?, ?, ?") }
-	hour, lim := time.Hour.Microseconds(), 100_000
+	lim := 100_000
 	var id [16]byte
 	from := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 	const (
@@ -547,11 +554,9 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		{"ConsoleTotalDue", storage.SQLConsoleTotalDue, []any{lim}, []string{due}, true},
 		{"ConsoleTotalParked", storage.SQLConsoleTotalParked, []any{lim}, []string{recent, "mend_records_finished"}, true},
 		{"ConsoleDueQueues", storage.SQLConsoleDueQueues, []any{10_000}, []string{due}, true},
-		{"ConsoleLatency", storage.SQLConsoleLatency, []any{hour, lim}, []string{recent}, true},
-		{"ConsoleLatencyRank", storage.SQLConsoleLatencyRank, []any{hour, lim, 10}, []string{recent}, true},
-		{"ConsoleQueueLatency", in(storage.SQLConsoleQueueLatency), append(append([]any{hour}, page...), lim), []string{queueState, recent}, true},
-		{"ConsoleRecordedPerMinute", storage.SQLConsoleRecordedPerMinute, []any{3600, 3600, lim}, []string{recent}, true},
-		{"ConsoleDonePerMinute", storage.SQLConsoleDonePerMinute, []any{3600, lim}, []string{recent}, true},
+		{"ConsoleRecentDone", storage.SQLConsoleRecentDone, []any{3600, lim}, []string{recent}, true},
+		{"ConsoleRecordedOpen", storage.SQLConsoleRecordedOpen, []any{3600, 3600, lim}, []string{recent}, true},
+		{"ConsoleQueueLatency", in(storage.SQLConsoleQueueLatency), append([]any{3600}, append(page, lim)...), []string{queueState}, true},
 		{"ConsoleOverdue", storage.SQLConsoleOverdue, []any{int64(600_000_000), 1000}, []string{due}, true},
 		{"ConsoleParkedByQueue", storage.SQLConsoleParkedByQueue, []any{1000}, []string{recent}, true},
 		{"ConsoleSlowRepairs", storage.SQLConsoleSlowRepairs, []any{int64(900_000_000), int64(600_000_000), 1000}, []string{recent}, true},
