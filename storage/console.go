@@ -119,6 +119,10 @@ FROM (SELECT queue, state, next_attempt_at, created_at FROM mend_records
 	WHERE queue IN (%s) AND state IN ('pending', 'waiting', 'settled', 'parked') LIMIT ?) r
 GROUP BY queue, state`
 
+// consoleQueueCounts is the statement ConsoleQueueStatus runs; a test
+// swaps in a broken variant for its negative control.
+var consoleQueueCounts = sqlConsoleQueueCounts
+
 const sqlConsoleQueueDone = `-- name: ConsoleQueueDone
 SELECT queue, COUNT(*) AS n
 FROM (SELECT queue FROM mend_records WHERE queue IN (%s) AND state = 'done' LIMIT ?) r
@@ -157,7 +161,7 @@ func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) (out []Que
 		OldestDueUS  int64  `db:"oldest_due_us"`
 		OldestOpenUS int64  `db:"oldest_open_us"`
 	}
-	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueCounts, placeholders(len(queues))), args...); err != nil {
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(consoleQueueCounts, placeholders(len(queues))), args...); err != nil {
 		return nil, false, fmt.Errorf("storage: console queue status: %w", translate(err))
 	}
 	var read int64

@@ -28,3 +28,12 @@ func SetConsoleLimits(count, repairs int) (restore func()) {
 	consoleCountLimit, consoleRepairsLimit = count, repairs
 	return func() { consoleCountLimit, consoleRepairsLimit = c, r }
 }
+
+// SetConsoleQueueCountsSQL swaps the statement ConsoleQueueStatus runs (a
+// planted bug, for a negative control); the returned func restores it.
+// Not for parallel tests.
+func SetConsoleQueueCountsSQL(q string) (restore func()) {
+	old := consoleQueueCounts
+	consoleQueueCounts = q
+	return func() { consoleQueueCounts = old }
+}

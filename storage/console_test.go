@@ -101,14 +101,9 @@ func TestConsoleAgreesWithStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldest, err := b.store.OldestOpen(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want []string
-	for i := range st {
-		st[i].OldestOpen = oldest[st[i].Queue]
-		want = append(want, st[i].Queue)
+	for _, s := range st {
+		want = append(want, s.Queue)
 	}
 	if len(want) != 5 || slices.Contains(want, "mend-reconcile/replica/00") || !slices.Contains(want, "mend-subscribe/g/replica/02") {
 		t.Fatalf("Status lists %q; the world is built wrong", want)
@@ -124,28 +119,70 @@ func TestConsoleAgreesWithStatus(t *testing.T) {
 			}
 		})
 	}
-	cs, partial, err := b.store.ConsoleQueueStatus(ctx, want)
-	if err != nil || partial {
-		t.Fatalf("ConsoleQueueStatus = partial %v, %v", partial, err)
-	}
-	const slack = 5 * time.Second // the two reads' NOW(6) differ by their distance apart
-	near := func(a, b time.Duration) bool { return a-b < slack && b-a < slack }
-	for i, s := range st {
-		c := cs[i]
-		if c.Queue != s.Queue || !sameCounts(c.Counts, s.Counts) || c.Due != s.Due || !near(c.OldestDue, s.OldestDue) ||
-			(c.OldestDue == 0) != (s.OldestDue == 0) || !near(c.OldestOpen, s.OldestOpen) || (c.Lease == nil) != (s.Lease == nil) ||
-			(c.Lease != nil && c.Lease.Term != s.Lease.Term) {
-			t.Errorf("console %s: counts %v due %d oldest due %s oldest open %s lease %v\nstatus  %s: counts %v due %d oldest due %s oldest open %s lease %v",
-				c.Queue, c.Counts, c.Due, c.OldestDue, c.OldestOpen, c.Lease, s.Queue, s.Counts, s.Due, s.OldestDue, s.OldestOpen, s.Lease)
-		}
+	cs, problems := disagreements(t, b, st)
+	for _, p := range problems {
+		t.Error(p)
 	}
 	// And the numbers are the world's, so agreeing is not agreeing on nothing.
 	if a := cs[0]; a.Counts[mend.StatePending] != 2 || a.Counts[mend.StateDone] != 1 || a.Due != 2 || a.OldestDue < 59*time.Minute || a.OldestOpen < 119*time.Minute {
 		t.Errorf("a/due = %+v; want 2 pending due for an hour, 1 done, open for two hours", a)
 	}
-	if bo := cs[1]; bo.Due != 0 || bo.OldestDue != 0 || bo.OldestOpen == 0 && bo.Counts[mend.StateWaiting] != 1 {
+	if bo := cs[1]; bo.Due != 0 || bo.OldestDue != 0 || bo.OldestOpen == 0 || bo.Counts[mend.StateWaiting] != 1 {
 		t.Errorf("b/backoff = %+v; want nothing due, open, 1 waiting", bo)
 	}
+}
+
+// The negative control: ConsoleQueueStatus with the number issue 30
+// replaced (the oldest open record's age reported as the oldest due, what
+// mend_oldest_due_seconds was before it) must disagree with mend status.
+func TestConsoleAgreesWithStatusControl(t *testing.T) {
+	ctx := context.Background()
+	b := consoleWorld(t)
+	st, err := b.store.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(storage.SQLConsoleQueueCounts, "MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6)))", "MAX(TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)))", 1)
+	if broken == storage.SQLConsoleQueueCounts {
+		t.Fatal("the planted bug did not apply")
+	}
+	defer storage.SetConsoleQueueCountsSQL(broken)()
+	if _, problems := disagreements(t, b, st); len(problems) == 0 {
+		t.Error("the console reporting the oldest open record as the oldest due agrees with mend status: the agreement check misses it")
+	}
+}
+
+// disagreements reads ConsoleQueueStatus for status's queues and lists
+// where it differs from status (with OldestOpen filled in).
+func disagreements(t *testing.T, b *bundle, st []storage.QueueStatus) ([]storage.QueueStatus, []string) {
+	t.Helper()
+	ctx := context.Background()
+	oldest, err := b.store.OldestOpen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range st {
+		st[i].OldestOpen = oldest[st[i].Queue]
+		names = append(names, st[i].Queue)
+	}
+	cs, partial, err := b.store.ConsoleQueueStatus(ctx, names)
+	if err != nil || partial {
+		t.Fatalf("ConsoleQueueStatus = partial %v, %v", partial, err)
+	}
+	const slack = 5 * time.Second // the two reads' NOW(6) differ by their distance apart
+	near := func(a, b time.Duration) bool { return a-b < slack && b-a < slack }
+	var out []string
+	for i, s := range st {
+		c := cs[i]
+		if c.Queue != s.Queue || !sameCounts(c.Counts, s.Counts) || c.Due != s.Due || !near(c.OldestDue, s.OldestDue) ||
+			(c.OldestDue == 0) != (s.OldestDue == 0) || !near(c.OldestOpen, s.OldestOpen) || (c.Lease == nil) != (s.Lease == nil) ||
+			(c.Lease != nil && c.Lease.Term != s.Lease.Term) {
+			out = append(out, fmt.Sprintf("console %s: counts %v due %d oldest due %s oldest open %s lease %v\nstatus  %s: counts %v due %d oldest due %s oldest open %s lease %v",
+				c.Queue, c.Counts, c.Due, c.OldestDue, c.OldestOpen, c.Lease, s.Queue, s.Counts, s.Due, s.OldestDue, s.OldestOpen, s.Lease))
+		}
+	}
+	return cs, out
 }
 
 func sameCounts(a, b map[mend.State]int64) bool {
