@@ -39,7 +39,7 @@ const (
 	xssPayload = `{"batch_id":"b-1"}<b id="mend-pwned">bold</b><script>document.title="pwned"</script>`
 	queueName  = "monorepo/main"
 	otherQueue = "team/web <i>"
-	slotName   = "mend-reconcile/replica-1"
+	slotName   = "mend-reconcile/replica/01" // a reconciler's slot lease (reconcile.ReplicaSlotName)
 	password   = "correct horse"
 )
 

@@ -15,14 +15,14 @@ import (
 // *storage.DB implements it.
 type Store interface {
 	ConsoleQueueNames(ctx context.Context, after string, limit int) ([]string, bool, error)
-	ConsoleQueueStatus(ctx context.Context, queues []string) ([]storage.QueueStatus, error)
-	ConsoleQueueLatency(ctx context.Context, queues []string, window time.Duration) (map[string]storage.QueueLatencySummary, bool, error)
-	ConsolePerMinute(ctx context.Context, minutes int) ([]storage.Minute, error)
+	ConsoleQueueStatus(ctx context.Context, queues []string) ([]storage.QueueStatus, bool, error)
+	ConsoleDueQueues(ctx context.Context, limit int) ([]storage.QueueAge, bool, error)
+	ConsoleTotals(ctx context.Context) (storage.ConsoleTotals, error)
+	ConsoleActivity(ctx context.Context, minutes int, queues []string) (storage.ConsoleActivity, error)
 	ConsoleAlerts(ctx context.Context, p storage.ConsoleAlertParams) (storage.ConsoleAlerts, error)
 	ConsoleQueueRecords(ctx context.Context, queue string, state mend.State, after storage.RecordCursor, limit int) ([]mend.Record, error)
 	ConsoleRecordEvents(ctx context.Context, queue string, id mend.RecordID, limit int) ([]mend.Event, error)
 	ConsoleParked(ctx context.Context, f storage.ParkedFilter) ([]mend.Record, error)
-	RepairLatency(ctx context.Context, window time.Duration, worst int) (storage.RepairLatency, error)
 	LeaseHistory(ctx context.Context, queue string, limit int) ([]storage.LeaseTerm, error)
 	LeaseGet(ctx context.Context, queue string) (storage.LeaseStatus, error)
 	RecordFind(ctx context.Context, id mend.RecordID) (mend.Record, error)
@@ -54,8 +54,15 @@ var alertParams = storage.ConsoleAlertParams{
 const (
 	parkedPagesAfter = 15 * time.Minute
 	lagPagesAfter    = 10 * time.Minute
-	latencyWindow    = storage.RepairLatencyWindowDefault
+	// chartMinutes is the overview's window: its repair latency (mend
+	// status's RepairLatencyWindowDefault, an hour) and its chart.
 	chartMinutes     = 60
 	leaseHistoryRows = 20
 	recordEventsMax  = 500
+	// dueQueuesRead bounds the due records the overview reads to order
+	// the queues with work due (ConsoleDueQueues).
+	dueQueuesRead = 10_000
+	// restRounds bounds the reads of queue names one overview page makes
+	// past queues already listed among the stuck ones.
+	restRounds = 8
 )

@@ -2,12 +2,14 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +111,7 @@ type queueRow struct {
 	Open     int64
 	Latency  storage.QueueLatencySummary
 	LeaseTxt string
+	Pages    bool // a paging condition names the queue
 }
 
 type alertRow struct {
@@ -120,23 +123,98 @@ type alertRow struct {
 
 type overviewPage struct {
 	layout
-	Alerts      []alertRow
-	AlertsMore  bool
-	Latency     storage.RepairLatency
-	Queues      []queueRow
-	LatencyPart bool
-	After       string
-	Next        string
-	Lag         []TopicLag
-	LagOn       bool
-	LagErr      string
-	Chart       chart
+	Alerts     []alertRow
+	AlertsMore bool
+	Latency    storage.ConsoleLatency
+	Totals     storage.ConsoleTotals
+	Queues     []queueRow
+	CountsPart bool // a count of this page's queues reached its bound
+	Stuck      int  // queues listed first: paging, with work due, or parked
+	StuckMore  bool // the due records read reached their bound
+	First      bool // not the first page: link back to it
+	Next       string
+	Lag        []TopicLag
+	LagOn      bool
+	LagErr     string
+	Chart      chart
+	ChartPart  bool
 }
 
+// stuckQueue is a queue the overview lists before the others.
+type stuckQueue struct {
+	name      string
+	pages     bool
+	due       time.Duration // oldest due; 0 with nothing due
+	hasDue    bool
+	parked    time.Duration // longest parked among those read
+	hasParked bool
+}
+
+// orderStuck orders the queues that need attention first: those a paging
+// condition names, then those with a record due now, then those with a
+// parked record; within each, the longest overdue first, then the longest
+// parked, then by name.
+func orderStuck(al storage.ConsoleAlerts, due []storage.QueueAge) []stuckQueue {
+	by := map[string]*stuckQueue{}
+	get := func(q string) *stuckQueue {
+		if by[q] == nil {
+			by[q] = &stuckQueue{name: q}
+		}
+		return by[q]
+	}
+	for _, q := range due {
+		s := get(q.Queue)
+		s.hasDue, s.due = true, q.Age
+	}
+	for _, q := range al.Overdue {
+		s := get(q.Queue)
+		s.pages, s.hasDue, s.due = true, true, max(s.due, q.Age)
+	}
+	for _, q := range al.SlowRepairs {
+		get(q.Queue).pages = true
+	}
+	for _, q := range al.Parked {
+		s := get(q.Queue)
+		s.hasParked, s.parked = true, q.Age
+		s.pages = s.pages || q.Age >= parkedPagesAfter
+	}
+	out := make([]stuckQueue, 0, len(by))
+	for _, s := range by {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		switch {
+		case a.pages != b.pages:
+			return a.pages
+		case a.hasDue != b.hasDue:
+			return a.hasDue
+		case a.due != b.due:
+			return a.due > b.due
+		case a.parked != b.parked:
+			return a.parked > b.parked
+		}
+		return a.name < b.name
+	})
+	return out
+}
+
+// The overview's pages: the stuck queues (orderStuck) from offset s, then
+// the other queues by name after after. A page's link to the next is
+// ?s=N while stuck queues remain, then ?after=NAME.
 func (s *Server) overview(r *http.Request) (string, any, error) {
 	ctx := r.Context()
 	st := s.cfg.Store
-	p := overviewPage{layout: s.frame(r, "mend console", "overview"), After: r.URL.Query().Get("after")}
+	q := r.URL.Query()
+	p := overviewPage{layout: s.frame(r, "mend console", "overview"), First: q.Has("s") || q.Has("after")}
+	off := 0
+	if v := q.Get("s"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return "", nil, badRequest("bad page offset %q", v)
+		}
+		off = n
+	}
 	al, err := st.ConsoleAlerts(ctx, alertParams)
 	if err != nil {
 		return "", nil, err
@@ -151,27 +229,53 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	for _, q := range al.Parked {
 		p.Alerts = append(p.Alerts, alertRow{"MendRecordsParked", q.Queue, fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed", q.Count, dur(q.Age)), q.Age >= parkedPagesAfter})
 	}
-	if p.Latency, err = st.RepairLatency(ctx, latencyWindow, 0); err != nil {
+	if p.Totals, err = st.ConsoleTotals(ctx); err != nil {
 		return "", nil, err
 	}
-	names, more, err := st.ConsoleQueueNames(ctx, p.After, s.cfg.PageSize)
+	due, dueMore, err := st.ConsoleDueQueues(ctx, dueQueuesRead)
 	if err != nil {
 		return "", nil, err
 	}
-	if more && len(names) > 0 {
-		p.Next = names[len(names)-1]
+	stuck := orderStuck(al, due)
+	p.Stuck, p.StuckMore = len(stuck), dueMore
+	size := s.cfg.PageSize
+	var names []string
+	pages := map[string]bool{}
+	if !q.Has("after") {
+		for _, sq := range stuck[min(off, len(stuck)):min(off+size, len(stuck))] {
+			names = append(names, sq.name)
+			pages[sq.name] = sq.pages
+		}
+		if off+size < len(stuck) {
+			p.Next = "/?s=" + strconv.Itoa(off+size)
+		}
 	}
-	qs, err := st.ConsoleQueueStatus(ctx, names)
+	if p.Next == "" && len(names) < size {
+		skip := make(map[string]bool, len(stuck))
+		for _, sq := range stuck {
+			skip[sq.name] = true
+		}
+		rest, next, more, err := s.restNames(ctx, q.Get("after"), size-len(names), skip)
+		if err != nil {
+			return "", nil, err
+		}
+		names = append(names, rest...)
+		if more {
+			p.Next = "/?" + url.Values{"after": {next}}.Encode()
+		}
+	}
+	qs, part, err := st.ConsoleQueueStatus(ctx, names)
 	if err != nil {
 		return "", nil, err
 	}
-	lat, part, err := st.ConsoleQueueLatency(ctx, names, latencyWindow)
+	p.CountsPart = part
+	act, err := st.ConsoleActivity(ctx, chartMinutes, names)
 	if err != nil {
 		return "", nil, err
 	}
-	p.LatencyPart = part
+	p.Latency, p.Chart, p.ChartPart = act.Latency, makeChart(act.Minutes), act.Truncated
 	for _, q := range qs {
-		row := queueRow{QueueStatus: q, Latency: lat[q.Queue]}
+		row := queueRow{QueueStatus: q, Latency: p.Latency.Queues[q.Queue], Pages: pages[q.Queue]}
 		row.Open = q.Counts[mend.StatePending] + q.Counts[mend.StateWaiting] + q.Counts[mend.StateSettled]
 		if q.Lease != nil {
 			row.LeaseTxt = leaseWord(*q.Lease)
@@ -196,12 +300,39 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			}
 		}
 	}
-	mins, err := st.ConsolePerMinute(ctx, chartMinutes)
-	if err != nil {
-		return "", nil, err
-	}
-	p.Chart = makeChart(mins)
 	return "overview", p, nil
+}
+
+// restNames returns up to n queue names after after, by name, leaving out
+// those in skip (listed among the stuck queues), from at most restRounds
+// reads. more says names may follow; next is where the next page starts
+// (past every name read, so a page of skipped names still moves on).
+func (s *Server) restNames(ctx context.Context, after string, n int, skip map[string]bool) (names []string, next string, more bool, err error) {
+	next = after
+	for range restRounds {
+		batch, batchMore, err := s.cfg.Store.ConsoleQueueNames(ctx, next, s.cfg.PageSize+1)
+		if err != nil {
+			return nil, "", false, err
+		}
+		for i, name := range batch {
+			if skip[name] {
+				next = name
+				continue
+			}
+			if len(names) == n {
+				return names, next, true, nil
+			}
+			names = append(names, name)
+			next = name
+			if len(names) == n && (i < len(batch)-1 || batchMore) {
+				return names, next, true, nil
+			}
+		}
+		if !batchMore {
+			return names, next, false, nil
+		}
+	}
+	return names, next, true, nil
 }
 
 // leaseWord is the lease vocabulary of mend status and mend lease list.
@@ -258,7 +389,7 @@ func (s *Server) queue(r *http.Request) (string, any, error) {
 		last := p.Records[len(p.Records)-1]
 		p.Next = cursor(last.CreatedAt, last.ID)
 	}
-	sts, err := st.ConsoleQueueStatus(ctx, []string{name})
+	sts, _, err := st.ConsoleQueueStatus(ctx, []string{name})
 	if err != nil {
 		return "", nil, err
 	}

@@ -6,44 +6,51 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/mendq/mend"
 )
 
 // This file holds the read queries only mend console runs. Every one is
-// bounded: by a LIMIT, by a page of queue names, or by an index range of
-// recent rows. None reads mend_events beyond one record's primary-key range.
+// bounded by a constant: by a LIMIT in the statement or in a derived table
+// under an aggregate, or by a page of queue names; each reads an index
+// range, and the ones over many rows are index-only through the covering
+// indexes of migration 0014 (mend_records_recent, mend_records_queue_state).
+// None reads mend_events beyond one record's primary-key range.
+// TestConsoleQueryPlans checks the plans on each engine.
 
-// Slot lease prefixes: mend's own leases (a replica's reconcile slot, the
-// subscription's slot) live in mend_leases beside the queues' but are not
-// queues, so the console leaves them out of its queue lists.
-const (
-	SlotPrefixReconcile = "mend-reconcile/"
-	SlotPrefixSubscribe = "mend-subscribe/"
-)
+// consoleCountLimit bounds the rows an aggregate of the console reads: one
+// page of queues' open and parked records, their done records, a total.
+// A count that reaches it is reported as reached (Partial, Capped), not
+// as exact.
+var consoleCountLimit = 100_000
 
-// IsSlotLease reports whether name is one of mend's internal slot leases
-// rather than a queue.
-func IsSlotLease(name string) bool {
-	return strings.HasPrefix(name, SlotPrefixReconcile) || strings.HasPrefix(name, SlotPrefixSubscribe)
-}
-
-const consoleNotSlot = `queue NOT LIKE 'mend-reconcile/%' AND queue NOT LIKE 'mend-subscribe/%'`
+// consoleRepairsLimit bounds the repairs the console's latency figures and
+// chart read: the newest of the window's.
+var consoleRepairsLimit = 100_000
 
 // The DISTINCT reads the (queue, source_key) index's first column only (a
-// loose index scan), from the page's first name on.
+// loose index scan), from the page's first name on. Every queue with
+// records is a queue, whatever its name, as for mend status.
 const sqlConsoleRecordQueues = `-- name: ConsoleRecordQueues
-SELECT DISTINCT queue FROM mend_records WHERE queue > ? AND ` + consoleNotSlot + `
+SELECT DISTINCT queue FROM mend_records WHERE queue > ?
 ORDER BY queue LIMIT ?`
 
 const sqlConsoleLeaseQueues = `-- name: ConsoleLeaseQueues
-SELECT queue FROM mend_leases WHERE queue > ? AND ` + consoleNotSlot + `
+SELECT queue FROM mend_leases WHERE queue > ?
 ORDER BY queue LIMIT ?`
 
+// ConsoleQueueNames reads consoleSlotSlack lease rows more than a page, for
+// the slot leases among them, and up to consoleLeaseRounds such reads past
+// a longer run of slot leases (two per replica: far fewer in practice).
+const (
+	consoleSlotSlack   = 256
+	consoleLeaseRounds = 4
+)
+
 // ConsoleQueueNames returns up to limit queue names after after (bytewise),
-// in order: queues with records or a lease row, without mend's slot leases.
+// in order: queues with records or a lease row, without mend's own slot
+// leases (SlotLease) that have no records, the queues mend status lists.
 // more says whether names follow the last one returned.
 //
 // Returns ErrInvalid for a limit below 1.
@@ -51,19 +58,44 @@ func (d *DB) ConsoleQueueNames(ctx context.Context, after string, limit int) (na
 	if limit < 1 {
 		return nil, false, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
 	}
-	var fromRecords, fromLeases [][]byte
+	var fromRecords [][]byte
 	if err := d.db.SelectContext(ctx, &fromRecords, sqlConsoleRecordQueues, after, limit+1); err != nil {
 		return nil, false, fmt.Errorf("storage: console queue names: %w", translate(err))
 	}
-	if err := d.db.SelectContext(ctx, &fromLeases, sqlConsoleLeaseQueues, after, limit+1); err != nil {
-		return nil, false, fmt.Errorf("storage: console queue names: %w", translate(err))
-	}
 	seen := map[string]bool{}
-	for _, q := range append(fromRecords, fromLeases...) {
-		if s := string(q); !seen[s] {
-			seen[s] = true
-			names = append(names, s)
+	for _, q := range fromRecords {
+		seen[string(q)] = true
+		names = append(names, string(q))
+	}
+	// Lease rows, without slot leases: a run of them longer than the page
+	// is read past in up to consoleLeaseRounds reads; if that is not
+	// enough, the page ends where the reads stopped.
+	from, kept, complete := after, 0, false
+	for range consoleLeaseRounds {
+		var fromLeases [][]byte
+		if err := d.db.SelectContext(ctx, &fromLeases, sqlConsoleLeaseQueues, from, limit+1+consoleSlotSlack); err != nil {
+			return nil, false, fmt.Errorf("storage: console queue names: %w", translate(err))
 		}
+		for _, q := range fromLeases {
+			from = string(q)
+			if SlotLease(from) && !seen[from] {
+				continue
+			}
+			kept++
+			if !seen[from] {
+				seen[from] = true
+				names = append(names, from)
+			}
+		}
+		if len(fromLeases) <= limit+consoleSlotSlack || kept > limit {
+			complete = true
+			break
+		}
+	}
+	if !complete {
+		names = slices.DeleteFunc(names, func(n string) bool { return n > from })
+		sort.Strings(names)
+		return names[:min(len(names), limit)], true, nil
 	}
 	sort.Strings(names)
 	if len(names) > limit {
@@ -72,31 +104,47 @@ func (d *DB) ConsoleQueueNames(ctx context.Context, after string, limit int) (na
 	return names, false, nil
 }
 
-// The same numbers as StatusCounts and OldestOpen, for the named queues
-// only: their rows are read through the indexes that start with queue.
+// The per-state numbers of StatusCounts (mend status, the metrics'
+// mend_records, mend_oldest_due_seconds) with OldestOpen's
+// (mend_oldest_open_seconds) beside them, for the named queues only: an
+// index-only range of mend_records_queue_state per queue and state. The
+// open and parked records are one statement, the done records (the bulk)
+// another, each read at most consoleCountLimit rows deep.
 const sqlConsoleQueueCounts = `-- name: ConsoleQueueCounts
 SELECT queue, state, COUNT(*) AS n,
 	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
 	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us,
 	COALESCE(MAX(CASE WHEN next_attempt_at IS NOT NULL THEN TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) END), -1) AS oldest_open_us
-FROM mend_records WHERE queue IN (%s)
+FROM (SELECT queue, state, next_attempt_at, created_at FROM mend_records
+	WHERE queue IN (%s) AND state IN ('pending', 'waiting', 'settled', 'parked') LIMIT ?) r
 GROUP BY queue, state`
 
+// consoleQueueCounts is the statement ConsoleQueueStatus runs; a test
+// swaps in a broken variant for its negative control.
+var consoleQueueCounts = sqlConsoleQueueCounts
+
+const sqlConsoleQueueDone = `-- name: ConsoleQueueDone
+SELECT queue, COUNT(*) AS n
+FROM (SELECT queue FROM mend_records WHERE queue IN (%s) AND state = 'done' LIMIT ?) r
+GROUP BY queue`
+
 // ConsoleQueueStatus is Status and OldestOpen for the named queues alone
-// (one page of the console's overview), in the order given. A queue with
-// neither records nor a lease row comes back with empty counts.
+// (one page of the console's overview), in the order given: the same
+// numbers by the same definitions. A queue with neither records nor a
+// lease row comes back with empty counts. partial says a count reached
+// consoleCountLimit: the page's counts are then lower bounds.
 //
 // Returns ErrInvalid for a bad queue name.
-func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) ([]QueueStatus, error) {
+func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) (out []QueueStatus, partial bool, err error) {
 	if len(queues) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
-	args := make([]any, len(queues))
+	args := make([]any, len(queues), len(queues)+1)
 	byQueue := make(map[string]*QueueStatus, len(queues))
-	out := make([]QueueStatus, len(queues))
+	out = make([]QueueStatus, len(queues))
 	for i, q := range queues {
 		if err := mend.ValidateIdentity("queue", q, true); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		args[i] = q
 		out[i] = QueueStatus{Queue: q, Counts: map[mend.State]int64{}}
@@ -104,6 +152,7 @@ func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) ([]QueueSt
 	for i := range out {
 		byQueue[out[i].Queue] = &out[i]
 	}
+	args = append(args, consoleCountLimit)
 	var rows []struct {
 		Queue        []byte `db:"queue"`
 		State        string `db:"state"`
@@ -112,10 +161,12 @@ func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) ([]QueueSt
 		OldestDueUS  int64  `db:"oldest_due_us"`
 		OldestOpenUS int64  `db:"oldest_open_us"`
 	}
-	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueCounts, placeholders(len(queues))), args...); err != nil {
-		return nil, fmt.Errorf("storage: console queue status: %w", translate(err))
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(consoleQueueCounts, placeholders(len(queues))), args...); err != nil {
+		return nil, false, fmt.Errorf("storage: console queue status: %w", translate(err))
 	}
+	var read int64
 	for _, r := range rows {
+		read += r.N
 		s := byQueue[string(r.Queue)]
 		if s == nil {
 			continue
@@ -129,9 +180,25 @@ func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) ([]QueueSt
 			s.OldestOpen = max(s.OldestOpen, time.Duration(r.OldestOpenUS)*time.Microsecond)
 		}
 	}
+	partial = read >= int64(consoleCountLimit)
+	var done []struct {
+		Queue []byte `db:"queue"`
+		N     int64  `db:"n"`
+	}
+	if err := d.db.SelectContext(ctx, &done, fmt.Sprintf(sqlConsoleQueueDone, placeholders(len(queues))), args...); err != nil {
+		return nil, false, fmt.Errorf("storage: console queue status: %w", translate(err))
+	}
+	read = 0
+	for _, r := range done {
+		read += r.N
+		if s := byQueue[string(r.Queue)]; s != nil {
+			s.Counts[mend.StateDone] += r.N
+		}
+	}
+	partial = partial || read >= int64(consoleCountLimit)
 	leases, err := d.LeaseGetMany(ctx, queues)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for _, l := range leases {
 		if s := byQueue[l.Term.Queue]; s != nil {
@@ -139,15 +206,123 @@ func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) ([]QueueSt
 			s.Lease = &ls
 		}
 	}
-	return out, nil
+	return out, partial, nil
 }
 
-// The latencies of the named queues' repairs finished within the window,
-// newest first, through the (state, updated_at) index's range.
+// ConsoleTotals are counts across every queue, each read at most
+// consoleCountLimit rows deep from one index range.
+type ConsoleTotals struct {
+	Open   int64 // unfinished records (pending, waiting, settled), due or not
+	Due    int64 // of them, due now
+	Parked int64
+	// Capped names the counts that reached consoleCountLimit: read them as
+	// "at least".
+	Capped []string
+}
+
+// next_attempt_at is set exactly while a record is unfinished, so the
+// (next_attempt_at, queue) index's ranges hold the open and the due ones.
+const (
+	sqlConsoleTotalOpen = `-- name: ConsoleTotalOpen
+SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE next_attempt_at IS NOT NULL LIMIT ?) r`
+	sqlConsoleTotalDue = `-- name: ConsoleTotalDue
+SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE next_attempt_at <= NOW(6) LIMIT ?) r`
+	sqlConsoleTotalParked = `-- name: ConsoleTotalParked
+SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'parked' LIMIT ?) r`
+)
+
+// ConsoleTotals reads the overview's totals.
+func (d *DB) ConsoleTotals(ctx context.Context) (ConsoleTotals, error) {
+	var t ConsoleTotals
+	for _, c := range []struct {
+		name, query string
+		n           *int64
+	}{{"open", sqlConsoleTotalOpen, &t.Open}, {"due", sqlConsoleTotalDue, &t.Due}, {"parked", sqlConsoleTotalParked, &t.Parked}} {
+		if err := d.db.GetContext(ctx, c.n, c.query, consoleCountLimit); err != nil {
+			return t, fmt.Errorf("storage: console totals: %w", translate(err))
+		}
+		if *c.n >= int64(consoleCountLimit) {
+			t.Capped = append(t.Capped, c.name)
+		}
+	}
+	return t, nil
+}
+
+// The queues with records due now, each with how many of the read rows
+// are due and how long its oldest has been due: the (next_attempt_at,
+// queue) index's due range, oldest first, at most the limit's rows. The
+// first row of a queue read is its oldest due, so a queue listed has its
+// exact oldest due even when the read stopped at the limit.
+const sqlConsoleDueQueues = `-- name: ConsoleDueQueues
+SELECT queue, COUNT(*) AS n, MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))) AS us
+FROM (SELECT queue, next_attempt_at FROM mend_records WHERE next_attempt_at <= NOW(6) ORDER BY next_attempt_at LIMIT ?) d
+GROUP BY queue`
+
+// ConsoleDueQueues returns the queues with a record due now, the longest
+// overdue first (Age: the oldest due; Count: due records among those
+// read), from at most limit due records; truncated says the limit was
+// reached (queues whose due records all come later are missing).
+//
+// Returns ErrInvalid for a limit below 1.
+func (d *DB) ConsoleDueQueues(ctx context.Context, limit int) (out []QueueAge, truncated bool, err error) {
+	if limit < 1 {
+		return nil, false, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
+	}
+	var rows []struct {
+		Queue []byte `db:"queue"`
+		N     int64  `db:"n"`
+		US    int64  `db:"us"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlConsoleDueQueues, limit); err != nil {
+		return nil, false, fmt.Errorf("storage: console due queues: %w", translate(err))
+	}
+	var read int64
+	for _, r := range rows {
+		read += r.N
+		out = append(out, QueueAge{Queue: string(r.Queue), Count: r.N, Age: time.Duration(max(r.US, 0)) * time.Microsecond})
+	}
+	sortAges(out)
+	return out, read >= int64(limit), nil
+}
+
+// sortAges orders queues by age, oldest first, then by name.
+func sortAges(qs []QueueAge) {
+	sort.Slice(qs, func(i, j int) bool {
+		if qs[i].Age != qs[j].Age {
+			return qs[i].Age > qs[j].Age
+		}
+		return qs[i].Queue < qs[j].Queue
+	})
+}
+
+// The records finished within the window, newest first, at most the
+// limit's: one index-only pass over the mend_records_recent range that
+// gives the chart's finished and recorded counts and the repair latencies
+// (us is -1 for a record whose dead letter carried no failure time).
+const sqlConsoleRecentDone = `-- name: ConsoleRecentDone
+SELECT TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS fin_s, TIMESTAMPDIFF(SECOND, created_at, NOW(6)) AS rec_s,
+	COALESCE(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0), -1) AS us
+FROM mend_records
+WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND
+ORDER BY updated_at DESC LIMIT ?`
+
+// Records recorded within the window that are not finished were last
+// updated within it too (updated_at >= created_at): the open and parked
+// states' mend_records_recent ranges, index-only.
+const sqlConsoleRecordedOpen = `-- name: ConsoleRecordedOpen
+SELECT FLOOR(TIMESTAMPDIFF(SECOND, created_at, NOW(6)) / 60) AS ago, COUNT(*) AS n
+FROM (SELECT created_at FROM mend_records
+	WHERE state IN ('pending', 'waiting', 'settled', 'parked')
+		AND updated_at >= NOW(6) - INTERVAL ? SECOND AND created_at >= NOW(6) - INTERVAL ? SECOND
+	LIMIT ?) r
+GROUP BY ago`
+
+// The named queues' repairs within the window: for each queue, the
+// mend_records_queue_state range (queue, 'done', updated_at), index-only.
 const sqlConsoleQueueLatency = `-- name: ConsoleQueueLatency
 SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
 FROM mend_records
-WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL AND queue IN (%s)
+WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND AND failed_at IS NOT NULL AND queue IN (%s)
 ORDER BY updated_at DESC
 LIMIT ?`
 
@@ -157,67 +332,16 @@ type QueueLatencySummary struct {
 	P50, P99 time.Duration
 }
 
-// ConsoleQueueLatencyLimit bounds the repairs ConsoleQueueLatency reads for
-// one page of queues.
-const ConsoleQueueLatencyLimit = 20000
-
-// ConsoleQueueLatency returns p50 and p99 (nearest rank, as RepairLatency)
-// of each named queue's repairs finished within window, from at most
-// ConsoleQueueLatencyLimit of the newest; truncated says the limit was hit
-// (the figures then cover the newest repairs only). Queues without repairs
-// in the window are absent.
-func (d *DB) ConsoleQueueLatency(ctx context.Context, queues []string, window time.Duration) (out map[string]QueueLatencySummary, truncated bool, err error) {
-	out = map[string]QueueLatencySummary{}
-	if len(queues) == 0 {
-		return out, false, nil
-	}
-	if window <= 0 {
-		return nil, false, &mend.ValidationError{Field: "window", Reason: "must be positive"}
-	}
-	args := []any{window.Microseconds()}
-	for _, q := range queues {
-		args = append(args, q)
-	}
-	args = append(args, ConsoleQueueLatencyLimit)
-	var rows []struct {
-		Queue []byte `db:"queue"`
-		US    int64  `db:"us"`
-	}
-	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueLatency, placeholders(len(queues))), args...); err != nil {
-		return nil, false, fmt.Errorf("storage: console queue latency: %w", translate(err))
-	}
-	by := map[string][]int64{}
-	for _, r := range rows {
-		by[string(r.Queue)] = append(by[string(r.Queue)], r.US)
-	}
-	rank := func(us []int64, p float64) time.Duration {
-		i := int(math.Ceil(p*float64(len(us)))) - 1
-		return time.Duration(us[max(i, 0)]) * time.Microsecond
-	}
-	for q, us := range by {
-		slices.Sort(us)
-		out[q] = QueueLatencySummary{Count: int64(len(us)), P50: rank(us, 0.5), P99: rank(us, 0.99)}
-	}
-	return out, len(rows) == ConsoleQueueLatencyLimit, nil
+// ConsoleLatency is the overview's repair latency: RepairLatency's figures
+// (the same repairs, latency and nearest rank) over the window's newest
+// consoleRepairsLimit repairs, and each named queue's.
+type ConsoleLatency struct {
+	RepairLatency
+	Queues map[string]QueueLatencySummary
+	// Truncated says the window held more than was read: the figures are
+	// those of the newest repairs.
+	Truncated bool
 }
-
-// Records recorded within the window were also last updated within it
-// (updated_at >= created_at), so the (state, updated_at) index's ranges
-// bound the read to the window's rows.
-const sqlConsoleRecordedPerMinute = `-- name: ConsoleRecordedPerMinute
-SELECT FLOOR(TIMESTAMPDIFF(SECOND, created_at, NOW(6)) / 60) AS ago, COUNT(*) AS n
-FROM mend_records
-WHERE state IN ('pending', 'waiting', 'settled', 'parked', 'done')
-	AND updated_at >= NOW(6) - INTERVAL ? SECOND AND created_at >= NOW(6) - INTERVAL ? SECOND
-GROUP BY ago`
-
-const sqlConsoleDonePerMinute = `-- name: ConsoleDonePerMinute
-SELECT FLOOR(TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) / 60) AS ago, COUNT(*) AS n,
-	COALESCE(MAX(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0)), 0) AS max_us,
-	COALESCE(AVG(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0)), 0) AS avg_us
-FROM mend_records
-WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND
-GROUP BY ago`
 
 // Minute is one minute of the console's chart; Ago 0 is the current minute.
 type Minute struct {
@@ -229,54 +353,135 @@ type Minute struct {
 	LatencyAvg, LatencyMax time.Duration
 }
 
-// ConsolePerMinute returns one Minute for each of the last minutes minutes
-// by the database clock, oldest first.
+// ConsoleActivity is the overview's last minutes: the repair latency over
+// them and the chart's counts per minute.
+type ConsoleActivity struct {
+	Latency ConsoleLatency
+	// Minutes, oldest first, one per minute of the window.
+	Minutes []Minute
+	// Truncated says a read reached its bound: the latency figures are the
+	// newest repairs', the chart's oldest minutes partial.
+	Truncated bool
+}
+
+// ConsoleActivity reads the last minutes minutes by the database clock:
+// the repair latency over them, overall and for queues (which may be
+// empty; queues without repairs are absent from Latency.Queues), and the
+// records recorded and finished per minute.
 //
-// Returns ErrInvalid for minutes outside 1..1440.
-func (d *DB) ConsolePerMinute(ctx context.Context, minutes int) ([]Minute, error) {
+// Returns ErrInvalid for minutes outside 1..1440 or a bad queue name.
+func (d *DB) ConsoleActivity(ctx context.Context, minutes int, queues []string) (ConsoleActivity, error) {
+	var out ConsoleActivity
 	if minutes < 1 || minutes > 1440 {
-		return nil, &mend.ValidationError{Field: "minutes", Reason: "must be 1 to 1440"}
+		return out, &mend.ValidationError{Field: "minutes", Reason: "must be 1 to 1440"}
 	}
-	out := make([]Minute, minutes)
-	for i := range out {
-		out[i].Ago = minutes - 1 - i
+	for _, q := range queues {
+		if err := mend.ValidateIdentity("queue", q, true); err != nil {
+			return out, err
+		}
 	}
-	at := func(ago int64) *Minute {
-		if ago < 0 || ago >= int64(minutes) {
+	secs, lim := minutes*60, consoleRepairsLimit
+	window := time.Duration(secs) * time.Second
+	out.Latency = ConsoleLatency{RepairLatency: RepairLatency{Window: window}, Queues: map[string]QueueLatencySummary{}}
+	out.Minutes = make([]Minute, minutes)
+	for i := range out.Minutes {
+		out.Minutes[i].Ago = minutes - 1 - i
+	}
+	at := func(secsAgo int64) *Minute {
+		ago := secsAgo / 60
+		if secsAgo < 0 || ago >= int64(minutes) {
 			return nil
 		}
-		return &out[minutes-1-int(ago)]
+		return &out.Minutes[minutes-1-int(ago)]
 	}
-	secs := minutes * 60
+	var done []struct {
+		FinS int64 `db:"fin_s"`
+		RecS int64 `db:"rec_s"`
+		US   int64 `db:"us"`
+	}
+	if err := d.db.SelectContext(ctx, &done, sqlConsoleRecentDone, secs, lim); err != nil {
+		return out, fmt.Errorf("storage: console activity: %w", translate(err))
+	}
+	out.Truncated = len(done) >= lim
+	lat := make([]int64, 0, len(done))
+	sums, with := make([]int64, minutes), make([]int64, minutes) // per minute: latency total, repairs with a failure time
+	for _, r := range done {
+		if m := at(r.RecS); m != nil {
+			m.Recorded++
+		}
+		m := at(r.FinS)
+		if m == nil {
+			continue
+		}
+		m.Done++
+		if r.US < 0 {
+			continue
+		}
+		lat = append(lat, r.US)
+		m.LatencyMax = max(m.LatencyMax, time.Duration(r.US)*time.Microsecond)
+		sums[minutes-1-m.Ago] += r.US
+		with[minutes-1-m.Ago]++
+	}
+	for i := range out.Minutes {
+		if with[i] > 0 {
+			out.Minutes[i].LatencyAvg = time.Duration(sums[i]/with[i]) * time.Microsecond
+		}
+	}
+	slices.Sort(lat)
+	l := &out.Latency
+	l.Count, l.Truncated = int64(len(lat)), out.Truncated
+	if len(lat) > 0 {
+		l.P50, l.P99, l.Max = nearestRank(lat, 0.5), nearestRank(lat, 0.99), time.Duration(lat[len(lat)-1])*time.Microsecond
+	}
 	var rec []struct {
 		Ago int64 `db:"ago"`
 		N   int64 `db:"n"`
 	}
-	if err := d.db.SelectContext(ctx, &rec, sqlConsoleRecordedPerMinute, secs, secs); err != nil {
-		return nil, fmt.Errorf("storage: console recorded per minute: %w", translate(err))
+	if err := d.db.SelectContext(ctx, &rec, sqlConsoleRecordedOpen, secs, secs, lim); err != nil {
+		return out, fmt.Errorf("storage: console recorded per minute: %w", translate(err))
 	}
+	var read int64
 	for _, r := range rec {
-		if m := at(r.Ago); m != nil {
+		read += r.N
+		if m := at(r.Ago * 60); m != nil {
 			m.Recorded += r.N
 		}
 	}
-	var done []struct {
-		Ago   int64   `db:"ago"`
-		N     int64   `db:"n"`
-		MaxUS int64   `db:"max_us"`
-		AvgUS float64 `db:"avg_us"`
+	out.Truncated = out.Truncated || read >= int64(lim)
+	if len(queues) == 0 {
+		return out, nil
 	}
-	if err := d.db.SelectContext(ctx, &done, sqlConsoleDonePerMinute, secs); err != nil {
-		return nil, fmt.Errorf("storage: console finished per minute: %w", translate(err))
+	args := []any{secs}
+	for _, q := range queues {
+		args = append(args, q)
 	}
-	for _, r := range done {
-		if m := at(r.Ago); m != nil {
-			m.Done += r.N
-			m.LatencyMax = time.Duration(r.MaxUS) * time.Microsecond
-			m.LatencyAvg = time.Duration(r.AvgUS) * time.Microsecond
-		}
+	args = append(args, lim)
+	var rows []struct {
+		Queue []byte `db:"queue"`
+		US    int64  `db:"us"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleQueueLatency, placeholders(len(queues))), args...); err != nil {
+		return out, fmt.Errorf("storage: console queue latency: %w", translate(err))
+	}
+	if len(rows) >= lim {
+		out.Truncated, l.Truncated = true, true
+	}
+	by := map[string][]int64{}
+	for _, r := range rows {
+		by[string(r.Queue)] = append(by[string(r.Queue)], r.US)
+	}
+	for q, us := range by {
+		slices.Sort(us)
+		l.Queues[q] = QueueLatencySummary{Count: int64(len(us)), P50: nearestRank(us, 0.5), P99: nearestRank(us, 0.99)}
 	}
 	return out, nil
+}
+
+// nearestRank is the p-th percentile of sorted latencies (µs) by the
+// nearest-rank method RepairLatency uses: the value at rank ceil(p*n).
+func nearestRank(us []int64, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(us)))) - 1
+	return time.Duration(us[max(i, 0)]) * time.Microsecond
 }
 
 // The longest-overdue records through the (next_attempt_at, queue) index:
@@ -288,19 +493,21 @@ WHERE next_attempt_at <= NOW(6) - INTERVAL ? MICROSECOND
 ORDER BY next_attempt_at
 LIMIT ?`
 
-// Parked rows through the (state, updated_at) index, at most the limit's
-// worth of the longest-parked.
+// Parked rows through mend_records_recent (index-only), at most the
+// limit's worth of the longest-parked.
 const sqlConsoleParkedByQueue = `-- name: ConsoleParkedByQueue
 SELECT queue, COUNT(*) AS n, MAX(TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6))) AS us
 FROM (SELECT queue, state_since FROM mend_records WHERE state = 'parked' ORDER BY updated_at LIMIT ?) p
 GROUP BY queue`
 
-// Repairs finished within the window that took longer than the bound.
+// Repairs finished within the window that took longer than the bound, the
+// window's newest at most the limit's (mend_records_recent, index-only).
 const sqlConsoleSlowRepairs = `-- name: ConsoleSlowRepairs
-SELECT queue, COUNT(*) AS n, MAX(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at)) AS us
-FROM mend_records
-WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL
-	AND TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at) > ?
+SELECT queue, COUNT(*) AS n, MAX(us) AS us
+FROM (SELECT queue, TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at) AS us FROM mend_records
+	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL
+		AND TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at) > ?
+	ORDER BY updated_at DESC LIMIT ?) s
 GROUP BY queue`
 
 // QueueAge is a queue with a count and the largest age of its rows that
@@ -376,19 +583,14 @@ func (d *DB) ConsoleAlerts(ctx context.Context, p ConsoleAlertParams) (ConsoleAl
 		if total >= int64(p.Limit) {
 			out.Truncated = true
 		}
-		sort.Slice(res, func(i, j int) bool {
-			if res[i].Age != res[j].Age {
-				return res[i].Age > res[j].Age
-			}
-			return res[i].Queue < res[j].Queue
-		})
+		sortAges(res)
 		return res, nil
 	}
 	var err error
 	if out.Parked, err = grouped("parked", sqlConsoleParkedByQueue, p.Limit); err != nil {
 		return out, err
 	}
-	if out.SlowRepairs, err = grouped("slow repairs", sqlConsoleSlowRepairs, p.SLOWindow.Microseconds(), p.SLOBound.Microseconds()); err != nil {
+	if out.SlowRepairs, err = grouped("slow repairs", sqlConsoleSlowRepairs, p.SLOWindow.Microseconds(), p.SLOBound.Microseconds(), p.Limit); err != nil {
 		return out, err
 	}
 	return out, nil

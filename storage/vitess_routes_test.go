@@ -26,8 +26,9 @@ var scatterReads = []string{
 	"RecordsSelect",                 // mend list / retry / resolve selections: (? = '' OR queue = ?) routes nowhere
 	"VerifyRecords", "VerifyEvents", // mend verify's pages
 	// mend console's overview and parked pages (bounded by a page of queues or a LIMIT)
-	"ConsoleDonePerMinute", "ConsoleLeaseQueues", "ConsoleOverdue", "ConsoleParked", "ConsoleParkedByQueue",
-	"ConsoleRecordQueues", "ConsoleRecordedPerMinute", "ConsoleSlowRepairs",
+	"ConsoleDueQueues", "ConsoleLeaseQueues", "ConsoleOverdue", "ConsoleParked", "ConsoleParkedByQueue",
+	"ConsoleRecentDone", "ConsoleRecordQueues", "ConsoleRecordedOpen", "ConsoleSlowRepairs",
+	"ConsoleTotalDue", "ConsoleTotalOpen", "ConsoleTotalParked",
 }
 
 // TestVitessEveryStatementRoute asks vtgate (VEXPLAIN PLAN) for the route of every named
