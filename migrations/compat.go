@@ -68,9 +68,34 @@ const changelog = "CHANGELOG.md lists the schema each release needs; `mend versi
 // only consulted above r.Newest, where the binary knows no migration and
 // tells expand from contract by shape: everything it knows must still be
 // there, and every column it does not know must take a default.
+//
+// A dirty version is a migration running now (golang-migrate marks its
+// version dirty until it ends) or one that failed half way; the binary
+// cannot tell which. It keeps working through it where what it uses is
+// certainly there: above r.Newest if the shape still holds everything it
+// knows (as for a newer clean schema), and at or below r.Newest if that
+// migration is one of its own expand steps and the version before it is
+// in range. Otherwise every replica would turn not ready for as long as
+// another release's `mend migrate up` builds an index (issue 33's took a
+// second on a test table; on a production table, minutes).
 func (r Range) Judge(version uint, dirty bool, cols []Column) Verdict {
 	v := Verdict{Version: version, Dirty: dirty}
+	const dirtyFix = "if no `mend migrate up` or `down` is running, repair the schema by hand to match a version, then run: mend migrate force <that version> (docs/operations.md, 'Dirty schema')"
 	switch {
+	case dirty && version > r.Newest:
+		if gone := contracted(SchemaManifest(), cols); len(gone) > 0 {
+			v.Detail = fmt.Sprintf("mend's schema version %d is DIRTY (a migration newer than this binary, %s, is running or failed half way) and it changed what this binary uses: %s",
+				version, r, strings.Join(gone, "; "))
+			v.Fix = fmt.Sprintf("run a mend binary that knows schema %d (%s); %s", version, changelog, dirtyFix)
+			return v
+		}
+		v.OK, v.Newer = true, true
+		v.Detail = fmt.Sprintf("mend's schema version %d is DIRTY: a migration newer than this binary (%s) is running, or failed half way; everything this binary uses is still there, so it keeps working", version, r)
+		v.Fix = dirtyFix
+	case dirty && version > r.Oldest && version <= r.Newest && embeddedKind(version) == Expand:
+		v.OK = true
+		v.Detail = fmt.Sprintf("mend's schema version %d is DIRTY: migration %d is running, or failed half way; it is an expand step and this binary runs on %d, so it keeps working", version, version, version-1)
+		v.Fix = dirtyFix
 	case dirty:
 		v.Detail = fmt.Sprintf("mend's schema version %d is DIRTY: a migration failed half way", version)
 		v.Fix = "repair the schema by hand to match a version, then run: mend migrate force <that version> (docs/operations.md, 'Dirty schema')"
@@ -95,6 +120,21 @@ func (r Range) Judge(version uint, dirty bool, cols []Column) Verdict {
 		v.Fix = fmt.Sprintf("upgrade this binary to one that knows schema %d (%s)", version, changelog)
 	}
 	return v
+}
+
+// embeddedKind is the kind of this binary's migration version, or "" if it
+// embeds none of that number.
+func embeddedKind(version uint) Kind {
+	list, err := Mend.List()
+	if err != nil {
+		return ""
+	}
+	for _, m := range list {
+		if m.Version == version {
+			return Declared(m.Up)
+		}
+	}
+	return ""
 }
 
 // contracted lists what of m is missing from cols, and the columns of m's

@@ -237,7 +237,7 @@ func checkSchema(ctx context.Context, db *sql.DB) check {
 		return check{Name: "schema", Status: checkFail, Detail: "cannot read the schema version: " + err.Error()}
 	case !v.OK:
 		return check{Name: "schema", Status: checkFail, Detail: v.Detail, Fix: v.Fix}
-	case v.Newer:
+	case v.Newer, v.Dirty:
 		return check{Name: "schema", Status: checkWarn, Detail: v.Detail, Fix: v.Fix}
 	}
 	return check{Name: "schema", Status: checkOK, Detail: v.Detail}

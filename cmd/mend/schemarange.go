@@ -39,7 +39,7 @@ func judgeSchema(ctx context.Context, db *sql.DB) (migrations.Verdict, error) {
 		return migrations.Verdict{}, err
 	}
 	var cols []migrations.Column
-	if !dirty && v > r.Newest {
+	if v > r.Newest {
 		sc, err := storage.ReadSchemaColumns(ctx, db, slices.Sorted(maps.Keys(migrations.SchemaManifest()))...)
 		if err != nil {
 			return migrations.Verdict{}, err
@@ -108,6 +108,8 @@ func (w *schemaWatch) check(ctx context.Context) {
 		w.log.Error("mend's schema is one this binary cannot run on", "schema_version", v.Version, "detail", v.Detail, "fix", v.Fix)
 	case v.Newer:
 		w.log.Warn("mend's schema is newer than this binary; it keeps working", "schema_version", v.Version, "detail", v.Detail, "fix", v.Fix)
+	case v.Dirty:
+		w.log.Warn("mend's schema is dirty (a migration running or failed half way); it keeps working", "schema_version", v.Version, "detail", v.Detail, "fix", v.Fix)
 	case w.said != 0:
 		w.log.Info("mend's schema version changed", "schema_version", v.Version, "detail", v.Detail)
 	}

@@ -68,6 +68,15 @@ func TestSchemaRange(t *testing.T) {
 				plant(t, db, "ALTER TABLE mend_events ADD COLUMN note BLOB NULL, ADD COLUMN n INT NOT NULL DEFAULT 0")
 			},
 			detail: []string{fmt.Sprintf("version %d, newer than this binary", next), "expand-only", fmt.Sprintf("knows schema %d", next)}},
+		{name: "a newer migration running (dirty), expand so far", status: checkWarn, ready: 200, runs: true, newerLogs: 1,
+			setup: func(t *testing.T, db *mysqltest.DB) {
+				opsMust(t, "migrate", "up", "--dsn", db.DSN)
+				plant(t, db, "ALTER TABLE mend_events ADD COLUMN note BLOB NULL")
+				if _, err := db.SQL(t).Exec("UPDATE mend_schema_migrations SET dirty = 1"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			detail: []string{fmt.Sprintf("version %d is DIRTY", next), "is running, or failed half way", "mend migrate force"}},
 		{name: "newer by a contract that drops a column", status: checkFail, ready: 503,
 			setup: func(t *testing.T, db *mysqltest.DB) {
 				opsMust(t, "migrate", "up", "--dsn", db.DSN)
@@ -120,7 +129,18 @@ func TestSchemaRange(t *testing.T) {
 // Judge on its own, without a server: the boundaries of the range.
 func TestJudgeBoundaries(t *testing.T) {
 	t.Parallel()
-	r := migrations.Range{Oldest: 13, Newest: 14}
+	// The range ends at this binary's latest migration, an expand step (the
+	// dirty cases judge it by its declared kind).
+	list, err := migrations.Mend.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := list[len(list)-1]
+	if migrations.Declared(last.Up) != migrations.Expand {
+		t.Skipf("migration %d is a contract step; the dirty cases below assume an expand one", last.Version)
+	}
+	r := migrations.Range{Oldest: last.Version - 1, Newest: last.Version}
+	lo, hi := r.Oldest, r.Newest
 	var all []migrations.Column
 	for table, cols := range migrations.SchemaManifest() {
 		for _, c := range cols {
@@ -131,14 +151,21 @@ func TestJudgeBoundaries(t *testing.T) {
 		v       uint
 		dirty   bool
 		ok, new bool
-	}{{0, false, false, false}, {12, false, false, false}, {13, false, true, false}, {14, false, true, false},
-		{14, true, false, false}, {15, false, true, true}, {40, false, true, true}} {
+	}{{0, false, false, false}, {lo - 1, false, false, false}, {lo, false, true, false}, {hi, false, true, false},
+		// Dirty: lo is the range's oldest, so the schema before it is out
+		// of range; hi (an expand step this binary embeds) runs on lo; hi+1
+		// is judged by shape, here intact.
+		{lo, true, false, false}, {hi, true, true, false}, {hi + 1, true, true, true},
+		{hi + 1, false, true, true}, {40, false, true, true}} {
 		got := r.Judge(tc.v, tc.dirty, all)
 		if got.OK != tc.ok || got.Newer != tc.new {
 			t.Errorf("Judge(%d, dirty %v) = ok %v newer %v (%s); want %v %v", tc.v, tc.dirty, got.OK, got.Newer, got.Detail, tc.ok, tc.new)
 		}
 	}
-	if got := r.Judge(15, false, nil); got.OK || !strings.Contains(got.Detail, "table mend_records is gone") {
+	if got := r.Judge(hi+1, false, nil); got.OK || !strings.Contains(got.Detail, "table mend_records is gone") {
 		t.Errorf("Judge on a schema without mend's tables = %+v; want a refusal naming them", got)
+	}
+	if got := r.Judge(hi+1, true, nil); got.OK || !strings.Contains(got.Detail, "DIRTY") || !strings.Contains(got.Detail, "table mend_records is gone") {
+		t.Errorf("Judge on a dirty newer schema without mend's tables = %+v; want a refusal naming them", got)
 	}
 }
