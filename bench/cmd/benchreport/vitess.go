@@ -146,7 +146,7 @@ func renderVitess(r results, commands []string, took time.Duration, date time.Ti
 	}
 	fmt.Fprintf(&b, "- **Whole run:** %s\n\n", took.Round(time.Second))
 	fmt.Fprintf(&b, "`vitess` is mend's keyspace sharded in two (`-80`, `80-`) through vtgate (`--transaction-mode=SINGLE`, tablets\n")
-	fmt.Fprintf(&b, "with the consolidator off); `mysql` is a plain database on the mysqld under the same cluster, reached directly.\n")
+	fmt.Fprintf(&b, "with the query consolidator on, their default); `mysql` is a plain database on the mysqld under the same cluster, reached directly.\n")
 	fmt.Fprintf(&b, "The host's tables (the repair's and the storm's) are a plain database on that mysqld in both.\n\n")
 	fmt.Fprintf(&b, "| case | unit | Vitess | one MySQL | Vitess / MySQL |\n|---|---|---:|---:|---:|\n")
 	var sum strings.Builder
