@@ -538,7 +538,6 @@ func freeOp(op porcupine.Operation) bool {
 // checker saw every such acquire as "granted the next epoch, or nothing";
 // twenty of them in one history made it give up (Unknown after 2 minutes).
 //
-//
 // When start (the wall time the history's call times count from) is set,
 // a grant is also held to the time the lease history gives it: the
 // database's NOW(6) in the granting statement, which ran after the call
