@@ -384,11 +384,9 @@ func TestConsoleParkedPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	var ids []mend.RecordID
 	for i, q := range []string{"q1", "q2", "q1", "q2", "q1"} {
 		rec := b.create(t, src(q, fmt.Sprintf("m%d", i)))
 		setState(t, b, rec.ID, mend.StateParked, "NULL")
-		ids = append(ids, rec.ID)
 	}
 	if _, err := b.db.SQL(t).Exec("UPDATE mend_records SET updated_at = '2026-01-01 00:00:00', last_error = IF(queue = 'q1', 'wake-up failed', 'contradiction')"); err != nil {
 		t.Fatal(err)
