@@ -207,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("vitesscluster: %w", err)
 	}
 	if os.Geteuid() == 0 {
-		if err := chownTree(tmp, 65534, 65534); err != nil {
+		if err := vitessdb.ChownTree(tmp, 65534, 65534); err != nil {
 			return nil, fmt.Errorf("vitesscluster: hand %s to nobody: %w", tmp, err)
 		}
 	}
@@ -528,7 +528,7 @@ func (c *Cluster) KillPrimary(ctx context.Context, shard string) (*Tablet, error
 		return nil, fmt.Errorf("vitesscluster: kill mysqld %d of %s: %w", pid, t.Alias, err)
 	}
 	_ = syscall.Kill(-t.proc.cmd.Process.Pid, syscall.SIGKILL)
-	if err := waitGone(func() bool { return alive(pid) }); err != nil {
+	if err := vitessdb.WaitGone(func() bool { return vitessdb.ProcessAlive(pid) }); err != nil {
 		return nil, fmt.Errorf("vitesscluster: mysqld %d of %s: %w", pid, t.Alias, err)
 	}
 	<-t.proc.exited
@@ -579,7 +579,7 @@ func (c *Cluster) EmergencyReparent(ctx context.Context, shard string) (*Tablet,
 // many processes that is.
 func (c *Cluster) RSS() (int64, int) {
 	var sum int64
-	pids := pidsUsing(c.Dir)
+	pids := vitessdb.PIDsUsing(c.Dir)
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
@@ -610,9 +610,9 @@ func (c *Cluster) Close() error {
 		for _, p := range procs {
 			<-p.exited
 		}
-		for _, pid := range pidsUsing(c.Dir) {
+		for _, pid := range vitessdb.PIDsUsing(c.Dir) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
-			if err := waitGone(func() bool { return alive(pid) }); err != nil {
+			if err := vitessdb.WaitGone(func() bool { return vitessdb.ProcessAlive(pid) }); err != nil {
 				c.closeErr = errors.Join(c.closeErr, fmt.Errorf("vitesscluster: process %d: %w", pid, err))
 			}
 		}
@@ -781,56 +781,6 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, p)
 	}
 	return ports, nil
-}
-
-// alive reports whether process pid exists (EPERM: it does, under another user).
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// waitGone polls until alive says no, for up to stopTimeout (after a SIGKILL).
-func waitGone(alive func() bool) error {
-	deadline := time.Now().Add(stopTimeout)
-	for alive() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("still alive after SIGKILL and %v", stopTimeout)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the kernel, not synchronising with a test
-	}
-	return nil
-}
-
-// pidsUsing lists the processes whose command line names dir.
-func pidsUsing(dir string) []int {
-	if dir == "" {
-		return nil
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(dir+"/")) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-func chownTree(root string, uid, gid int) error {
-	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
 }
 
 func tail(s string, n int) string {

@@ -147,7 +147,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	if os.Geteuid() == 0 {
-		if err := chownTree(tmp, 65534, 65534); err != nil {
+		if err := ChownTree(tmp, 65534, 65534); err != nil {
 			return nil, fmt.Errorf("vitessdb: hand %s to nobody: %w", tmp, err)
 		}
 	}
@@ -184,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, fmt.Errorf("vitessdb: %w", err)
 	}
 	if os.Geteuid() == 0 {
-		if err := chownTree(filepath.Join(tmp, "data"), 65534, 65534); err != nil {
+		if err := ChownTree(filepath.Join(tmp, "data"), 65534, 65534); err != nil {
 			return nil, fmt.Errorf("vitessdb: %w", err)
 		}
 	}
@@ -417,12 +417,12 @@ func (s *Server) Close() error {
 			pid := s.cmd.Process.Pid
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			<-s.exited
-			if err := waitGone(func() bool { return syscall.Kill(-pid, 0) == nil }); err != nil {
+			if err := WaitGone(func() bool { return syscall.Kill(-pid, 0) == nil }); err != nil {
 				s.closeErr = fmt.Errorf("vitessdb: process group %d: %w", pid, err)
 			}
-			for _, p := range pidsUsing(s.Dir) {
+			for _, p := range PIDsUsing(s.Dir) {
 				_ = syscall.Kill(p, syscall.SIGKILL)
-				if err := waitGone(func() bool { return syscall.Kill(p, 0) == nil }); err != nil {
+				if err := WaitGone(func() bool { return syscall.Kill(p, 0) == nil }); err != nil {
 					s.closeErr = errors.Join(s.closeErr, fmt.Errorf("vitessdb: process %d: %w", p, err))
 				}
 			}
@@ -456,12 +456,12 @@ func Reap(prefix string) error {
 			continue
 		}
 		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || owner <= 0 || alive(owner) {
+		if err != nil || owner <= 0 || ProcessAlive(owner) {
 			continue
 		}
-		for _, p := range pidsUsing(dir) {
+		for _, p := range PIDsUsing(dir) {
 			_ = syscall.Kill(p, syscall.SIGKILL)
-			if err := waitGone(func() bool { return syscall.Kill(p, 0) == nil }); err != nil {
+			if err := WaitGone(func() bool { return syscall.Kill(p, 0) == nil }); err != nil {
 				errs = append(errs, fmt.Errorf("vitessdb: reap %s: process %d: %w", dir, p, err))
 			}
 		}
@@ -470,15 +470,15 @@ func Reap(prefix string) error {
 	return errors.Join(errs...)
 }
 
-// alive reports whether process pid exists (EPERM: it does, under another user).
-func alive(pid int) bool {
+// ProcessAlive reports whether process pid exists (EPERM: it does, under another user).
+func ProcessAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// waitGone polls alive (the kernel's answer for a pid or group) until it says no, for up to
+// WaitGone polls alive (the kernel's answer for a pid or group) until it says no, for up to
 // stopTimeout.
-func waitGone(alive func() bool) error {
+func WaitGone(alive func() bool) error {
 	deadline := time.Now().Add(stopTimeout)
 	for alive() {
 		if time.Now().After(deadline) {
@@ -489,9 +489,9 @@ func waitGone(alive func() bool) error {
 	return nil
 }
 
-// pidsUsing lists the processes whose command line names dir (mysqld is started with
+// PIDsUsing lists the processes whose command line names dir (mysqld is started with
 // --defaults-file under it).
-func pidsUsing(dir string) []int {
+func PIDsUsing(dir string) []int {
 	if dir == "" {
 		return nil
 	}
@@ -546,7 +546,8 @@ func freeBase() (int, error) {
 	return 0, errors.New("vitessdb: no free port range below 32000")
 }
 
-func chownTree(root string, uid, gid int) error {
+// ChownTree gives root and everything under it to uid:gid (the servers run as nobody when the tests run as root).
+func ChownTree(root string, uid, gid int) error {
 	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
