@@ -22,10 +22,14 @@ import (
 // contenders are each other's load, as the packages of make test are.
 // EnvFenceSoakFor (a Go duration) stops starting histories after that
 // long, so a soak fits a time budget; the report gives the count reached.
+// EnvFenceSoakStop names a file whose appearance stops it the same way, so a
+// script can run the soak exactly as long as something else (the whole
+// suite under make test-under-load, say) and still let it clean up.
 const (
 	EnvFenceSoak        = "MEND_FENCE_SOAK"
 	EnvFenceSoakWorkers = "MEND_FENCE_SOAK_WORKERS"
 	EnvFenceSoakFor     = "MEND_FENCE_SOAK_FOR"
+	EnvFenceSoakStop    = "MEND_FENCE_SOAK_STOP"
 )
 
 // TestFenceLinearizableSoak runs the fence proof's workload and check
@@ -50,6 +54,10 @@ func TestFenceLinearizableSoak(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv(EnvFenceSoakFor)); err == nil && d > 0 {
 		budget = d
 	}
+	stop := func() bool { return false }
+	if f := os.Getenv(EnvFenceSoakStop); f != "" {
+		stop = func() bool { _, err := os.Stat(f); return err == nil }
+	}
 	const contenders, total = 6, 1500
 	var (
 		next, ran                     atomic.Int64
@@ -63,7 +71,7 @@ func TestFenceLinearizableSoak(t *testing.T) {
 		wg.Go(func() {
 			_, direct, stores, _, _, faults := fenceSetup(t, contenders)
 			for {
-				if time.Since(begin) > budget || t.Context().Err() != nil {
+				if time.Since(begin) > budget || t.Context().Err() != nil || stop() {
 					return
 				}
 				i := int(next.Add(1)) - 1
