@@ -1,6 +1,10 @@
 package subscribe
 
-import "time"
+import (
+	"context"
+	"database/sql"
+	"time"
+)
 
 // SetSettle overrides the settle window, including to zero, which Config
 // cannot express: the negative control of the out-of-order test.
@@ -21,3 +25,17 @@ func PlantMembershipBehind() (undo func()) {
 // controls of the settle window use it on a server where the test's user
 // may read them.
 func BlindToOpen(s *Subscriber) { s.open.blind = true }
+
+// SetOpenRead makes s answer its reads of the open transactions from read
+// instead of the server.
+func SetOpenRead(s *Subscriber, read func(context.Context, *sql.DB) (time.Time, error)) {
+	s.open.mu.Lock()
+	defer s.open.mu.Unlock()
+	s.open.read = read
+}
+
+// ReadOpen is the server read SetOpenRead replaces.
+var ReadOpen = readOpen
+
+// ErrOpenStale is the error of a read whose view predates it.
+var ErrOpenStale = errOpenStale

@@ -8,6 +8,7 @@ package subscribe
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync"
 	"time"
@@ -25,13 +26,18 @@ type openReader struct {
 	visible bool      // the last read succeeded
 	hidden  time.Time // when the server last refused it; zero: never
 	blind   bool      // tests only: never read them, as without the grant
+	// read replaces readOpen in tests (SetOpenRead): the server's
+	// answers, a stale view among them, on cue.
+	read func(context.Context, *sql.DB) (time.Time, error)
 }
 
-// SeesOpen reports whether the subscription's last pass could read the
-// queue database's open transactions (mend's user holds PROCESS): then a
-// watermark waits for a transaction that began before its sample however
-// long it stays open; otherwise the settle window alone protects a late
-// commit.
+// SeesOpen reports whether the subscription's last pass was allowed to
+// read the queue database's open transactions (mend's user holds PROCESS):
+// then a watermark waits for a transaction that began before its sample
+// however long it stays open; otherwise the settle window alone protects a
+// late commit. A read that came back stale (innodb_trx's cache predating
+// it) was allowed, so it counts: on a busy server other readers keep the
+// cache stale for many passes in a row.
 func (s *Subscriber) SeesOpen() bool {
 	s.open.mu.Lock()
 	defer s.open.mu.Unlock()
@@ -51,13 +57,20 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 	if r.blind || !r.hidden.IsZero() && now.Sub(r.hidden) < openReprobe {
 		return openView{state: openNone}
 	}
-	oldest, err := readOpen(ctx, s.cfg.DB)
-	switch {
-	case err == nil:
+	read := readOpen
+	if r.read != nil {
+		read = r.read
+	}
+	oldest, err := read(ctx, s.cfg.DB)
+	allowed := func() {
 		if !r.visible {
 			s.log.InfoContext(ctx, "the subscription sees the queue database's open transactions: a watermark waits for one that began before its sample, however long it stays open")
 		}
 		r.visible, r.hidden = true, time.Time{}
+	}
+	switch {
+	case err == nil:
+		allowed()
 		return openView{state: openRead, oldest: oldest}
 	case errors.Is(err, ErrOpenHidden):
 		if r.visible || r.hidden.IsZero() {
@@ -69,6 +82,7 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 	case errors.Is(err, errOpenStale):
 		// Another reader kept innodb_trx's cache from refreshing: common
 		// with several replicas, and harmless while it passes.
+		allowed()
 		s.log.DebugContext(ctx, "the queue database's view of its open transactions predates this read; samples since the last usable one wait", "err", err)
 		return openView{state: openUnknown}
 	default:
