@@ -162,7 +162,9 @@
 // for the next; only if reads stay unusable for a whole window (others
 // reading innodb_trx more often than every 0.1 s throughout) does the
 // window alone decide, so that the watermarks, and with them the host's
-// GC, are never held for good by a view that cannot refresh. Without PROCESS (found
+// GC, are never held for good by a view that cannot refresh
+// (PassStats.OpenLapsed says when that is so, OpenRead how each read went;
+// a stale read still shows the grant, so SeesOpen stays true). Without PROCESS (found
 // by trying the read, again every minute) the window alone decides, and a
 // MoveToDLQ held open longer than it can be lost; doctor says so. The
 // ledger takes all of this as data on the sample (openView) and needs no

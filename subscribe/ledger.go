@@ -150,20 +150,29 @@ func (h *horizons) add(s sample) {
 // open still: it may hold an offset at or below s's, uncommitted, however
 // long ago s was taken.
 func (h *horizons) held(s sample, now time.Time) bool {
-	if h.hidden || s.dbAt.IsZero() || planted.ignoreOpen {
-		return false
-	}
-	last := h.viewAt
-	if last.IsZero() {
-		last = h.since
-	}
-	if h.failedIn >= staleReads && now.Sub(last) > h.settle {
+	if h.hidden || s.dbAt.IsZero() || planted.ignoreOpen || h.lapsed(now) {
 		return false
 	}
 	if h.viewAt.IsZero() || s.dbAt.After(h.viewDB) {
 		return true // taken after the last usable read: what it waits for is unknown
 	}
 	return !h.view.oldest.IsZero() && !h.view.oldest.After(s.dbAt.Add(openSlack))
+}
+
+// lapsed reports that the view of the open transactions could not be
+// refreshed for longer than the window (staleReads reads in a row or more
+// since the last usable one, or since the first sample if none was): it
+// holds no sample, and the window alone protects a late commit, as without
+// the grant, until a read is usable again.
+func (h *horizons) lapsed(now time.Time) bool {
+	if h.hidden {
+		return false
+	}
+	last := h.viewAt
+	if last.IsZero() {
+		last = h.since
+	}
+	return h.failedIn >= staleReads && now.Sub(last) > h.settle
 }
 
 // settled returns the highest offset every row at or below which is final:

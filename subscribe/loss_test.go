@@ -505,3 +505,50 @@ func TestSeesOpenThroughStaleViews(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenLapsedWhenNoReadIsUsable: reads of the open transactions that
+// keep coming back stale (other readers keep innodb_trx's cache from
+// refreshing) leave the watermarks to the window alone once they have for
+// longer than the window; the pass says so (PassStats.OpenLapsed, the
+// metric mend_subscribe_open_view_lapsed), and stops saying it after the
+// first usable read.
+func TestOpenLapsedWhenNoReadIsUsable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := b.sub(t, subscribe.Config{})
+	var stale atomic.Bool
+	subscribe.SetOpenRead(s, func(context.Context, *sql.DB) (time.Time, error) {
+		if stale.Load() {
+			return time.Time{}, subscribe.ErrOpenStale
+		}
+		return time.Time{}, nil // usable, no transaction open
+	})
+	b.deadLetter(t, "q", "q/batch/0")
+	if st := pass(t, s); st.OpenRead != subscribe.OpenUsable || st.OpenLapsed {
+		t.Fatalf("first pass: OpenRead %q, OpenLapsed %v; want usable, not lapsed", st.OpenRead, st.OpenLapsed)
+	}
+	stale.Store(true)
+	step := settle / 4
+	var lapsedAt time.Duration
+	for gone := time.Duration(0); gone <= 2*settle; gone += step {
+		b.clock.Add(step)
+		st := pass(t, s)
+		if st.OpenRead != subscribe.OpenStale {
+			t.Fatalf("OpenRead %q; want stale", st.OpenRead)
+		}
+		if st.OpenLapsed && lapsedAt == 0 {
+			lapsedAt = gone + step
+		}
+		if !st.OpenLapsed && gone+step > settle {
+			t.Fatalf("%v of stale reads (%v settle window): not lapsed", gone+step, settle)
+		}
+	}
+	if lapsedAt <= settle-step {
+		t.Fatalf("lapsed after %v of stale reads; want only past the %v window", lapsedAt, settle)
+	}
+	stale.Store(false)
+	b.clock.Add(step)
+	if st := pass(t, s); st.OpenRead != subscribe.OpenUsable || st.OpenLapsed {
+		t.Fatalf("after a usable read: OpenRead %q, OpenLapsed %v; want usable, not lapsed", st.OpenRead, st.OpenLapsed)
+	}
+}

@@ -26,6 +26,8 @@ type openReader struct {
 	visible bool      // the last read succeeded
 	hidden  time.Time // when the server last refused it; zero: never
 	blind   bool      // tests only: never read them, as without the grant
+	// last is how the last read went, for PassStats.OpenRead.
+	last string
 	// read replaces readOpen in tests (SetOpenRead): the server's
 	// answers, a stale view among them, on cue.
 	read func(context.Context, *sql.DB) (time.Time, error)
@@ -44,6 +46,14 @@ func (s *Subscriber) SeesOpen() bool {
 	return s.open.visible
 }
 
+// How a pass's read of the open transactions went (PassStats.OpenRead).
+const (
+	OpenUsable = "usable" // read, and the view is as new as the read
+	OpenStale  = "stale"  // read, but innodb_trx's cache predates the read: other readers kept it from refreshing
+	OpenHidden = "hidden" // refused: mend's user lacks PROCESS
+	OpenFailed = "failed" // another error
+)
+
 // readOpen reads the open transactions for a sample just taken. A refusal
 // makes the view openNone (the window alone decides), and the read is
 // tried again openReprobe later; any other failure (a stale view among
@@ -54,6 +64,7 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := s.cfg.NowFunc()
+	r.last = ""
 	if r.blind || !r.hidden.IsZero() && now.Sub(r.hidden) < openReprobe {
 		return openView{state: openNone}
 	}
@@ -71,22 +82,32 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 	switch {
 	case err == nil:
 		allowed()
+		r.last = OpenUsable
 		return openView{state: openRead, oldest: oldest}
 	case errors.Is(err, ErrOpenHidden):
 		if r.visible || r.hidden.IsZero() {
 			s.log.WarnContext(ctx, "the subscription cannot see the queue database's open transactions; a MoveToDLQ held open longer than the settle window can be lost",
 				"settle", s.cfg.Settle.String(), "grant", OpenGrant(""), "err", err)
 		}
-		r.visible, r.hidden = false, now
+		r.visible, r.hidden, r.last = false, now, OpenHidden
 		return openView{state: openNone}
 	case errors.Is(err, errOpenStale):
 		// Another reader kept innodb_trx's cache from refreshing: common
 		// with several replicas, and harmless while it passes.
 		allowed()
+		r.last = OpenStale
 		s.log.DebugContext(ctx, "the queue database's view of its open transactions predates this read; samples since the last usable one wait", "err", err)
 		return openView{state: openUnknown}
 	default:
+		r.last = OpenFailed
 		s.log.WarnContext(ctx, "could not read the queue database's open transactions; samples since the last usable read wait", "err", err)
 		return openView{state: openUnknown}
 	}
+}
+
+// lastRead is how the last read went (PassStats.OpenRead).
+func (r *openReader) lastRead() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
 }

@@ -34,6 +34,15 @@ type PassStats struct {
 	// have let watermarks pass offsets it may still commit (see
 	// Subscriber.SeesOpen).
 	Held int
+	// OpenRead is how this pass's read of the open transactions went
+	// (OpenUsable, OpenStale, OpenHidden, OpenFailed), "" when none was
+	// tried (refused less than a minute ago). OpenLapsed reports that the
+	// reads could not be used for longer than the settle window (stale,
+	// with other readers of innodb_trx keeping its cache from refreshing,
+	// or failing): until one is usable the watermarks wait for the window
+	// alone, as without PROCESS.
+	OpenRead   string
+	OpenLapsed bool
 	// Failed is how many partitions stopped in this pass because
 	// recording failed (see Hooks.OnFailed); Waiting how many were not
 	// read because they wait out such a failure's backoff; Failing how
@@ -62,7 +71,7 @@ func (st *PassStats) add(o PassStats) {
 	st.Dropped += o.Dropped
 	st.Advanced += o.Advanced
 	st.Late += o.Late
-	st.Held = o.Held
+	st.Held, st.OpenRead, st.OpenLapsed = o.Held, o.OpenRead, o.OpenLapsed
 	st.Failed += o.Failed
 	st.Waiting, st.Failing, st.FailingRows = o.Waiting, o.Failing, o.FailingRows
 	st.Duration += o.Duration
@@ -87,6 +96,7 @@ type Subscriber struct {
 	failingMu sync.Mutex
 	failing   []Failing
 	open      openReader
+	lapsed    bool // the last pass's PassStats.OpenLapsed
 
 	life struct {
 		sync.Mutex
@@ -240,6 +250,17 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 	}
 	sm.open = s.readOpen(ctx) // after the horizon returned: see the package doc, "Open transactions"
 	s.horizons.add(sm)
+	st.OpenRead = s.open.lastRead()
+	st.OpenLapsed = s.horizons.lapsed(sm.at)
+	if st.OpenLapsed != s.lapsed {
+		s.lapsed = st.OpenLapsed
+		if st.OpenLapsed {
+			s.log.WarnContext(ctx, "no read of the queue database's open transactions was usable for longer than the settle window; until one is, a MoveToDLQ held open longer than the window can be lost, as without PROCESS",
+				"settle", s.cfg.Settle.String(), "last_read", st.OpenRead)
+		} else {
+			s.log.InfoContext(ctx, "the subscription's view of the open transactions is usable again")
+		}
+	}
 	if err := s.loadOwn(ctx); err != nil {
 		return st, err
 	}

@@ -152,6 +152,8 @@ type subscribeMetrics struct {
 	failing      prometheus.Gauge
 	failures     *prometheus.CounterVec
 	failingRow   *prometheus.GaugeVec
+	openReads    *prometheus.CounterVec
+	openLapsed   prometheus.Gauge
 }
 
 func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
@@ -174,12 +176,20 @@ func newSubscribeMetrics(reg *prometheus.Registry) *subscribeMetrics {
 		failingRow: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mend_subscribe_failing_row_attempts",
 			Help: "Per partition whose recording is failing now: how many times in a row its row failed (it is parked as a stand-in at --subscribe's park bound, 10); absent once it records. mend status and mend subscribe name the row, mend run's log the error."},
 			[]string{"topic", "partition"}),
+		openReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_subscribe_open_reads_total",
+			Help: "The passes' reads of the queue database's open transactions, by result: usable; stale (innodb_trx's cache predates the read: other readers keep it from refreshing); hidden (no PROCESS); failed."},
+			[]string{"result"}),
+		openLapsed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mend_subscribe_open_view_lapsed",
+			Help: "1 while no read of the open transactions has been usable for longer than the settle window: the watermarks wait for the window alone, as without PROCESS, until one is."}),
 	}
-	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes, sm.failing, sm.failures, sm.failingRow)
+	reg.MustRegister(sm.rows, sm.unrecordable, sm.lagRows, sm.lagSeconds, sm.passes, sm.failing, sm.failures, sm.failingRow, sm.openReads, sm.openLapsed)
 	// Every counter exists at 0 from the start, as the docs say of all of
 	// them, so rate() and absent() work before the first event.
 	for _, r := range []string{"recorded", "already", "unrecordable", "dropped"} {
 		sm.rows.WithLabelValues(r)
+	}
+	for _, r := range []string{subscribe.OpenUsable, subscribe.OpenStale, subscribe.OpenHidden, subscribe.OpenFailed} {
+		sm.openReads.WithLabelValues(r)
 	}
 	for _, t := range dlqTopics() {
 		sm.unrecordable.WithLabelValues(t)
@@ -204,6 +214,14 @@ func (m *metrics) subscribeHooks() subscribe.Hooks {
 				sm.lagSeconds.WithLabelValues(l.Topic).Set(l.Age(now).Seconds())
 			}
 			sm.passes.Observe(st.Duration.Seconds())
+			if st.OpenRead != "" {
+				sm.openReads.WithLabelValues(st.OpenRead).Inc()
+			}
+			lapsed := 0.0
+			if st.OpenLapsed {
+				lapsed = 1
+			}
+			sm.openLapsed.Set(lapsed)
 			sm.failing.Set(float64(st.Failing))
 			sm.failingRow.Reset()
 			for _, f := range st.FailingRows {

@@ -121,7 +121,7 @@ func TestSubscribeMetrics(t *testing.T) {
 	t.Parallel()
 	m := newMetrics()
 	h := m.subscribeHooks()
-	h.OnPass(subscribe.PassStats{Recorded: 3, Already: 1, Dropped: 2, Duration: time.Millisecond,
+	h.OnPass(subscribe.PassStats{Recorded: 3, Already: 1, Dropped: 2, Duration: time.Millisecond, OpenRead: subscribe.OpenStale, OpenLapsed: true,
 		Lag:         []subscribe.TopicLag{{Topic: "speculate_dlq", Partitions: 2, Rows: 5, Oldest: time.Now().Add(-time.Minute)}},
 		Failing:     1,
 		FailingRows: []subscribe.Failing{{Topic: "buildsignal_dlq", Partition: "b-1", Offset: 9, Attempts: 4, LastError: "boom", ParkAfter: 10}}})
@@ -137,6 +137,9 @@ func TestSubscribeMetrics(t *testing.T) {
 		`mend_subscribe_lag_seconds{topic="speculate_dlq"} 6`, // about 60 s
 		`mend_subscribe_pass_seconds_count 1`,
 		`mend_subscribe_failing_row_attempts{partition="b-1",topic="buildsignal_dlq"} 4`,
+		`mend_subscribe_open_reads_total{result="stale"} 1`,
+		`mend_subscribe_open_reads_total{result="usable"} 0`,
+		`mend_subscribe_open_view_lapsed 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
