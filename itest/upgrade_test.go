@@ -147,7 +147,9 @@ type replica struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd // the current process
 	restarts int       // starts retried after a preflight timeout
+	old      bool      // the old binary's
 	log      []string
+	termAt   int // len(log) when stop sent SIGTERM; -1 before
 	done     chan struct{}
 	err      error
 }
@@ -184,6 +186,9 @@ func (r *replica) stop(t *testing.T) error {
 	if ended, err := r.exited(); ended {
 		return fmt.Errorf("%s had already exited: %v", r.name, err)
 	}
+	r.mu.Lock()
+	r.termAt = len(r.log)
+	r.mu.Unlock()
 	_ = r.process().Signal(syscall.SIGTERM)
 	select {
 	case <-r.done:
@@ -232,7 +237,7 @@ func (u *upgrade) mend(bin string, args ...string) (string, error) {
 // exit stands.
 func (u *upgrade) start(t *testing.T, bin, name string) *replica {
 	t.Helper()
-	r := &replica{name: name, done: make(chan struct{})}
+	r := &replica{name: name, done: make(chan struct{}), old: bin == u.oldBin, termAt: -1}
 	args := []string{"run", "--dsn", u.db.DSN, "--host-dsn", u.hostDB.DSN, "--queue-dsn", u.hostDB.DSN,
 		"--holder", name, "--interval", "200ms", "--log-format", "json",
 		"--subscribe-interval", "50ms", "--subscribe-settle", "1s"}
@@ -447,7 +452,26 @@ func (u *upgrade) check(t *testing.T, phase string) []string {
 		if ended, err := r.exited(); ended && err != nil {
 			add("replica %s exited: %v; last lines:\n%s", r.name, err, lastLines(r.logLines(), 5))
 		}
-		for _, line := range r.logLines() {
+		lines := r.logLines()
+		r.mu.Lock()
+		termAt := r.termAt
+		r.mu.Unlock()
+		// The old binary counts a recording cut off by its own SIGTERM as
+		// a failed pass (fixed since: TestStopMidRecordingIsNoFailure); a
+		// failed pass it logged after the stop, with only "context
+		// canceled" failures after the stop to explain it, is that.
+		stopCut := false
+		if r.old && termAt >= 0 {
+			cut, other := false, false
+			for _, line := range lines[termAt:] {
+				if strings.Contains(line, "recording a partition failed") {
+					cut = cut || strings.Contains(line, "context canceled")
+					other = other || !strings.Contains(line, "context canceled")
+				}
+			}
+			stopCut = cut && !other
+		}
+		for i, line := range lines {
 			var m map[string]any
 			if json.Unmarshal([]byte(line), &m) != nil {
 				if !strings.HasPrefix(line, "[mysql]") {
@@ -460,6 +484,9 @@ func (u *upgrade) check(t *testing.T, phase string) []string {
 			msg, _ := m["msg"].(string)
 			if retried := restarts > 0 && (m["check"] != nil || strings.Contains(msg, "context deadline exceeded")); retried {
 				continue // a start refused for a timeout, retried (see start)
+			}
+			if stopCut && i >= termAt && failed > 0 && m["level"] != "ERROR" && attempts == 0 {
+				continue
 			}
 			if m["level"] == "ERROR" || failed > 0 || attempts > 0 {
 				add("replica %s: %s", r.name, line)

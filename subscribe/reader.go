@@ -256,6 +256,13 @@ func (s *Subscriber) flush(ctx context.Context, b *batch, stats *PassStats) {
 	if len(ds) > 0 {
 		var err error
 		if results, err = s.cfg.Intake.RecordMany(ctx, ds); err != nil {
+			if ctx.Err() != nil {
+				// The subscription is stopping (Stop, or mend run's
+				// SIGTERM) in the middle of recording: no partition's
+				// fault, and nothing was released; whoever reads these
+				// partitions next reads the rows again.
+				return
+			}
 			err = fmt.Errorf("subscribe: record %d dead letters: %w", len(ds), err)
 			for _, bp := range b.pages {
 				if bp.l.read == bp.from {
@@ -298,7 +305,7 @@ func (s *Subscriber) flush(ctx context.Context, b *batch, stats *PassStats) {
 			stats.Read++
 		}
 		if l.apply(pg.read(bp.from), outcomes) {
-			if failure != nil {
+			if failure != nil && ctx.Err() == nil { // stopping: as above
 				s.failed(ctx, l, failedAt, fmt.Errorf("subscribe: record offset %d of %s/%q: %w", failedAt, l.topic, l.partition, failure), stats)
 			}
 			continue
