@@ -148,7 +148,7 @@
 //
 // Where mend's user holds PROCESS, each sample also carries when the
 // oldest transaction open just after the horizon query began (innodb_trx
-// joined with processlist: InnoDB transactions that are not read-only, in
+// and SHOW PROCESSLIST's databases: InnoDB transactions that are not read-only, in
 // sessions whose current database is the queue's; by the server's clock,
 // as is the sample), and the ledger holds every sample such a transaction
 // began before (within a second: start times have whole seconds) until a

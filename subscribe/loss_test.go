@@ -20,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/subscribe"
 )
 
@@ -609,4 +610,59 @@ func TestStopMidRecordingIsNoFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOpenReadBesideBinaryStatements: the read of the open transactions
+// works while another session runs a statement whose text holds bytes
+// utf8mb3 cannot hold (a binary ID interpolated into it, as mend's own
+// statements carry). MySQL builds information_schema.processlist with that
+// text as utf8mb3 and fails any read of the table then (error 3854), which
+// the read used to join; seen on MySQL in the suite under the CPU hog.
+func TestOpenReadBesideBinaryStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	raw, err := sql.Open("mysql", b.qdsn+sep(b.qdsn)+"interpolateParams=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	// A sleeping statement with raw bytes in its text, cancelled at the end.
+	sleepCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var x sql.NullString
+		_ = raw.QueryRowContext(sleepCtx, "SELECT ? FROM (SELECT SLEEP(300)) AS s", []byte{0xC0, 0x74, 0xD7, 0xDA, 0xCC, 0x67}).Scan(&x)
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	deadline := time.Now().Add(2 * time.Minute) // only a hang reaches it
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		n, err := mysqltest.CountStatements(ctx, b.queue, "SLEEP(300)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the statement holding binary bytes never showed in the process list")
+		}
+		<-poll.C
+	}
+	// A stale view (another reader froze innodb_trx's cache) is no error
+	// here; only a failed read is.
+	if err := subscribe.OpenVisible(ctx, b.queue); err != nil {
+		t.Fatalf("read of the open transactions beside a binary statement: %v", err)
+	}
+}
+
+// sep is the separator before another DSN parameter.
+func sep(dsn string) string {
+	if strings.Contains(dsn, "?") {
+		return "&"
+	}
+	return "?"
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -435,8 +436,8 @@ func (s *Subscriber) horizon(ctx context.Context) (uint64, time.Time, error) {
 // that are not read-only are open in sessions whose current database is
 // the queue's, and when the oldest of them began, by the server's clock in
 // UTC (trx_started is in the server's system time zone, whole seconds).
-// information_schema.innodb_trx and processlist show every session's only
-// to a user with PROCESS, on MySQL and MariaDB alike. Neither says which
+// information_schema.innodb_trx and SHOW PROCESSLIST show every session's
+// only to a user with PROCESS, on MySQL and MariaDB alike. Neither says which
 // table a transaction locked, so a long writer on another table of the
 // queue's database holds the watermarks too. MySQL's
 // performance_schema.data_locks would (SELECT on it alone), but gives no
@@ -455,12 +456,20 @@ func (s *Subscriber) horizon(ctx context.Context) (uint64, time.Time, error) {
 // decides).
 const (
 	sqlOpenTouch = "-- name: SubscribeOpenTouch\n" +
-		"SELECT COUNT(*) FROM (SELECT 1 FROM queue_messages LIMIT 1) AS one"
+		"SELECT COUNT(*), DATABASE() FROM (SELECT 1 FROM queue_messages LIMIT 1) AS one"
+	// The InnoDB transactions that are not read-only: their sessions, one
+	// of them the reader's own, and their starts by the server's clock.
 	sqlOpenTrx = "-- name: SubscribeOpenTrx\n" +
-		"SELECT COALESCE(SUM(t.trx_mysql_thread_id = CONNECTION_ID()), 0), COALESCE(SUM(t.trx_mysql_thread_id <> CONNECTION_ID()), 0),\n" +
-		"  MIN(CASE WHEN t.trx_mysql_thread_id <> CONNECTION_ID() THEN CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00') END)\n" +
-		"FROM information_schema.innodb_trx t JOIN information_schema.processlist p ON p.ID = t.trx_mysql_thread_id\n" +
-		"WHERE t.trx_is_read_only = 0 AND p.DB = DATABASE()"
+		"SELECT t.trx_mysql_thread_id, t.trx_mysql_thread_id = CONNECTION_ID(), CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00')\n" +
+		"FROM information_schema.innodb_trx t WHERE t.trx_is_read_only = 0"
+	// Each session's current database. Not information_schema.processlist:
+	// MySQL builds that table with the statement text as utf8mb3, every
+	// row before any WHERE applies, so while any session runs a statement
+	// holding bytes utf8mb3 cannot hold (a binary ID interpolated into it,
+	// as mend's own statements carry) the whole read fails with error 3854.
+	// SHOW PROCESSLIST sends the text as it is.
+	sqlOpenSessions = "-- name: SubscribeOpenSessions\n" +
+		"SHOW PROCESSLIST"
 )
 
 // OpenGrant is the grant that lets the subscription see the open
@@ -521,22 +530,110 @@ func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
 		return time.Time{}, wrap(err)
 	}
 	defer func() { err = errors.Join(err, tx.Rollback()) }()
-	var one, self, n int
-	var oldest sql.NullTime
-	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one); err != nil {
+	var one int
+	var current sql.NullString
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
 		return time.Time{}, wrap(err)
 	}
-	if err := tx.QueryRowContext(ctx, sqlOpenTrx).Scan(&self, &n, &oldest); err != nil {
-		return time.Time{}, wrap(err)
+	type open struct {
+		session int64
+		started sql.NullTime
 	}
+	var others []open
+	self := false
+	err = func() error {
+		rows, err := tx.QueryContext(ctx, sqlOpenTrx)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var o open
+			var mine int
+			if err := rows.Scan(&o.session, &mine, &o.started); err != nil {
+				return err
+			}
+			if mine == 1 {
+				self = true
+			} else {
+				others = append(others, o)
+			}
+		}
+		return rows.Err()
+	}()
 	switch {
-	case self == 0:
+	case err != nil:
+		return time.Time{}, wrap(err)
+	case !self:
 		return time.Time{}, errOpenStale
-	case n > 0 && !oldest.Valid:
-		// A start time CONVERT_TZ could not convert: older than any sample.
-		return time.Unix(0, 0).UTC(), nil
+	case len(others) == 0:
+		return time.Time{}, nil
 	}
-	return oldest.Time.UTC(), nil
+	dbs, err := sessionDatabases(ctx, tx)
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	var oldest time.Time
+	for _, o := range others {
+		db, ok := dbs[o.session]
+		switch {
+		case !ok || !current.Valid || db != current.String:
+			continue // another database's, or its session ended since
+		case !o.started.Valid:
+			// A start time CONVERT_TZ could not convert: older than any sample.
+			return time.Unix(0, 0).UTC(), nil
+		case oldest.IsZero() || o.started.Time.Before(oldest):
+			oldest = o.started.Time
+		}
+	}
+	return oldest.UTC(), nil
+}
+
+// sessionDatabases reads each session's current database from SHOW
+// PROCESSLIST (sqlOpenSessions), by column name: MariaDB adds columns.
+// A session without one is left out.
+func sessionDatabases(ctx context.Context, tx *sql.Tx) (map[int64]string, error) {
+	rows, err := tx.QueryContext(ctx, sqlOpenSessions)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	id, db := -1, -1
+	for i, c := range cols {
+		switch strings.ToLower(c) {
+		case "id":
+			id = i
+		case "db":
+			db = i
+		}
+	}
+	if id < 0 || db < 0 {
+		return nil, fmt.Errorf("SHOW PROCESSLIST has no Id or db column (columns %v)", cols)
+	}
+	out := map[int64]string{}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		if vals[db] == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(string(vals[id]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("SHOW PROCESSLIST: session id %q: %w", vals[id], err)
+		}
+		out[n] = string(vals[db])
+	}
+	return out, rows.Err()
 }
 
 // The server's default lock wait for the sessions of the host's queue
