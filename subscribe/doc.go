@@ -148,7 +148,9 @@
 //
 // Where mend's user holds PROCESS, each sample also carries when the
 // oldest transaction open just after the horizon query began (innodb_trx
-// and SHOW PROCESSLIST's databases: InnoDB transactions that are not read-only, in
+// and SHOW PROCESSLIST's databases, or on MySQL, when a statement's bytes
+// make innodb_trx fail (error 3854), SHOW ENGINE INNODB STATUS, parsed so
+// that statement text can only add transactions: InnoDB transactions that are not read-only, in
 // sessions whose current database is the queue's; by the server's clock,
 // as is the sample), and the ledger holds every sample such a transaction
 // began before (within a second: start times have whole seconds) until a

@@ -39,3 +39,41 @@ var ReadOpen = readOpen
 
 // ErrOpenStale is the error of a read whose view predates it.
 var ErrOpenStale = errOpenStale
+
+// OpenTrxRead runs the innodb_trx read of the open transactions alone,
+// as readOpen does first: whether the view showed the reader's own
+// transaction (was fresh), and the read's error.
+func OpenTrxRead(ctx context.Context, db *sql.DB) (fresh bool, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var one int
+	var current sql.NullString
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
+		return false, err
+	}
+	_, fresh, err = openFromTrx(ctx, tx)
+	return fresh, err
+}
+
+// OpenStatusRead runs the InnoDB monitor's read of the open transactions
+// alone, as readOpen does when innodb_trx fails: each other session's
+// earliest start by the server's clock.
+func OpenStatusRead(ctx context.Context, db *sql.DB) (map[int64]time.Time, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	open, err := openFromStatus(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]time.Time{}
+	for _, o := range open {
+		out[o.session] = o.started.Time
+	}
+	return out, nil
+}

@@ -622,20 +622,50 @@ func TestOpenReadBesideBinaryStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
+	raw := interpolating(t, b)
+	runBinarySleep(t, b, raw, 0)
+	// A stale view (another reader froze innodb_trx's cache) is no error
+	// here; only a failed read is.
+	if err := subscribe.OpenVisible(ctx, b.queue); err != nil {
+		t.Fatalf("read of the open transactions beside a binary statement: %v", err)
+	}
+}
+
+// interpolating opens a pool on the queue database that interpolates its
+// arguments into the statement text, as mend's own pools do.
+func interpolating(t *testing.T, b *bundle) *sql.DB {
+	t.Helper()
 	raw, err := sql.Open("mysql", b.qdsn+sep(b.qdsn)+"interpolateParams=true")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = raw.Close() })
-	// A sleeping statement with raw bytes in its text, cancelled at the end.
-	sleepCtx, stop := context.WithCancel(ctx)
+	return raw
+}
+
+// runBinarySleep runs on q, until the test ends, a statement that sleeps
+// with bytes utf8mb3 cannot hold in its text (as an interpolated binary ID
+// is), and returns once the queue database's process list shows it. kill
+// is q's session, to end the statement on the server at the end (a
+// cancelled context only closes the client's end), or 0 to leave it.
+func runBinarySleep(t *testing.T, b *bundle, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, kill int64) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		var x sql.NullString
-		_ = raw.QueryRowContext(sleepCtx, "SELECT ? FROM (SELECT SLEEP(300)) AS s", []byte{0xC0, 0x74, 0xD7, 0xDA, 0xCC, 0x67}).Scan(&x)
+		_ = q.QueryRowContext(ctx, "SELECT ? FROM (SELECT SLEEP(300)) AS s", []byte{0xC0, 0x74, 0xD7, 0xDA, 0xCC, 0x67}).Scan(&x)
 	}()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		if kill != 0 {
+			_, _ = b.queue.ExecContext(context.Background(), fmt.Sprintf("KILL %d", kill))
+		}
+		stop()
+		<-done
+	})
 	deadline := time.Now().Add(2 * time.Minute) // only a hang reaches it
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
@@ -645,17 +675,12 @@ func TestOpenReadBesideBinaryStatements(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n == 1 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the statement holding binary bytes never showed in the process list")
 		}
 		<-poll.C
-	}
-	// A stale view (another reader froze innodb_trx's cache) is no error
-	// here; only a failed read is.
-	if err := subscribe.OpenVisible(ctx, b.queue); err != nil {
-		t.Fatalf("read of the open transactions beside a binary statement: %v", err)
 	}
 }
 
@@ -665,4 +690,89 @@ func sep(dsn string) string {
 		return "&"
 	}
 	return "?"
+}
+
+// TestOpenReadBesideBinaryWriter: the read of the open transactions sees a
+// MoveToDLQ-like transaction (it inserted a dead letter and is still open)
+// while that transaction runs a statement whose text holds bytes utf8mb3
+// cannot hold. MySQL fills information_schema.innodb_trx with every
+// transaction's statement as utf8mb3 and fails the whole read then (error
+// 3854; seen in the fence soak beside mend's own statements, every other
+// read under load), so the read falls back to the InnoDB monitor there;
+// MariaDB reads innodb_trx. On both the monitor's read names the writer,
+// with a start no later than the writer's by the database clock.
+func TestOpenReadBesideBinaryWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	raw := interpolating(t, b)
+	var version string
+	var before time.Time
+	if err := b.queue.QueryRowContext(ctx, "SELECT VERSION(), UTC_TIMESTAMP(6)").Scan(&version, &before); err != nil {
+		t.Fatal(err)
+	}
+	holdCtx, stop := context.WithCancel(ctx)
+	tx, err := raw.BeginTx(holdCtx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writer int64
+	if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&writer); err != nil {
+		t.Fatal(err)
+	}
+	rawDLQ(t, tx, "speculate_dlq", "q", "q/batch/held", `{"id":"q/batch/held","queue":"q"}`)
+	t.Cleanup(func() { stop(); _ = tx.Rollback() })
+	runBinarySleep(t, b, tx, writer)
+	deadline := time.Now().Add(2 * time.Minute) // only a hang reaches it
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	// innodb_trx's cache can predate the statement (the process list does
+	// not): read until the view shows the reader's own transaction. InnoDB
+	// refreshes the cache only after 0.1 s without a reader, so these
+	// reads are spaced wider than that.
+	idle := time.NewTicker(200 * time.Millisecond)
+	defer idle.Stop()
+	for {
+		var fresh bool
+		fresh, err = subscribe.OpenTrxRead(ctx, b.queue)
+		if fresh || err != nil || time.Now().After(deadline) {
+			break
+		}
+		<-idle.C
+	}
+	t.Logf("%s: the innodb_trx read alone: %v", version, err)
+	if !strings.Contains(version, "MariaDB") && err == nil {
+		t.Fatal("on MySQL the innodb_trx read succeeded beside the binary statement: this test no longer shows the failure it covers")
+	}
+	starts, err := subscribe.OpenStatusRead(ctx, b.queue)
+	if err != nil {
+		t.Fatalf("the InnoDB monitor's read: %v", err)
+	}
+	var after time.Time
+	if err := b.queue.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := starts[writer]
+	switch {
+	case !ok:
+		t.Fatalf("the InnoDB monitor's read does not name the writer (session %d): %v", writer, starts)
+	case got.After(after) || got.Before(before.Add(-2*time.Second)):
+		t.Fatalf("the writer's start %s is not between %s (less two seconds of rounding) and %s by the database clock", got, before, after)
+	}
+	// The whole read, as the subscription runs it: usable (retrying only
+	// a stale innodb_trx view), and the writer's start is the oldest.
+	for {
+		oldest, err := subscribe.ReadOpen(ctx, b.queue)
+		if errors.Is(err, subscribe.ErrOpenStale) && time.Now().Before(deadline) {
+			<-idle.C
+			continue
+		}
+		if err != nil {
+			t.Fatalf("the read of the open transactions beside a binary writer: %v", err)
+		}
+		if oldest.IsZero() || oldest.After(after) {
+			t.Fatalf("the read's oldest open transaction began %s; want the writer's, no later than %s", oldest, after)
+		}
+		break
+	}
 }

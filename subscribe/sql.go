@@ -5,7 +5,8 @@ package subscribe
 // fetch, advance, leave) plus read-only discovery, settle and lag queries.
 // They need exactly the grants the host's own consumers hold: SELECT on
 // queue_messages; SELECT, INSERT, UPDATE and DELETE on queue_offsets; the
-// open-transactions read (SubscribeOpenTrx) also PROCESS, and runs
+// open-transactions read (SubscribeOpenTrx, and on MySQL its fallback
+// SubscribeOpenStatus in status.go) also PROCESS, and runs
 // without it as the window alone.
 // `offset` is quoted everywhere: it is a reserved word on MariaDB.
 
@@ -535,32 +536,13 @@ func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
 	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
 		return time.Time{}, wrap(err)
 	}
-	type open struct {
-		session int64
-		started sql.NullTime
+	others, self, err := openFromTrx(ctx, tx)
+	if mysqlx.ErrNumber(err) == errCannotConvert {
+		// MySQL could not fill innodb_trx (see errCannotConvert): the
+		// InnoDB monitor lists the same transactions, live.
+		others, err = openFromStatus(ctx, tx)
+		self = true
 	}
-	var others []open
-	self := false
-	err = func() error {
-		rows, err := tx.QueryContext(ctx, sqlOpenTrx)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var o open
-			var mine int
-			if err := rows.Scan(&o.session, &mine, &o.started); err != nil {
-				return err
-			}
-			if mine == 1 {
-				self = true
-			} else {
-				others = append(others, o)
-			}
-		}
-		return rows.Err()
-	}()
 	switch {
 	case err != nil:
 		return time.Time{}, wrap(err)
@@ -587,6 +569,38 @@ func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
 		}
 	}
 	return oldest.UTC(), nil
+}
+
+// openTrx is another session's open transaction: its session and when it
+// began by the server's clock in UTC (invalid when it could not be
+// converted: older than any sample).
+type openTrx struct {
+	session int64
+	started sql.NullTime
+}
+
+// openFromTrx reads the open transactions from innodb_trx (sqlOpenTrx)
+// inside the reader's transaction tx: the other sessions', and whether the
+// view shows the reader's own (a view that does not predates the read).
+func openFromTrx(ctx context.Context, tx *sql.Tx) (others []openTrx, self bool, err error) {
+	rows, err := tx.QueryContext(ctx, sqlOpenTrx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var o openTrx
+		var mine int
+		if err := rows.Scan(&o.session, &mine, &o.started); err != nil {
+			return nil, false, err
+		}
+		if mine == 1 {
+			self = true
+		} else {
+			others = append(others, o)
+		}
+	}
+	return others, self, rows.Err()
 }
 
 // sessionDatabases reads each session's current database from SHOW
