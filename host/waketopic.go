@@ -71,16 +71,19 @@ type UnjoinedTopicError struct {
 
 func (e *UnjoinedTopicError) Error() string {
 	var msg string
+	near := NearestTopic(e.Topic, e.Joined)
 	switch {
+	case near != "":
+		// A topic one edit from one the host reads is a typo, whatever
+		// else is true.
+		msg = fmt.Sprintf("host: no consumer group of the host reads topic %q, so a wake-up there would be read by nobody (did you mean %q?)", e.Topic, near)
+		return msg
 	case e.Heartbeats != nil:
 		msg = fmt.Sprintf("host: no consumer group of the host has a queue_offsets row on topic %q, and queue_subscriber_heartbeats could not be read (%v), so whether a quiet host reads it cannot be told", e.Topic, e.Heartbeats)
 	case e.HostDown:
 		msg = fmt.Sprintf("host: no subscriber of the host has heartbeated within %s in queue_subscriber_heartbeats (by the database clock) and no consumer group has a queue_offsets row on topic %q: the host looks down, so whether it reads the topic cannot be told until a subscriber of it heartbeats", HeartbeatFresh, e.Topic)
 	default:
 		msg = fmt.Sprintf("host: no consumer group of the host reads topic %q (no live subscriber heartbeat in queue_subscriber_heartbeats, no queue_offsets row), so a wake-up there would be read by nobody", e.Topic)
-	}
-	if near := NearestTopic(e.Topic, e.Joined); near != "" {
-		msg += fmt.Sprintf(" (did you mean %q?)", near)
 	}
 	return msg
 }
