@@ -2,9 +2,12 @@ package host_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -339,4 +342,55 @@ func TestWakeOnAQuietHost(t *testing.T) {
 			t.Fatalf("%d wake-up(s); want 1", n)
 		}
 	})
+}
+
+// Queues lists every queue with a request, once, with a loose scan of the
+// request table's primary key (its cost grows with the queues, not the
+// requests): the queues the subscription registers ahead.
+func TestQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	for i, q := range []string{"q2", "q1", "q2", "q3"} {
+		id := fmt.Sprintf("%s/batch/%d", q, i)
+		if err := b.w.SeedBatch(ctx, q, id, "created", fmt.Sprintf("%s/%d", q, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.h.Queues(ctx)
+	if err != nil || !slices.Equal(got, []string{"q1", "q2", "q3"}) {
+		t.Fatalf("Queues = %q, %v; want q1 q2 q3", got, err)
+	}
+	// Many requests per queue, as a real host has: then the optimizer
+	// prefers the loose scan to reading the index whole.
+	if _, err := b.db.SQL(t).ExecContext(ctx, "INSERT INTO request (queue, id, change_uri, land_strategy, state, version) "+
+		"WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 900) SELECT CONCAT('q', i % 3 + 1), CONCAT('old/', i), '[]', 'rebase', 'landed', 1 FROM n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.SQL(t).ExecContext(ctx, "ANALYZE TABLE request"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.db.SQL(t).QueryContext(ctx, "EXPLAIN SELECT DISTINCT queue FROM request")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var plan []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cols {
+			plan = append(plan, c+"="+vals[i].String)
+		}
+	}
+	if s := strings.Join(plan, " "); !strings.Contains(s, "Using index for group-by") && !strings.Contains(s, "skip scan for deduplication") {
+		t.Errorf("plan %s; want a loose index scan (MariaDB: Using index for group-by; MySQL: a covering index skip scan for deduplication)", s)
+	}
 }

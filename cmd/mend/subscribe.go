@@ -99,7 +99,10 @@ func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.L
 	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.store, Group: c.Sub.Group, PageSize: c.Sub.PageSize,
 		PollInterval: c.Sub.Interval, Settle: settle, Actor: "subscribe/" + c.Holder, Logger: log,
 		// Replicas divide the partitions through slot leases beside the queue leases.
-		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL}
+		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
+		// Register ahead the *_dlq partitions of every queue of the host for
+		// each topic it reads, quiet or not (host.ReadEvidence).
+		Queues: svc.host.Queues}
 	if m != nil {
 		cfg.Hooks = m.subscribeHooks()
 	}

@@ -254,6 +254,22 @@ func TestWakeTopicOnAQuietHost(t *testing.T) {
 			t.Errorf("%d wake-up(s) on speculate; want 1", n)
 		}
 	})
+	t.Run("a run subscribing on a quiet host registers the queue's DLQ partitions ahead", func(t *testing.T) {
+		t.Parallel()
+		x := setup(t, false)
+		args := []string{"run", "--once", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN,
+			"--subscribe-settle", "1s", "--subscribe-interval", "50ms"}
+		if code, _, errOut := mendCmd(args...); code != exitOK {
+			t.Fatalf("run --once subscribing on a quiet host = exit %d\n%s", code, errOut)
+		}
+		// The orchestrator heartbeats on speculate; no host group has a row.
+		if _, ok, err := x.w.Acked(ctx, "mend", "speculate_dlq", "q"); err != nil || !ok {
+			t.Fatalf("mend's row for speculate_dlq/q: %v, %v; want registered ahead (host.DB.Queues lists q)", ok, err)
+		}
+		if _, ok, err := x.w.Acked(ctx, "mend", "conclude_dlq", "q"); err != nil || ok {
+			t.Fatalf("mend's row for conclude_dlq/q: %v, %v; want none: no subscriber of the host reads conclude", ok, err)
+		}
+	})
 	t.Run("the typo is still refused on a quiet host", func(t *testing.T) {
 		t.Parallel()
 		x := setup(t, false)
