@@ -191,8 +191,9 @@
 // so for each queue-partitioned T the host reads by host.ReadEvidence's
 // rule, T_dlq is registered for every queue Config.Queues lists (mend run
 // passes host.DB.Queues: every queue with a request row). By default only
-// the topics partitioned by queue are registered ahead: mend never deletes a row of its own except
-// to leave (the grants allow DELETE for that alone), so registering ahead
+// the topics partitioned by queue are registered ahead: mend never
+// deletes a row of its own except to leave (the grants allow DELETE for
+// that alone), so registering ahead
 // the topics partitioned by batch, build or request ID (build,
 // buildsignal, cancel, log) would leave a row per batch, build or request
 // ever. Their *_dlq partitions are joined on first sight, within one poll
