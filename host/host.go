@@ -41,10 +41,11 @@ type Options struct {
 	WakeTopic string
 	// RequireWakeConsumer makes Wake refuse, with an *UnjoinedTopicError
 	// and before publishing anything, while no consumer group of the host
-	// (other than those in WakeConsumerIgnore) has joined the wake topic in
-	// queue_offsets: a wake-up nobody reads would otherwise count as sent.
-	// Once a group is seen the check is not run again. It needs SELECT on
-	// queue_offsets.
+	// (other than those in WakeConsumerIgnore) reads the wake topic by
+	// CheckWakeTopic's rule (a live subscriber heartbeat on it, or a
+	// queue_offsets row): a wake-up nobody reads would otherwise count as
+	// sent. Once a reader is seen the check is not run again. It needs
+	// SELECT on queue_subscriber_heartbeats and queue_offsets.
 	RequireWakeConsumer bool
 	// WakeConsumerIgnore are consumer groups that do not count as readers
 	// of the wake topic: mend's own subscription's.
@@ -132,7 +133,7 @@ type DB struct {
 
 	requireConsumer bool        // Options.RequireWakeConsumer
 	consumerIgnore  []string    // Options.WakeConsumerIgnore
-	consumerSeen    atomic.Bool // a group has joined the wake topic
+	consumerSeen    atomic.Bool // a group was seen reading the wake topic
 
 	// afterMembersRead, when set (tests only), runs between the fan-out's
 	// read of a chunk of members and their compare-and-set.

@@ -39,8 +39,8 @@ const (
 // was (the store's dedupe).
 //
 // With Options.RequireWakeConsumer it first checks that a consumer group
-// of the host has joined the wake topic, and returns an error matching
-// *UnjoinedTopicError, publishing nothing, while none has.
+// of the host reads the wake topic (CheckWakeTopic), and returns an error
+// matching *UnjoinedTopicError, publishing nothing, while none does.
 //
 // Returns a *mend.ValidationError before touching the database if the
 // queue, message ID or batch ID cannot be stored exactly, the epoch is

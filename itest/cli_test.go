@@ -479,6 +479,8 @@ func TestCLI(t *testing.T) {
 			{runUser, "SELECT ON %s.queue_messages", b.hostDB.Name},
 			// The subscription, as docs/operations.md grants it (no DELETE).
 			{runUser, "SELECT, INSERT, UPDATE ON %s.queue_offsets", b.hostDB.Name},
+			// The wake topic check on a quiet host (issue 42).
+			{runUser, "SELECT ON %s.queue_subscriber_heartbeats", b.hostDB.Name},
 		}
 		for _, user := range []string{ddlUser, runUser} {
 			if _, err := root.Exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + password + "'"); err != nil {

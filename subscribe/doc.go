@@ -22,8 +22,10 @@
 //
 //  1. every AheadInterval, register ahead: join T_dlq for every partition
 //     of T that one of the host's groups has joined (T in AheadTopics), each
-//     *_dlq partition another group has joined, and the queue-partitioned
-//     *_dlq partitions of every queue Config.Queues lists;
+//     *_dlq partition another group has joined, and, for each
+//     queue-partitioned T the host reads (host.ReadEvidence: a live
+//     subscriber heartbeat on T or a group's queue_offsets row), T_dlq of
+//     every queue Config.Queues lists;
 //  2. discover the *_dlq partitions that hold rows from the (topic,
 //     partition_key, offset) index: SELECT DISTINCT topic (a loose index
 //     scan, whose cost grows with the topics), then SELECT DISTINCT
@@ -182,9 +184,16 @@
 // subscriber joins a partition before reading it, so before it can move any
 // of its messages to the DLQ; registering T_dlq for every partition of T a
 // host group has joined therefore puts mend's row in place before the
-// first dead letter exists. By default only the topics partitioned by
-// queue are registered ahead: mend never deletes a row of its own except
-// to leave (the grants allow DELETE for that alone), so registering ahead
+// first dead letter exists. But the host's rows are not permanent: its
+// subscriber releases a partition drained for 2 x its lease duration
+// (60 s), deleting its group's queue_offsets row, so a quiet host has none.
+// Its subscribers still heartbeat per topic (queue_subscriber_heartbeats),
+// so for each queue-partitioned T the host reads by host.ReadEvidence's
+// rule, T_dlq is registered for every queue Config.Queues lists (mend run
+// passes host.DB.Queues: every queue with a request row). By default only
+// the topics partitioned by queue are registered ahead: mend never
+// deletes a row of its own except to leave (the grants allow DELETE for
+// that alone), so registering ahead
 // the topics partitioned by batch, build or request ID (build,
 // buildsignal, cancel, log) would leave a row per batch, build or request
 // ever. Their *_dlq partitions are joined on first sight, within one poll

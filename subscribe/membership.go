@@ -9,13 +9,13 @@ package subscribe
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/host"
 )
 
 // membership is the group's partitions as this process knows them. One
@@ -29,6 +29,8 @@ type membership struct {
 	spelling  map[partKey]string // each active partition's key as discovery returned it
 	lastAhead time.Time
 	found     chan struct{} // signalled when a step finds a partition the last one did not
+
+	heartbeatsWarned bool // the unreadable heartbeat table was logged
 }
 
 func newMembership() *membership {
@@ -137,9 +139,18 @@ func (s *Subscriber) runMembership(ctx context.Context) {
 // later appear on: T_dlq for each partition of an AheadTopics topic T that
 // one of the host's groups has joined (the host's subscriber joins a
 // partition before it reads it, so before it can dead-letter anything from
-// it), each *_dlq partition another group has joined, and the
-// queue-partitioned *_dlq partitions of each queue Config.Queues names.
-// The caller holds members.mu.
+// it), each *_dlq partition another group has joined, and, for each
+// queue-partitioned AheadTopics topic the host reads by host.ReadEvidence's
+// rule (a live subscriber heartbeat on it, or a group's queue_offsets row),
+// its *_dlq partition of each queue Config.Queues names. The last is what
+// a quiet host still has: its groups release a partition drained for a
+// minute, deleting their queue_offsets rows, but their subscribers keep
+// heartbeating on the topic. The caller holds members.mu.
+//
+// Only a failure of the queue database's queue_offsets fails the step: a
+// heartbeat table mend may not read, or a Queues that fails (the app
+// database), is logged and leaves the queue-based part out this time, so
+// that discovery, and first-sight joins, go on.
 func (s *Subscriber) registerAhead(ctx context.Context) (int, error) {
 	joined := s.members.joined
 	others, err := s.others(ctx)
@@ -167,19 +178,20 @@ func (s *Subscriber) registerAhead(ctx context.Context) (int, error) {
 		}
 	}
 	if s.cfg.Queues != nil {
-		queues, err := s.cfg.Queues(ctx)
-		if err != nil {
-			for _, k := range want {
-				delete(joined, k)
+		if read := s.readAheadTopics(ctx); len(read) > 0 {
+			queues, err := s.cfg.Queues(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return 0, ctx.Err()
+				}
+				s.log.WarnContext(ctx, "cannot list the host's queues; their *_dlq partitions are joined on first sight until it can", "err", err)
+				queues = nil
 			}
-			return 0, fmt.Errorf("subscribe: list known queues: %w", err)
-		}
-		for _, q := range queues {
-			if mend.ValidateIdentity("queue", q, true) != nil {
-				continue
-			}
-			for _, t := range s.cfg.AheadTopics {
-				if dlq.PartitionIsQueue(t) {
+			for _, q := range queues {
+				if mend.ValidateIdentity("queue", q, true) != nil {
+					continue
+				}
+				for _, t := range read {
 					add(t+dlq.DLQSuffix, q)
 				}
 			}
@@ -192,6 +204,33 @@ func (s *Subscriber) registerAhead(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return len(want), nil
+}
+
+// readAheadTopics returns the queue-partitioned AheadTopics the host reads
+// by host.ReadEvidence's rule, the subscription's own group left out. A
+// heartbeat table it cannot read is logged once (until it can again): the
+// rule then stands on queue_offsets alone, which a quiet host empties.
+func (s *Subscriber) readAheadTopics(ctx context.Context) []string {
+	e, err := host.ReadEvidence(ctx, s.cfg.DB, s.cfg.Group)
+	if err != nil {
+		s.log.WarnContext(ctx, "cannot read which topics the host reads; registering ahead by queue waits", "err", err)
+		return nil
+	}
+	m := s.members
+	switch {
+	case e.Heartbeats != nil && !m.heartbeatsWarned:
+		m.heartbeatsWarned = true
+		s.log.WarnContext(ctx, "cannot read queue_subscriber_heartbeats: a quiet host's topics are not registered ahead (grant SELECT on it)", "err", e.Heartbeats)
+	case e.Heartbeats == nil:
+		m.heartbeatsWarned = false
+	}
+	var out []string
+	for _, t := range s.cfg.AheadTopics {
+		if dlq.PartitionIsQueue(t) && e.Reads(t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // discover lists the DLQ partitions that hold rows and joins those the

@@ -89,6 +89,11 @@ func TestSubscribeJoin(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// Its merge-signal subscriber heartbeats with no partition joined (a
+		// quiet topic): the host reads merge-signal too (host.ReadEvidence).
+		if err := b.world.Heartbeat(ctx, "orchestrator", "merge-signal", "orchestrator-1"); err != nil {
+			t.Fatal(err)
+		}
 		s := b.sub(t, subscribe.Config{Queues: func(context.Context) ([]string, error) { return []string{"known"}, nil }})
 		st := pass(t, s)
 		for _, p := range [][2]string{{"speculate_dlq", "q"}, {"conclude_dlq", "r"},

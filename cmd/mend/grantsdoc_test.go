@@ -39,8 +39,10 @@ func TestGrantsDocPastesInOrder(t *testing.T) {
 	mendDB := mysqltest.NewDB(t)
 	hostDB := mysqltest.NewDB(t, sqtest.Apply)
 	root := hostDB.SQL(t)
-	// A running host: its planner's group reads speculate (doctor checks).
-	if err := (sqtest.World{Queue: root}).Join(t.Context(), "orchestrator", "speculate", "q"); err != nil {
+	// A running host, quiet: its planner's subscriber heartbeats on speculate
+	// and no group has a queue_offsets row, so doctor's wake topic check
+	// passes only with the documented grant on queue_subscriber_heartbeats.
+	if err := (sqtest.World{Queue: root}).Heartbeat(t.Context(), "orchestrator", "speculate", "orchestrator-1"); err != nil {
 		t.Fatal(err)
 	}
 	var b [4]byte

@@ -48,7 +48,7 @@ func addSubscribeFlags(f *flags, c *subscribeConfig) {
 	f.BoolVar(&c.On, "subscribe", false, "record dead letters by joining the *_dlq topics as consumer group --group\n(default: on when --queue-dsn is given; --subscribe=false when the host links the intake in)")
 	f.StringVar(&c.Group, "group", subscribe.GroupDefault, "the subscription's consumer group in the host's queue_offsets")
 	f.DurationVar(&c.Interval, "subscribe-interval", subscribe.PollIntervalDefault, "time between the subscription's passes: a new dead letter is recorded within it")
-	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default above the queue database's innodb_lock_wait_timeout)")
+	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default the longer of 1m and the queue database's\ninnodb_lock_wait_timeout + 10s)")
 	f.IntVar(&c.PageSize, "subscribe-page-size", subscribe.PageSizeDefault, "rows the subscription reads per query")
 }
 
@@ -99,7 +99,10 @@ func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.L
 	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.store, Group: c.Sub.Group, PageSize: c.Sub.PageSize,
 		PollInterval: c.Sub.Interval, Settle: settle, Actor: "subscribe/" + c.Holder, Logger: log,
 		// Replicas divide the partitions through slot leases beside the queue leases.
-		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL}
+		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
+		// Register ahead the *_dlq partitions of every queue of the host for
+		// each topic it reads, quiet or not (host.ReadEvidence).
+		Queues: svc.host.Queues}
 	if m != nil {
 		cfg.Hooks = m.subscribeHooks()
 	}

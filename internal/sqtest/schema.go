@@ -119,14 +119,36 @@ var queueTables = []string{
   partition_key VARCHAR(255) NOT NULL,
   offset_acked BIGINT UNSIGNED NOT NULL,
   updated_at BIGINT UNSIGNED NOT NULL,
-  PRIMARY KEY (consumer_group, topic, partition_key)
+  PRIMARY KEY (consumer_group, topic, partition_key),
+  INDEX idx_topic (topic)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	// The subscriber's partition leases and its heartbeats
+	// (schema/queue_partition_leases.sql, queue_subscriber_heartbeats.sql):
+	// times are epoch ms of the subscriber's own clock.
+	`CREATE TABLE queue_partition_leases (
+  consumer_group VARCHAR(255) NOT NULL,
+  topic VARCHAR(255) NOT NULL,
+  partition_key VARCHAR(255) NOT NULL,
+  leased_by VARCHAR(255) NOT NULL,
+  leased_at BIGINT UNSIGNED NOT NULL,
+  lease_renewed_at BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (consumer_group, topic, partition_key),
+  INDEX idx_lease_renewed (lease_renewed_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	`CREATE TABLE queue_subscriber_heartbeats (
+  consumer_group VARCHAR(255) NOT NULL,
+  topic VARCHAR(255) NOT NULL,
+  subscriber_name VARCHAR(255) NOT NULL,
+  heartbeat_at BIGINT UNSIGNED NOT NULL,
+  deregistered_at BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (consumer_group, topic, subscriber_name)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 }
 
 // AppTables and QueueTables name the tables CreateApp and CreateQueue make.
 var (
 	AppTables   = []string{"batch", "queue_batch_state", "request", "request_batch", "build", "request_log", "request_summary"}
-	QueueTables = []string{"queue_messages", "queue_delivery_state", "queue_offsets"}
+	QueueTables = []string{"queue_messages", "queue_delivery_state", "queue_offsets", "queue_partition_leases", "queue_subscriber_heartbeats"}
 )
 
 // CreateApp creates the application database's tables in the database db
