@@ -710,6 +710,7 @@ func findServerProcs(b *testing.B, raw *sql.DB, dsn string) serverProcs {
 		b.Fatal(err)
 	}
 	_, hostPort, _ := net.SplitHostPort(cfg.Addr)
+	local, _ := os.Hostname()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return out
@@ -727,9 +728,13 @@ func findServerProcs(b *testing.B, raw *sql.DB, dsn string) serverProcs {
 		args := strings.Split(string(cmdline), "\x00")
 		switch strings.TrimSpace(string(comm)) {
 		case "mysqld", "mariadbd":
+			// A container's server reports the container's ID as its
+			// host name (and listens on its own port 3306, as others do);
+			// a local one shares this machine's name and has a port of its
+			// own.
 			cgroup, _ := os.ReadFile(dir + "cgroup")
-			inContainer := len(hostname) >= 12 && strings.Contains(string(cgroup), hostname)
-			if inContainer || slices.Contains(args, "--port="+strconv.Itoa(port)) {
+			if hostname != local && strings.Contains(string(cgroup), hostname) ||
+				hostname == local && slices.Contains(args, "--port="+strconv.Itoa(port)) {
 				out.server = append(out.server, e.Name())
 			}
 		case "docker-proxy":
