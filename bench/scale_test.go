@@ -52,6 +52,7 @@ type scaleConfig struct {
 	Bound       time.Duration // the storm is given up after this (the benchmark always ends)
 	RunLimit    int           // planner.Config.RunLimit (0: mend's default; -1: drain a queue per run)
 	Concurrency int           // reconcile.Config.Concurrency of each replica (0: mend's default)
+	NoLimit     bool          // leave out the limit storm after each of mend's (BenchmarkScale)
 }
 
 func fullScale() scaleConfig {
@@ -117,6 +118,10 @@ func scaleFrom(tb testing.TB, env string, full, smoke scaleConfig) scaleConfig {
 			dur(&c.Deadline)
 		case k == "bound":
 			dur(&c.Bound)
+		case k == "limit":
+			var on bool
+			on, err = strconv.ParseBool(val)
+			c.NoLimit = !on
 		case k == "replicas":
 			c.Replicas = nil
 			for _, f := range strings.Split(val, "+") {
@@ -130,7 +135,7 @@ func scaleFrom(tb testing.TB, env string, full, smoke scaleConfig) scaleConfig {
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			tb.Fatalf("%s %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, intake_batch, interval, deadline, settle, bound; or smoke)", env, kv, err)
+			tb.Fatalf("%s %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, intake_batch, interval, deadline, settle, bound, limit=false; or smoke)", env, kv, err)
 		}
 	}
 	if c.Queues < 1 || c.StormQueues < 1 || c.Storm < c.StormQueues || c.Finished < 0 || c.Finished > 1_000_000 || c.Storm > 1_000_000 || c.IdlePasses < 1 || c.IntakeConns < 1 || c.IntakeBatch < 1 {
@@ -425,6 +430,15 @@ func BenchmarkScale(b *testing.B) {
 				scaleRun(b, db, cfg, n, fmt.Sprintf("t%d%d%c-", run, n, 'a'+i))
 			}
 		})
+		// The limit storm after each of mend's (limit, limit#01, ...): the
+		// same storm in the same world, which grows alike for both.
+		if !cfg.NoLimit {
+			b.Run("limit", func(b *testing.B) {
+				for i := range b.N {
+					limitScaleRun(b, db, cfg, reconcile.ClusterConcurrencyDefault, fmt.Sprintf("l%d%c-", run, 'a'+i))
+				}
+			})
+		}
 	}
 }
 
@@ -560,16 +574,11 @@ func scaleStorm(b *testing.B, dbs stormDBs, cfg scaleConfig, prefix string, cnt 
 	raw := dbs.mend.SQL(b)
 	seedStart := time.Now()
 	seedStorm(b, dbs.host.SQL(b), cfg, prefix)
-	deliveries := make([]dlq.Delivery, cfg.Storm)
-	for i := range deliveries {
-		q := stormQueue(prefix, i%cfg.StormQueues)
-		batch := fmt.Sprintf("%s/batch/d%06d", q, i)
-		deliveries[i] = dlq.Delivery{Source: mend.SourceID{Queue: q, Topic: "speculate_dlq", Partition: q, MessageID: batch},
-			Payload: []byte(`{"id":"` + batch + `","queue":"` + q + `"}`), FailureCount: 1, LastError: "storm"}
-	}
+	deliveries := stormDeliveries(cfg, prefix)
+	intakeCnt := newCounter()
 	intakes := make([]*dlq.Intake, cfg.IntakeConns)
 	for w := range intakes {
-		s, err := storage.Open(ctx, dbs.mend.DSN, storage.Options{})
+		s, err := storage.Open(ctx, intakeCnt.DSN(b, dbs.mend.DSN), storage.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -609,6 +618,8 @@ func scaleStorm(b *testing.B, dbs stormDBs, cfg scaleConfig, prefix string, cnt 
 		intakeEr error
 	)
 	b.StartTimer()
+	procs := findServerProcs(b, raw, dbs.mend.DSN)
+	procBefore := procs.read()
 	cpuBefore := readCPU()
 	stormStart := time.Now()
 	intakeTook := measure(cfg.IntakeConns, func(w int) {
@@ -675,8 +686,12 @@ wait:
 	}
 	b.StopTimer()
 	cpuDuring := readCPU().since(cpuBefore)
+	procDuring := procs.read().since(procBefore)
 	stop()
 	storm := diff(cnt.snapshot(), before)
+	reportProcCPU(b, cpuDuring, procDuring)
+	b.ReportMetric(float64(total(intakeCnt.snapshot()))/float64(cfg.Storm), "storm-intake-roundtrips/record")
+	reportPhases(b, storm, float64(cfg.Storm))
 	// What the machine's CPUs did during the storm: the server and every
 	// replica share them, and time the hypervisor gave elsewhere (steal)
 	// is time the storm did not get, the main source of run-to-run spread.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/mendq/mend"
 	"github.com/mendq/mend/internal/mysqlx"
 )
 
@@ -27,9 +28,20 @@ import (
 // and every outcome the client decides on is read from a result set (a
 // SELECT of ROW_COUNT() kept in a session variable), never from the OK
 // packets of statements in the middle, which database/sql does not expose.
+//
+// A body whose last packet holds everything it decides on may send COMMIT
+// in that packet instead (queryCommit): one round trip for the whole
+// transaction. The server still stops at the first failing statement, so
+// COMMIT runs only after every statement before it succeeded; a packet that
+// fails with the server's answer has committed nothing and is rolled back
+// as any other; one that fails without an answer may have committed, and
+// is ambiguous, as a lost COMMIT is.
 type batchTx struct {
-	conn *sqlx.Conn
-	ctx  context.Context
+	conn      *sqlx.Conn
+	ctx       context.Context
+	op, opID  string
+	before    func(op string) // the store's before-commit hook (tests), or nil
+	committed bool            // a queryCommit packet committed the transaction
 }
 
 // withBatchTx is withTx for a body that sends multi-statement packets. The
@@ -37,13 +49,15 @@ type batchTx struct {
 // it, any error before COMMIT rolls it back, and a COMMIT that fails
 // without an answer is a *mend.AmbiguousError naming opID, as in withTx.
 func (d *DB) withBatchTx(ctx context.Context, op, opID string, fn func(context.Context, *batchTx) error) error {
-	r := mysqlx.Runner{DeadlockRetries: d.retries, Translate: translate, BeforeCommit: d.beforeCommit}
+	// The before-commit hook runs in batchTx, just before COMMIT leaves,
+	// alone or in a queryCommit packet.
+	r := mysqlx.Runner{DeadlockRetries: d.retries, Translate: translate}
 	begin := func(ctx context.Context) (*batchTx, error) {
 		conn, err := d.db.Connx(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return &batchTx{conn: conn, ctx: ctx}, nil
+		return &batchTx{conn: conn, ctx: ctx, op: op, opID: opID, before: d.beforeCommit}, nil
 	}
 	return mysqlx.Run(ctx, r, begin, op, opID, fn)
 }
@@ -53,8 +67,14 @@ func (d *DB) withBatchTx(ctx context.Context, op, opID string, fn func(context.C
 // the context (the driver's I/O timeout bounds it): a COMMIT abandoned half
 // way is the ambiguous case, and there is no reason to create it.
 func (t *batchTx) Commit() error {
+	if t.committed {
+		return t.conn.Close()
+	}
 	if err := t.ctx.Err(); err != nil {
 		return errors.Join(err, t.Rollback())
+	}
+	if t.before != nil {
+		t.before(t.op)
 	}
 	_, err := t.conn.ExecContext(context.WithoutCancel(t.ctx), "COMMIT")
 	if err != nil {
@@ -121,6 +141,31 @@ func (t *batchTx) query(ctx context.Context, query string, args []any, sets ...f
 		return err
 	}
 	return rows.Close()
+}
+
+// queryCommit is query for the body's last packet, with COMMIT appended to
+// it (see batchTx): on success the transaction has committed and the body
+// must send nothing more. A failure the server answered committed nothing
+// (the statements after the failing one, COMMIT among them, never ran); any
+// other failure (the connection lost, the context ended while the packet
+// was out) is a *mend.AmbiguousError naming the transaction's op ID.
+func (t *batchTx) queryCommit(ctx context.Context, query string, args []any, sets ...func(*sqlx.Rows) error) error {
+	if err := t.ctx.Err(); err != nil {
+		return err
+	}
+	if t.before != nil {
+		t.before(t.op)
+	}
+	err := t.query(ctx, query+";\nCOMMIT", args, sets...)
+	switch {
+	case err == nil:
+		t.committed = true
+		return nil
+	case mysqlx.ErrNumber(err) != 0:
+		return err
+	default:
+		return &mend.AmbiguousError{OpID: t.opID, Err: fmt.Errorf("%s, sent with its COMMIT: %w", t.op, err)}
+	}
 }
 
 // scanOne returns a result-set reader that scans its single row into dest

@@ -14,8 +14,10 @@
 // is made (the session variable, found once per Open), so no transaction
 // pays a SET TRANSACTION round trip. A write transaction travels as one
 // multi-statement packet (START TRANSACTION and its statements) plus COMMIT:
-// two round trips for an intake or an append, fenced or not, three for a
-// lease acquire; RecordCreateMany records a whole batch the same way, and
+// two round trips for an append, fenced or not, three for a lease acquire;
+// the single-record intake (RecordCreate) sends its COMMIT in the same
+// packet, one round trip, since an ambiguous create is resolved by
+// repeating it (docs/architecture.md, "Round trips"); RecordCreateMany records a whole batch the same way, and
 // RecordAppendMany appends to many records of a queue as one UPDATE (each
 // row's values and expected version chosen by CASE record_id) and one
 // INSERT of their events, guarded by the UPDATE's row count, falling back

@@ -84,6 +84,64 @@ func TestAmbiguousCommit(t *testing.T) {
 	}
 }
 
+// TestAmbiguousCreate is TestAmbiguousCommit for RecordCreate, whose COMMIT
+// travels in the same packet as its insert: a packet lost on the way or
+// whose answer is lost is ambiguous, never a plain failure, and repeating
+// the create resolves it either way (the record exists once, with its one
+// created event).
+func TestAmbiguousCreate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		fault   func(t *testing.T, p *mysqltest.Proxy)
+		applied bool
+	}{
+		{name: "reply lost", applied: true, fault: func(t *testing.T, p *mysqltest.Proxy) {
+			if err := p.AddToxic("swallow", "timeout", "downstream", 1, map[string]any{"timeout": 300}); err != nil {
+				t.Error(err)
+			}
+		}},
+		{name: "request lost", applied: false, fault: func(_ *testing.T, p *mysqltest.Proxy) { p.Cut() }},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			proxy := mysqltest.NewProxy(t, b.db.Server.Addr())
+			viaProxy := openStore(t, b.db.DSNVia(proxy.Addr()), storage.Options{})
+			var once sync.Once
+			var ops []string
+			storage.SetBeforeCommit(viaProxy, func(op string) {
+				ops = append(ops, op)
+				once.Do(func() { tt.fault(t, proxy) })
+			})
+			p := createParams(src("q", "m"), `{"batch_id":"b1"}`)
+			_, _, err := viaProxy.RecordCreate(ctx, p)
+			var amb *mend.AmbiguousError
+			if !errors.As(err, &amb) || amb.OpID != p.OpID || mend.Classify(err) != mend.ClassAmbiguous {
+				t.Fatalf("create with its packet cut = %v; want an AmbiguousError for op %s", err, p.OpID)
+			}
+			if len(ops) != 1 || ops[0] != "RecordCreate" {
+				t.Fatalf("before-commit hook ran for %q; want once, for RecordCreate", ops)
+			}
+			_, lookErr := b.store.OpLookup(ctx, "q", p.OpID)
+			if tt.applied != (lookErr == nil) {
+				t.Fatalf("op lookup after the fault = %v; want found %v", lookErr, tt.applied)
+			}
+			// Repeating the create through a healthy connection settles it.
+			rec, created, err := b.store.RecordCreate(ctx, p)
+			if err != nil || created == tt.applied {
+				t.Fatalf("repeat = created %v, %v; want created %v", created, err, !tt.applied)
+			}
+			evs, err := b.store.RecordHistory(ctx, "q", rec.ID)
+			if err != nil || len(evs) != 1 || evs[0].Kind != mend.EventCreated {
+				t.Fatalf("history = %v, %v; want the one created event", evs, err)
+			}
+		})
+	}
+}
+
 // TestLockWaitTimeout shows a lock wait timeout (1205), which on its own rolls
 // back only the statement, leaves nothing half applied: the whole transaction
 // is rolled back and the caller gets a retryable ErrBusy.

@@ -167,9 +167,10 @@ const recordInsertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, IF(
 const recordInsertODKU = `
 ON DUPLICATE KEY UPDATE record_id = record_id`
 
-// One packet (see batchTx): the insert, its created event only if the row
-// is new (ROW_COUNT() is 1 for an insert and 0 for the no-op update), and
-// the read back with whether this call created the row. The event's values
+// One packet with its COMMIT (see batchTx.queryCommit): the insert, its
+// created event only if the row is new (ROW_COUNT() is 1 for an insert and
+// 0 for the no-op update), and the read back with whether this call created
+// the row. The event's values
 // are selected from the record row by its queue rather than FROM DUAL: a
 // sharded cluster (Vitess) routes that SELECT to the queue's shard, where a
 // SELECT FROM DUAL could go to any shard and make the transaction span two.
@@ -214,7 +215,9 @@ func (d *DB) RecordCreate(ctx context.Context, p CreateParams) (rec mend.Record,
 		id := mend.NewRecordID()
 		var row createdRow
 		args := append(c.rowArgs(id), p.Actor, p.OpID, c.data, p.Source.Queue, key[:], p.Source.Queue, key[:])
-		err := tx.query(ctx, sqlRecordCreate, args, scanOne(&row))
+		// The read back is all the body decides on, so COMMIT goes in the
+		// same packet: a create is one round trip.
+		err := tx.queryCommit(ctx, sqlRecordCreate, args, scanOne(&row))
 		switch {
 		case mysqlErrNumber(err) == errDupEntry:
 			// The record ID is new and the insert is an upsert, so the
