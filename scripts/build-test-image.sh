@@ -4,15 +4,19 @@
 # it, trimmed, imported with `docker import`, and finished by scripts/test-image/Dockerfile
 # (entrypoint, port, data directory volume).
 #
-#   build-test-image.sh [mariadb|mysql] [--force]      (engine default: $MEND_TEST_ENGINE, else mariadb)
+#   build-test-image.sh [mariadb|mariadb-11.8|mysql] [--force]  (engine default: $MEND_TEST_ENGINE, else mariadb)
 #   build-test-image.sh mysql --rootfs-dir DIR         (the trimmed root file system only, into DIR, no Docker;
-#                                                      scripts/mysql-rootfs.sh uses it on machines without Docker)
+#                                                      scripts/mysql-rootfs.sh uses it on machines without Docker;
+#                                                      mariadb-11.8 too)
 #
 #   mariadb  this machine's Debian release with mariadb-server (MariaDB 10.11 on Debian 12), tagged
 #            mend-test/mariadb:debian-<VERSION_ID>
 #   mysql    Debian unstable (sid) with mysql-server (Oracle MySQL 9.7), tagged
 #            mend-test/mysql:<major.minor of the installed mysqld>, and also mend-test/mysql:sid (the
 #            tag the harness looks for before it knows the version)
+#   mariadb-11.8  Debian unstable (sid) with mariadb-server (MariaDB 11.8 LTS), tagged
+#            mend-test/mariadb:11.8; the build fails if sid's mariadb-server is not 11.8.x (a
+#            newer sid would need a new engine name, not a silently different server)
 #
 # The package mirror is read from this machine's own apt configuration. A second run finds the tag
 # and does nothing; --force rebuilds. Builds take an exclusive lock (flock on a file under the
@@ -29,8 +33,8 @@ while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--force) force=1 ;;
 	--rootfs-dir) rootfs_dir="${2:?--rootfs-dir needs a directory}"; shift ;;
-	mariadb | mysql) engine="$1" ;;
-	*) echo "usage: $0 [mariadb|mysql] [--force] [--rootfs-dir DIR]" >&2; exit 2 ;;
+	mariadb | mariadb-11.8 | mysql) engine="$1" ;;
+	*) echo "usage: $0 [mariadb|mariadb-11.8|mysql] [--force] [--rootfs-dir DIR]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -42,12 +46,17 @@ mariadb)
 	package=mariadb-server
 	tag="mend-test/mariadb:debian-${VERSION_ID:?no VERSION_ID in /etc/os-release}"
 	;;
+mariadb-11.8)
+	suite=sid
+	package=mariadb-server
+	tag="mend-test/mariadb:11.8"
+	;;
 mysql)
 	suite=sid
 	package=mysql-server
 	tag="mend-test/mysql:sid"
 	;;
-*) echo "mend: unknown engine $engine (want mariadb or mysql)" >&2; exit 2 ;;
+*) echo "mend: unknown engine $engine (want mariadb, mariadb-11.8 or mysql)" >&2; exit 2 ;;
 esac
 
 have() { [[ -z "$rootfs_dir" ]] && docker image inspect "$1" >/dev/null 2>&1; }
@@ -138,6 +147,14 @@ if [[ "$engine" == mysql ]]; then
 		>"$work/init.log" 2>&1 || { cat "$work/init.log" "$root/tmp/init.err" >&2; exit 1; }
 	rm -f "$root/tmp/init.err"
 fi
+if [[ "$engine" == mariadb-* ]]; then
+	want="${engine#mariadb-}"
+	got=$(chroot "$root" /usr/sbin/mariadbd --version | sed -n 's/.*Ver \([0-9][0-9]*\.[0-9][0-9]*\)\.[0-9].*MariaDB.*/\1/p')
+	if [[ "$got" != "$want" ]]; then
+		echo "mend: Debian $suite's $package is MariaDB ${got:-of an unknown version}, not $want: cannot build $tag" >&2
+		exit 1
+	fi
+fi
 umount -l "$root/proc"
 
 # Trim what a test server never reads: documentation, manuals, locales, apt's lists and caches.
@@ -155,7 +172,7 @@ fi
 
 old_id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true) # --force: removed below, not left dangling
 tar -C "$root" -c . | docker import -m "mend test image root file system (debootstrap $suite + $package)" - "$base" >/dev/null
-docker build -q --build-arg "BASE=$base" --build-arg "ENGINE=$engine" -t "$tag" test-image >"$work/build.log" 2>&1 ||
+docker build -q --build-arg "BASE=$base" --build-arg "ENGINE=${engine%%-*}" -t "$tag" test-image >"$work/build.log" 2>&1 ||
 	{ cat "$work/build.log" >&2; exit 1; }
 if [[ "$engine" == mysql ]]; then
 	docker tag "$tag" "mend-test/mysql:$version"

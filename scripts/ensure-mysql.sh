@@ -7,8 +7,11 @@
 # server binary. As a last resort, as root on Debian/Ubuntu, it installs mariadb-server (without
 # starting its system service: the tests start private servers themselves).
 # MEND_TEST_BACKEND=dsn|docker|local limits it to that backend, as it limits the harness;
-# MEND_TEST_ENGINE=mysql|mariadb picks the engine (default mysql; unset, a machine that cannot
-# have MySQL falls back to MariaDB, as the harness does).
+# MEND_TEST_ENGINE=mysql|mariadb|mariadb-11.8 picks the engine (default mysql; unset, a machine
+# that cannot have MySQL falls back to MariaDB, as the harness does). mariadb-11.8 is Debian
+# unstable's MariaDB 11.8: the image build-test-image.sh mariadb-11.8 builds (mariadb:11.8 where a
+# registry answers), else a local mariadbd 11.8.x, else the root file system mysql-rootfs.sh
+# mariadb-11.8 provides.
 set -euo pipefail
 cd "$(dirname "$0")"
 backend="${MEND_TEST_BACKEND:-}"
@@ -19,8 +22,8 @@ if [[ -z "$engine" ]]; then
 	explicit=0
 fi
 case "$engine" in
-mysql | mariadb) ;;
-*) echo "mend: MEND_TEST_ENGINE=$engine: want mysql or mariadb" >&2; exit 2 ;;
+mysql | mariadb | mariadb-11.8) ;;
+*) echo "mend: MEND_TEST_ENGINE=$engine: want mysql, mariadb or mariadb-11.8" >&2; exit 2 ;;
 esac
 
 if [[ "$backend" == dsn || ( -z "$backend" && -n "${MEND_TEST_DSN:-}" ) ]]; then
@@ -46,6 +49,8 @@ if [[ "$backend" != local ]] && docker_answers; then
 		if [[ "$1" == mysql ]]; then
 			built="mend-test/mysql:sid" registry="mysql:8.4"
 			if have_image "$registry"; then echo "$registry"; return 0; fi
+		elif [[ "$1" == mariadb-11.8 ]]; then
+			built="mend-test/mariadb:11.8" registry="mariadb:11.8"
 		else
 			built="mend-test/mariadb:debian-${VERSION_ID:-none}" registry="mariadb:10.11"
 		fi
@@ -77,17 +82,24 @@ elif [[ "$backend" == docker ]]; then
 fi
 
 # find_server ENGINE prints a server binary of that engine (Debian's mariadb-server installs
-# mysqld as a link to mariadbd, which is not MySQL).
+# mysqld as a link to mariadbd, which is not MySQL); for mariadb-11.8 only an 11.8.x.
 find_server() {
 	local name dir path
-	local names=(mysqld)
-	[[ "$1" == mariadb ]] && names=(mariadbd mysqld)
+	local names=(mysqld) cached="${XDG_CACHE_HOME:-$HOME/.cache}/mend/rootfs/mysql-bin/mysqld"
+	if [[ "$1" == mariadb* ]]; then
+		names=(mariadbd mysqld) cached=""
+		[[ "$1" == mariadb-11.8 ]] && cached="${XDG_CACHE_HOME:-$HOME/.cache}/mend/rootfs/mariadb-11.8-bin/sbin/mariadbd"
+	fi
 	for name in "${names[@]}"; do
-		local cached="${XDG_CACHE_HOME:-$HOME/.cache}/mend/rootfs/mysql-bin/mysqld"
 	for path in "$(command -v "$name" 2>/dev/null)" /usr/sbin/$name "$cached" /usr/local/sbin/$name /usr/local/bin/$name /usr/local/mysql/bin/$name; do
 			[[ -n "$path" && -x "$path" ]] || continue
-			if "$path" --version 2>/dev/null | grep -qi mariadb; then
-				[[ "$1" == mariadb ]] || continue
+			local version
+			version="$("$path" --version 2>/dev/null || true)"
+			if grep -qi mariadb <<<"$version"; then
+				[[ "$1" == mariadb* ]] || continue
+				if [[ "$1" == mariadb-* ]] && ! grep -q "Ver ${1#mariadb-}\." <<<"$version"; then
+					continue
+				fi
 			else
 				[[ "$1" == mysql ]] || continue
 			fi
@@ -103,8 +115,8 @@ if bin="$(find_server "$engine")"; then
 fi
 # No MySQL binary on the machine: Debian unstable's, in a root file system under the cache
 # directory (exported from the MySQL image if Docker has it, else built with debootstrap as root).
-if [[ "$engine" == mysql && $explicit -eq 1 ]]; then
-	if bin="$(bash ./mysql-rootfs.sh)"; then
+if [[ ( "$engine" == mysql || "$engine" == mariadb-11.8 ) && $explicit -eq 1 ]]; then
+	if bin="$(bash ./mysql-rootfs.sh "$engine")"; then
 		echo "mend: tests start private mysql servers from $bin"
 		exit 0
 	fi
@@ -115,6 +127,10 @@ if [[ $explicit -eq 0 ]] && bin="$(find_server mariadb)"; then
 fi
 if [[ $explicit -eq 1 && "$engine" == mysql ]]; then
 	echo "mend: MEND_TEST_ENGINE=mysql, but no Docker image and no MySQL mysqld binary (install mysql-server, or run Docker)" >&2
+	exit 1
+fi
+if [[ "$engine" == mariadb-11.8 ]]; then
+	echo "mend: MEND_TEST_ENGINE=mariadb-11.8, but no Docker image and no MariaDB 11.8 mariadbd (run scripts/build-test-image.sh mariadb-11.8 as root on Debian, or install MariaDB 11.8)" >&2
 	exit 1
 fi
 

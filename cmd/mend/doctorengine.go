@@ -4,17 +4,22 @@ import (
 	"context"
 	"database/sql"
 	"maps"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 )
 
-// checkEngine reports the engine and checks what matters on it. MySQL:
-// the binary log's row image when logging is on (binlog_format itself is
-// checkTopology's), and view definers this account could not drop
-// (SYSTEM_USER, MySQL 8.0.16+). MariaDB has neither rule.
+// checkEngine reports the engine and checks what matters on it. Both: the
+// collation a host's tables declared without COLLATE get (the real submit
+// queue's application tables are). MariaDB: innodb_snapshot_isolation (on
+// by default from 11.8), which mend's READ COMMITTED sessions are not
+// subject to. MySQL: the binary log's row image when logging is on
+// (binlog_format itself is checkTopology's), and view definers this account
+// could not drop (SYSTEM_USER, MySQL 8.0.16+). MariaDB has neither rule.
 func checkEngine(ctx context.Context, db *sql.DB) []check {
 	e, err := storage.ReadEngine(ctx, db)
 	if err != nil {
@@ -37,7 +42,11 @@ func checkEngine(ctx context.Context, db *sql.DB) []check {
 				"(mend's reads outside a transaction turn it off per statement with a /*vt+ CONSOLIDATOR=disabled */ directive; docs/operations.md)"})
 		return checks
 	}
+	checks = append(checks, checkDefaultCollation(ctx, db))
 	if e.MariaDB() {
+		if c, ok := checkSnapshotIsolation(ctx, db); ok {
+			checks = append(checks, c)
+		}
 		return checks
 	}
 	switch {
@@ -65,4 +74,59 @@ func checkEngine(ctx context.Context, db *sql.DB) []check {
 		checks = append(checks, check{Name: "view definers", Status: checkOK, Detail: "this account can drop and replace mend's views"})
 	}
 	return checks
+}
+
+// checkDefaultCollation reports the collation a utf8mb4 table declared without COLLATE gets
+// on this server (the real submit queue's application tables are declared so) and whether it
+// pads trailing spaces: utf8mb4_0900_ai_ci (NO PAD) on MySQL 8+, utf8mb4_general_ci on MariaDB
+// 10.x, utf8mb4_uca1400_ai_ci on MariaDB 11.8 (its character_set_collations: besides case and
+// accents it also equates NFC with NFD spellings and ß with ss, and ignores NUL bytes; PAD
+// SPACE). Whatever it is, mend compares host identities byte for byte, so it is only reported.
+func checkDefaultCollation(ctx context.Context, db *sql.DB) check {
+	const name = "default collation"
+	var coll string
+	if err := db.QueryRowContext(ctx, "SELECT COLLATION(CONVERT('' USING utf8mb4))").Scan(&coll); err != nil {
+		return check{Name: name, Status: checkWarn, Detail: "cannot read it: " + err.Error()}
+	}
+	if !collationName.MatchString(coll) {
+		return check{Name: name, Status: checkWarn, Detail: "the server names " + strconv.Quote(coll) + ", not a collation"}
+	}
+	var pads bool
+	// A collation name cannot be a parameter; it was checked above.
+	if err := db.QueryRowContext(ctx, "SELECT _utf8mb4'a' COLLATE "+coll+" = _utf8mb4'a '").Scan(&pads); err != nil {
+		return check{Name: name, Status: checkWarn, Detail: "cannot compare under " + coll + ": " + err.Error()}
+	}
+	pad := "NO PAD: 'q/1 ' and 'q/1' differ"
+	if pads {
+		pad = "PAD SPACE: 'q/1 ' and 'q/1' are one"
+	}
+	return check{Name: name, Status: checkOK, Detail: "utf8mb4 tables declared without COLLATE (the submit queue's application tables) get " + coll +
+		" (" + pad + "); mend compares the host's identities byte for byte and parks a record the collation matched under another spelling"}
+}
+
+var collationName = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
+
+// checkSnapshotIsolation reports MariaDB's innodb_snapshot_isolation (10.6.18+ and 10.11.8+,
+// off by default; on by default from 11.8): with it on, a REPEATABLE READ transaction that
+// writes a row another session changed since its snapshot fails with error 1020. mend's
+// sessions all run READ COMMITTED (every statement takes a fresh view), where it does not
+// apply, so it is neither forced nor refused; a host's own REPEATABLE READ code is subject to
+// it. ok is false where the server has no such variable.
+func checkSnapshotIsolation(ctx context.Context, db *sql.DB) (c check, ok bool) {
+	const name = "snapshot isolation"
+	var v sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_snapshot_isolation").Scan(&v)
+	switch {
+	case mysqlx.ErrNumber(err) == mysqlx.ErrUnknownSystemVariable:
+		return check{}, false
+	case err != nil:
+		return check{Name: name, Status: checkWarn, Detail: "cannot read innodb_snapshot_isolation: " + err.Error()}, true
+	}
+	state := "OFF"
+	if v.String == "1" || strings.EqualFold(v.String, "ON") {
+		state = "ON"
+	}
+	return check{Name: name, Status: checkOK, Detail: "innodb_snapshot_isolation=" + state +
+		" (MariaDB 11.8's default is ON: a REPEATABLE READ transaction writing a row changed since its snapshot fails with error 1020); " +
+		"mend's sessions run READ COMMITTED, where it does not apply"}, true
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,15 +46,14 @@ var serverFlags = []string{
 }
 
 // ServerFlags returns the server settings Start uses for flavor ("mariadb" or "mysql"), a
-// copy, so a server started another way (a container) runs with the same ones. MariaDB gets
-// utf8mb4_general_ci (its utf8mb4 default; PAD SPACE), MySQL keeps utf8mb4_0900_ai_ci (its
-// default since 8.0; NO PAD), the collation the real submit queue's application tables get.
+// copy, so a server started another way (a container) runs with the same ones. No collation is
+// forced: each server keeps its own default for utf8mb4, the collation the real submit queue's
+// application tables get: utf8mb4_general_ci on MariaDB 10.11 (PAD SPACE),
+// utf8mb4_uca1400_ai_ci on MariaDB 11.8 (its character_set_collations; PAD SPACE),
+// utf8mb4_0900_ai_ci on MySQL 8+ (NO PAD).
 func ServerFlags(flavor string) []string {
-	flags := append([]string(nil), serverFlags...)
-	if flavor == "mariadb" {
-		flags = append(flags, "--collation-server=utf8mb4_general_ci")
-	}
-	return flags
+	_ = flavor // the same for both today; the parameter keeps callers explicit
+	return append([]string(nil), serverFlags...)
 }
 
 // binaryDirs are searched after PATH, in order.
@@ -76,14 +76,18 @@ func FindBinary() (string, error) {
 	return "", ErrNoBinary
 }
 
-// FindBinaryFor returns a server binary of engine ("mariadb" or "mysql"): for MariaDB a
-// mariadbd, else a mysqld that is MariaDB's; for MySQL a mysqld that is Oracle's (Debian's
-// mariadb-server installs mysqld as a link to mariadbd, which does not count), else the
-// wrapper scripts/mysql-rootfs.sh writes (RootfsMySQL). Returns ErrNoBinary if there is none.
+// FindBinaryFor returns a server binary of engine ("mariadb", "mariadb-11.8" or "mysql"): for
+// MariaDB a mariadbd, else a mysqld that is MariaDB's; for MySQL a mysqld that is Oracle's
+// (Debian's mariadb-server installs mysqld as a link to mariadbd, which does not count), else
+// the wrapper scripts/mysql-rootfs.sh writes (RootfsMySQL). An engine with a version
+// (mariadb-11.8) takes only a binary whose --version is of that major.minor, the one on PATH
+// or, after it, the wrapper `scripts/mysql-rootfs.sh mariadb-11.8` writes (Rootfs). Returns
+// ErrNoBinary if there is none.
 func FindBinaryFor(engine string) (string, error) {
+	product, want, _ := strings.Cut(engine, "-")
 	var candidates []string
 	names := []string{"mysqld"}
-	if engine == "mariadb" {
+	if product == "mariadb" {
 		names = []string{"mariadbd", "mysqld"}
 	}
 	for _, name := range names {
@@ -91,16 +95,20 @@ func FindBinaryFor(engine string) (string, error) {
 			candidates = append(candidates, p)
 		}
 	}
-	if engine == "mysql" {
-		if p := RootfsMySQL(); p != "" {
-			candidates = append(candidates, p)
-		}
+	if p := Rootfs(engine); p != "" {
+		candidates = append(candidates, p)
 	}
 	for _, p := range candidates {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		flavor, err := detectFlavor(ctx, p)
+		if err == nil && flavor == product && want != "" {
+			var v string
+			if v, err = BinaryVersion(ctx, p); err == nil && v != want && !strings.HasPrefix(v, want+".") {
+				err = fmt.Errorf("localdb: %s is version %s, not %s", p, v, want)
+			}
+		}
 		cancel()
-		if err == nil && flavor == engine {
+		if err == nil && flavor == product {
 			return p, nil
 		}
 	}
@@ -110,24 +118,64 @@ func FindBinaryFor(engine string) (string, error) {
 // RootfsMySQL returns the path of the mysqld wrapper scripts/mysql-rootfs.sh writes under the
 // user's cache directory (Debian unstable's MySQL, run through its root file system's own
 // loader), or "" when it is not there.
-func RootfsMySQL() string {
+func RootfsMySQL() string { return Rootfs("mysql") }
+
+// Rootfs returns the path of the server wrapper `scripts/mysql-rootfs.sh engine` writes under
+// the user's cache directory for engine "mysql" (rootfs/mysql-bin/mysqld) or "mariadb-11.8"
+// (rootfs/mariadb-11.8-bin/sbin/mariadbd, in the directory mariadb-install-db takes as its
+// --basedir), or "" when it is not there or engine has none.
+func Rootfs(engine string) string {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return ""
 	}
-	p := filepath.Join(dir, "mend", "rootfs", "mysql-bin", "mysqld")
+	var p string
+	switch engine {
+	case "mysql":
+		p = filepath.Join(dir, "mend", "rootfs", "mysql-bin", "mysqld")
+	case "mariadb-11.8":
+		p = filepath.Join(dir, "mend", "rootfs", engine+"-bin", "sbin", "mariadbd")
+	default:
+		return ""
+	}
 	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
 		return ""
 	}
 	return p
 }
 
-// lookTool finds an executable by name in PATH, then in extra, then in binaryDirs.
+// versionRE finds the version in a server's --version line: "mariadbd  Ver 11.8.9-MariaDB-4
+// from Debian", "mysqld  Ver 9.7.4 for Linux".
+var versionRE = regexp.MustCompile(`\bVer ([0-9]+\.[0-9]+\.[0-9]+)`)
+
+// BinaryVersion returns the version number a server binary's --version reports (11.8.9).
+func BinaryVersion(ctx context.Context, binary string) (string, error) {
+	out, err := exec.CommandContext(ctx, binary, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("localdb: %s --version: %w: %s", binary, err, tail(out, 500))
+	}
+	m := versionRE.FindSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("localdb: %s --version names no version: %s", binary, tail(out, 500))
+	}
+	return string(m[1]), nil
+}
+
+// lookTool finds an executable by name in extra, then in PATH, then in binaryDirs. extra
+// comes first: a server's own tools (mariadb-install-db beside the mariadbd of a root file
+// system) must win over another version's on PATH.
 func lookTool(name string, extra []string) (string, bool) {
+	if p, ok := lookIn(name, extra); ok {
+		return p, true
+	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p, true
 	}
-	for _, dir := range append(append([]string{}, extra...), binaryDirs...) {
+	return lookIn(name, binaryDirs)
+}
+
+func lookIn(name string, dirs []string) (string, bool) {
+	for _, dir := range dirs {
 		p := filepath.Join(dir, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return p, true

@@ -3,6 +3,7 @@ package localdb
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,5 +102,59 @@ func TestStartNeedsBinary(t *testing.T) {
 	t.Parallel()
 	if _, err := Start(t.Context(), Config{}); err == nil {
 		t.Error("Start with an empty Config.Binary returned nil")
+	}
+}
+
+// TestFindBinaryForAVersion: an engine name with a version (mariadb-11.8) takes only a server
+// whose --version is of that major.minor, the one on PATH first, else the root file system's
+// wrapper under the cache directory; a MariaDB of another version (Debian 12's 10.11) does not
+// count, and "mariadb" alone takes any MariaDB.
+func TestFindBinaryForAVersion(t *testing.T) {
+	fake := func(t *testing.T, dir, name, version string) string {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		script := "#!/bin/sh\necho '" + p + "  Ver " + version + "-MariaDB-4 from Debian for debian-linux-gnu on x86_64'\n"
+		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tt := range []struct {
+		name, onPath, inRootfs, engine string
+		want                           string // "path", "rootfs" or "" for ErrNoBinary
+	}{
+		{"11.8 on PATH", "11.8.9", "", "mariadb-11.8", "path"},
+		{"10.11 on PATH is not 11.8", "10.11.18", "", "mariadb-11.8", ""},
+		{"11.80 is not 11.8", "11.80.1", "", "mariadb-11.8", ""},
+		{"the root file system's 11.8 after a 10.11 on PATH", "10.11.18", "11.8.9", "mariadb-11.8", "rootfs"},
+		{"mariadb takes any MariaDB", "10.11.18", "", "mariadb", "path"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := fake(t, filepath.Join(dir, "bin"), "mariadbd", tt.onPath)
+			t.Setenv("PATH", filepath.Join(dir, "bin"))
+			t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+			rootfs := ""
+			if tt.inRootfs != "" {
+				rootfs = fake(t, filepath.Join(dir, "cache", "mend", "rootfs", "mariadb-11.8-bin", "sbin"), "mariadbd", tt.inRootfs)
+			}
+			got, err := FindBinaryFor(tt.engine)
+			want := map[string]string{"path": path, "rootfs": rootfs}[tt.want]
+			if want == "" && err == nil && !strings.HasPrefix(got, dir) {
+				// A system binary (binaryDirs) of the version asked for: right, on such a machine.
+				if v, verr := BinaryVersion(t.Context(), got); verr == nil && strings.HasPrefix(v, "11.8.") {
+					return
+				}
+			}
+			switch {
+			case want == "" && !errors.Is(err, ErrNoBinary):
+				t.Fatalf("FindBinaryFor(%s) = %q, %v; want ErrNoBinary", tt.engine, got, err)
+			case want != "" && (err != nil || got != want):
+				t.Fatalf("FindBinaryFor(%s) = %q, %v; want %s", tt.engine, got, err, want)
+			}
+		})
 	}
 }

@@ -21,8 +21,9 @@ const (
 	EnvImage = "MEND_TEST_IMAGE"
 	// EnvBackend forces one backend: dsn, docker or local.
 	EnvBackend = "MEND_TEST_BACKEND"
-	// EnvEngine picks the server product for the docker and local backends: mysql or mariadb;
-	// vitess picks the Vitess backend (a private 2-shard cluster, see package vitessdb).
+	// EnvEngine picks the server product for the docker and local backends: mysql, mariadb
+	// (10.11, Debian 12's) or mariadb-11.8 (the 11.8 LTS, Debian unstable's); vitess picks the
+	// Vitess backend (a private 2-shard cluster, see package vitessdb).
 	EnvEngine = "MEND_TEST_ENGINE"
 	// EnvCI, when true, turns "no server available" from a skip into a failure.
 	EnvCI = "CI"
@@ -32,6 +33,10 @@ const (
 const (
 	EngineMySQL   = "mysql"
 	EngineMariaDB = "mariadb"
+	// EngineMariaDB118 is MariaDB 11.8 LTS (Debian unstable's mariadb-server): the MariaDB
+	// product with a version selector. Its servers report flavor "mariadb"; discovery refuses
+	// one whose version is not 11.8.x.
+	EngineMariaDB118 = "mariadb-11.8"
 	// EngineVitess is a sharded Vitess cluster (vttestserver over MySQL 9.7) reached through
 	// vtgate: its own backend, BackendVitess, whatever EnvBackend says.
 	EngineVitess = "vitess"
@@ -48,6 +53,34 @@ const DefaultImage = "mysql:8.4"
 
 // DefaultMariaDBImage is the MariaDB image used where a registry answers and none was built here.
 const DefaultMariaDBImage = "mariadb:10.11"
+
+// DefaultMariaDB118Image is the MariaDB 11.8 image used where a registry answers and none was built here.
+const DefaultMariaDB118Image = "mariadb:11.8"
+
+// Product returns the server product an engine name runs: "mariadb" for mariadb and
+// mariadb-11.8, else the name itself.
+func Product(engine string) string {
+	if engine == EngineMariaDB118 {
+		return EngineMariaDB
+	}
+	return engine
+}
+
+// WantVersion returns the major.minor an engine name selects ("11.8" for mariadb-11.8), ""
+// when it selects none.
+func WantVersion(engine string) string {
+	if p, v, ok := strings.Cut(engine, "-"); ok && p == EngineMariaDB {
+		return v
+	}
+	return ""
+}
+
+// VersionMatches reports whether a server version number (11.8.9) is of the major.minor an
+// engine name selects; any version matches an engine that selects none.
+func VersionMatches(engine, version string) bool {
+	want := WantVersion(engine)
+	return want == "" || version == want || strings.HasPrefix(version, want+".")
+}
 
 // Backend names where a server comes from.
 type Backend string
@@ -122,8 +155,9 @@ func SystemProbes() Probes {
 
 // LocalImage returns the tag scripts/build-test-image.sh gives the image it
 // builds for engine: mend-test/mariadb:debian-<VERSION_ID> (this machine's
-// Debian release) or mend-test/mysql:sid (Debian unstable's MySQL). It
-// returns "" on a machine that is not Debian, where neither can be built.
+// Debian release), mend-test/mariadb:11.8 (Debian unstable's MariaDB 11.8)
+// or mend-test/mysql:sid (Debian unstable's MySQL). It returns "" on a
+// machine that is not Debian, where none can be built.
 func LocalImage(engine string) string {
 	b, err := os.ReadFile("/etc/os-release")
 	if err != nil {
@@ -146,8 +180,11 @@ func LocalImage(engine string) string {
 	if id != "debian" || version == "" {
 		return ""
 	}
-	if engine == EngineMySQL {
+	switch engine {
+	case EngineMySQL:
 		return "mend-test/mysql:sid"
+	case EngineMariaDB118:
+		return "mend-test/mariadb:11.8"
 	}
 	return "mend-test/mariadb:debian-" + version
 }
@@ -170,10 +207,10 @@ func Engine(getenv func(string) string) (engine string, explicit bool, err error
 	switch e := strings.ToLower(strings.TrimSpace(getenv(EnvEngine))); e {
 	case "":
 		return DefaultEngine, false, nil
-	case EngineMySQL, EngineMariaDB, EngineVitess:
+	case EngineMySQL, EngineMariaDB, EngineMariaDB118, EngineVitess:
 		return e, true, nil
 	default:
-		return "", false, fmt.Errorf("%s=%q: want mysql, mariadb or vitess", EnvEngine, e)
+		return "", false, fmt.Errorf("%s=%q: want mysql, mariadb, %s or vitess", EnvEngine, e, EngineMariaDB118)
 	}
 }
 
@@ -299,12 +336,15 @@ func pickImage(p Probes, engine string) (image, why string) {
 		return img, ""
 	}
 	registry := DefaultImage
-	if engine == EngineMariaDB {
+	switch engine {
+	case EngineMariaDB:
 		registry = DefaultMariaDBImage
+	case EngineMariaDB118:
+		registry = DefaultMariaDB118Image
 	}
 	local := p.LocalImage(engine)
 	// A registry image already held wins for MySQL (the one production runs); for MariaDB the
-	// image built here from Debian's MariaDB 10.11 comes first.
+	// image built here from Debian's MariaDB (10.11, or unstable's 11.8) comes first.
 	if engine == EngineMySQL && p.HasImage(registry) {
 		return registry, ""
 	}

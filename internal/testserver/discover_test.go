@@ -18,6 +18,8 @@ type machine struct {
 	mysqlBin string // a MySQL binary, "" means none
 	local    string // LocalImage's answer for MariaDB
 	localMy  string // LocalImage's answer for MySQL
+	local118 string // LocalImage's answer for MariaDB 11.8
+	bin118   string // a MariaDB 11.8 binary, "" means none
 
 	pinged bool
 	pulled []string
@@ -43,8 +45,11 @@ func (m *machine) probes() Probes {
 		},
 		FindBinary: func(engine string) (string, error) {
 			bin := m.binary
-			if engine == EngineMySQL {
+			switch engine {
+			case EngineMySQL:
 				bin = m.mysqlBin
+			case EngineMariaDB118:
+				bin = m.bin118
 			}
 			if bin == "" {
 				return "", localdb.ErrNoBinary
@@ -52,8 +57,11 @@ func (m *machine) probes() Probes {
 			return bin, nil
 		},
 		LocalImage: func(engine string) string {
-			if engine == EngineMySQL {
+			switch engine {
+			case EngineMySQL:
 				return m.localMy
+			case EngineMariaDB118:
+				return m.local118
 			}
 			return m.local
 		},
@@ -61,8 +69,9 @@ func (m *machine) probes() Probes {
 }
 
 const (
-	built   = "mend-test/mariadb:debian-12"
-	builtMy = "mend-test/mysql:sid"
+	built    = "mend-test/mariadb:debian-12"
+	builtMy  = "mend-test/mysql:sid"
+	built118 = "mend-test/mariadb:11.8"
 )
 
 func TestDiscover(t *testing.T) {
@@ -152,6 +161,28 @@ func TestDiscover(t *testing.T) {
 			want: Choice{Fatal: true},
 		},
 		{
+			name: "engine mariadb-11.8 picks the 11.8 image, not 10.11's", wantPinged: true,
+			m: machine{env: map[string]string{EnvEngine: "mariadb-11.8"}, dockerUp: true, images: map[string]bool{built: true, builtMy: true, built118: true},
+				local: built, localMy: builtMy, local118: built118},
+			want: Choice{Backend: BackendDocker, Image: built118, Engine: EngineMariaDB118},
+		},
+		{
+			name: "engine mariadb-11.8 without its image never takes 10.11's", wantPinged: true,
+			m: machine{env: map[string]string{EnvEngine: "mariadb-11.8", EnvBackend: "docker", EnvCI: "true"}, dockerUp: true, images: map[string]bool{built: true, builtMy: true},
+				local: built, localMy: builtMy, local118: built118, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Fatal: true},
+		},
+		{
+			name: "engine mariadb-11.8 takes an 11.8 binary, not the 10.11 one",
+			m:    machine{env: map[string]string{EnvEngine: "mariadb-11.8", EnvBackend: "local"}, binary: "/usr/sbin/mariadbd", bin118: "/cache/mariadb-11.8-bin/sbin/mariadbd"},
+			want: Choice{Backend: BackendLocal, Binary: "/cache/mariadb-11.8-bin/sbin/mariadbd", Engine: EngineMariaDB118},
+		},
+		{
+			name: "engine mariadb-11.8 without an 11.8 binary fails under CI",
+			m:    machine{env: map[string]string{EnvEngine: "mariadb-11.8", EnvBackend: "local", EnvCI: "true"}, binary: "/usr/sbin/mariadbd"},
+			want: Choice{Fatal: true},
+		},
+		{
 			name: "an unknown engine is an error",
 			m:    machine{env: map[string]string{EnvEngine: "postgres"}, binary: "/usr/sbin/mariadbd"},
 			want: Choice{Fatal: true},
@@ -213,6 +244,36 @@ func TestDiscover(t *testing.T) {
 	}
 }
 
+func TestEngineVersionSelector(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		engine, version string
+		product         string
+		matches         bool
+	}{
+		{EngineMariaDB118, "11.8.9", EngineMariaDB, true},
+		{EngineMariaDB118, "11.8", EngineMariaDB, true},
+		{EngineMariaDB118, "10.11.18", EngineMariaDB, false},
+		{EngineMariaDB118, "11.80.1", EngineMariaDB, false},
+		{EngineMariaDB, "10.11.18", EngineMariaDB, true},
+		{EngineMariaDB, "11.8.9", EngineMariaDB, true},
+		{EngineMySQL, "9.7.4", EngineMySQL, true},
+	} {
+		if got := Product(tt.engine); got != tt.product {
+			t.Errorf("Product(%s) = %s, want %s", tt.engine, got, tt.product)
+		}
+		if got := VersionMatches(tt.engine, tt.version); got != tt.matches {
+			t.Errorf("VersionMatches(%s, %s) = %v, want %v", tt.engine, tt.version, got, tt.matches)
+		}
+	}
+	if e, explicit, err := Engine(func(string) string { return "MariaDB-11.8" }); err != nil || e != EngineMariaDB118 || !explicit {
+		t.Errorf("Engine(MariaDB-11.8) = %q %v %v, want %s", e, explicit, err, EngineMariaDB118)
+	}
+	if _, _, err := Engine(func(string) string { return "mariadb-11.4" }); err == nil {
+		t.Error("Engine(mariadb-11.4) accepted a version nothing here builds")
+	}
+}
+
 func TestDiscoverPrivateNeverUsesTheDSN(t *testing.T) {
 	t.Parallel()
 	m := machine{env: map[string]string{EnvDSN: "root@tcp(127.0.0.1:3306)/"}, binary: "/usr/sbin/mariadbd"}
@@ -228,10 +289,11 @@ func TestDiscoverPrivateNeverUsesTheDSN(t *testing.T) {
 func TestParseVersion(t *testing.T) {
 	t.Parallel()
 	for v, want := range map[string][2]string{
-		"10.11.14-MariaDB-0+deb12u1": {EngineMariaDB, "10.11.14"},
-		"9.7.4":                      {EngineMySQL, "9.7.4"},
-		"8.4.6-Vitess":               {EngineMySQL, "8.4.6"},
-		"8.0.36-0ubuntu0.22.04.1":    {EngineMySQL, "8.0.36"},
+		"10.11.14-MariaDB-0+deb12u1":   {EngineMariaDB, "10.11.14"},
+		"9.7.4":                        {EngineMySQL, "9.7.4"},
+		"8.4.6-Vitess":                 {EngineMySQL, "8.4.6"},
+		"8.0.36-0ubuntu0.22.04.1":      {EngineMySQL, "8.0.36"},
+		"11.8.9-MariaDB-4 from Debian": {EngineMariaDB, "11.8.9"},
 	} {
 		if e, ver := ParseVersion(v); e != want[0] || ver != want[1] {
 			t.Errorf("ParseVersion(%q) = %s %s, want %s %s", v, e, ver, want[0], want[1])

@@ -51,6 +51,11 @@ func Start(ctx context.Context, c Choice) (*Server, error) {
 	if err := s.identify(ctx); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	// An engine name with a version (mariadb-11.8) is a promise the log names: a server of
+	// another version (an image or binary given some other way) is refused, not tested.
+	if WantVersion(c.Engine) != "" && (s.flavor != Product(c.Engine) || !VersionMatches(c.Engine, s.version)) {
+		return nil, errors.Join(fmt.Errorf("testserver: %s=%s, but the server answers as %s", EnvEngine, c.Engine, s.Engine()), s.Close())
+	}
 	return s, nil
 }
 
