@@ -344,11 +344,20 @@ func (d *Detector) record(ctx context.Context, q mend.QueueScan, fp string, sinc
 // --stuck, the day mend is adopted): a scan, a wait of the bound on a
 // cancellable timer, and a second scan, which records a wake-up for every
 // queue quiet in the same state across both. It returns the second
-// scan's report (the first's when the context ends before the second).
-func (d *Detector) ScanAcross(ctx context.Context) (Report, error) {
+// scan's report (the first's when the context ends before the second, or
+// when the first found no queue quiet). onWait, when set, is called with
+// the first report before the wait.
+//
+// This is the entry point for a one-off scan beside a running host (an
+// end-to-end suite, an adoption script): cmd/mend's `mend import --stuck`
+// is it with the host's and mend's databases opened.
+func (d *Detector) ScanAcross(ctx context.Context, onWait func(first Report)) (Report, error) {
 	first, err := d.Scan(ctx)
 	if err != nil || first.Count(Quiet) == 0 {
 		return first, err
+	}
+	if onWait != nil {
+		onWait(first)
 	}
 	// A second past the bound: the wait is on this process's clock, the
 	// bound on the database's.
