@@ -26,8 +26,8 @@ type HostScan struct {
 	At     time.Time
 	Queues []QueueScan
 	// Unattributed lists messages in flight whose queue could not be read
-	// (a payload without one): the scan counts them as in flight for every
-	// queue, so none is woken while they are there.
+	// (a payload without one; dead letters excepted): the scan counts them
+	// as in flight for every queue, so none is woken while they are there.
 	Unattributed []string
 }
 

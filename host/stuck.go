@@ -144,11 +144,18 @@ func (d *DB) StuckScan(ctx context.Context) (mend.HostScan, error) {
 		return scan, err
 	}
 	for i, p := range keyed {
-		if q := queues[i]; q != "" {
+		switch q := queues[i]; {
+		case q != "":
 			inFlight[q] = append(inFlight[q], p.String())
-		} else {
+		case !strings.HasSuffix(p.topic, "_dlq"):
+			// The real consumer cannot resolve a queue from it either and
+			// dead-letters it at once; until then, the safe side.
 			scan.Unattributed = append(scan.Unattributed, p.String())
 		}
+		// A dead letter naming no queue leads nowhere: the real DLQ
+		// controller cannot resolve its storage and never wakes a queue
+		// for it (mend's intake parks it), so it would block every queue
+		// for up to its 1,000 deliveries for nothing.
 	}
 	qs := make([]string, 0, len(live))
 	for q := range live {

@@ -65,7 +65,8 @@
 // its observations and waits the bound again. Messages in flight whose
 // queue cannot be read (build, buildsignal and cancel rows whose payload
 // names none) count against every queue, so none is woken while they are
-// there. A wake-up that turns out spurious, because something the scan
+// there; dead letters naming none are left out (the host's DLQ controller
+// cannot resolve them and never wakes a queue for them). A wake-up that turns out spurious, because something the scan
 // cannot see would have woken the queue, is harmless: the real speculate
 // consumer treats every message as a dirty signal and re-plans the whole
 // queue (docs/architecture.md, "The stuck-queue scan").

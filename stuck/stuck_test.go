@@ -446,6 +446,23 @@ func TestNothingToWake(t *testing.T) {
 			w.clock.advance(bound)
 		}
 	})
+	t.Run("unattributed dead letter", func(t *testing.T) {
+		t.Parallel()
+		w := setup(t)
+		w.seed(t, "q", "q/batch/1", "speculating")
+		// A legacy build dead letter with an empty queue: the real DLQ
+		// controller cannot resolve it and never wakes a queue for it.
+		if err := w.w.Publish(ctx, "build_dlq", "q/batch/0", "b@1", []byte(`{"id":"q/batch/0","queue":""}`), nil); err != nil {
+			t.Fatal(err)
+		}
+		if v := w.verdict(t, "q"); v.Verdict != stuck.Quiet {
+			t.Fatalf("= %+v; want quiet", v)
+		}
+		w.clock.advance(bound)
+		if v := w.verdict(t, "q"); v.Verdict != stuck.Woken {
+			t.Fatalf("= %+v; want woken", v)
+		}
+	})
 	t.Run("no live batch", func(t *testing.T) {
 		t.Parallel()
 		w := setup(t)
