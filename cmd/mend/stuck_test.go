@@ -6,6 +6,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/migrations"
 )
 
 // mend main with args, its output and exit code.
@@ -76,5 +81,66 @@ func TestImportStuckNeedsHostDSN(t *testing.T) {
 	code, _, errOut := mendMain(t, "import", "--dsn", "u@tcp(127.0.0.1:1)/m", "--queue-dsn", "u@tcp(127.0.0.1:1)/q", "--stuck")
 	if code != 2 || !strings.Contains(errOut, "--stuck needs --host-dsn") {
 		t.Fatalf("= %d %s", code, errOut)
+	}
+}
+
+// mend run scans beside the reconciler: a queue stuck in databases of
+// their own (application and queue databases apart) is woken once, by the
+// next pass after the scan records it, and not again while the scan goes on.
+func TestRunScansForStuckQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mendDB := mysqltest.NewDB(t, migrations.Up)
+	appDB := mysqltest.NewDB(t, onDSN(sqtest.CreateApp))
+	queueDB := mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))
+	w := sqtest.World{App: appDB.SQL(t), Queue: queueDB.SQL(t)}
+	if err := w.SeedBatch(ctx, "q", "q/batch/7", "speculating", "q/7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Join(ctx, "orchestrator", "speculate", "q"); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan int, 1)
+	var errOut bytes.Buffer
+	go func() {
+		var out bytes.Buffer
+		done <- Main(runCtx, []string{"run", "--dsn", mendDB.DSN, "--host-dsn", appDB.DSN, "--queue-dsn", queueDB.DSN, "--subscribe=false",
+			"--interval", "100ms", "--stuck-every", "1s", "--stuck-bound", "1s"}, &out, &errOut, func(string) string { return "" })
+	}()
+	var wakes []sqtest.Wake
+	deadline := time.Now().Add(60 * time.Second)
+	for len(wakes) == 0 && time.Now().Before(deadline) {
+		var err error
+		if wakes, err = w.ConsumeSpeculate(ctx, "q", true); err != nil {
+			stop()
+			<-done
+			t.Fatal(err)
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("mend run exited %d\n%s", code, errOut.String())
+		case <-time.After(100 * time.Millisecond): // poll interval, not synchronisation
+		}
+	}
+	// Three more scan periods while the wake-up is pending: no second one.
+	seen := 0
+	for range 30 {
+		ws, err := w.ConsumeSpeculate(ctx, "q", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = max(seen, len(ws))
+		<-time.After(100 * time.Millisecond)
+	}
+	stop()
+	if code := <-done; code != exitOK {
+		t.Fatalf("mend run exit %d\n%s", code, errOut.String())
+	}
+	if len(wakes) != 1 || wakes[0].Batch.ID != "q/batch/7" || seen != 1 {
+		t.Fatalf("speculate = %+v (at most %d seen later); want one wake-up naming q/batch/7\n%s", wakes, seen, errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "queue stuck: wake-up recorded") {
+		t.Errorf("the log does not say the queue was found stuck:\n%s", errOut.String())
 	}
 }
