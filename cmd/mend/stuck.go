@@ -43,7 +43,7 @@ func (c stuckConfig) validate() error {
 		return usagef("--stuck-every must not be negative (0 turns the scan off), got %s", c.Every)
 	case c.Every > 0 && c.Every < time.Second:
 		return usagef("--stuck-every must be at least 1s, got %s", c.Every)
-	case c.Bound < time.Second:
+	case c.Bound != 0 && c.Bound < time.Second: // zero: stuck.BoundDefault
 		return usagef("--stuck-bound must be at least 1s, got %s", c.Bound)
 	}
 	return nil
