@@ -45,15 +45,33 @@ var (
 const sqlStuckNow = `-- name: StuckNow
 SELECT NOW(6)`
 
-// sqlStuckLive lists every queue's live batches in one statement: the
-// queues from the membership index's first column (a loose index scan),
-// then each queue's live-state membership rows (a range of its primary
-// key) joined with their batches by primary key, as LiveBatches does for
-// one queue. The terminal rows the index accumulates are never read.
+// sqlStuckLive lists every queue's live batches in one statement: per
+// live state, the queues from the membership index's first column (a
+// loose index scan), then each queue's membership rows of that state (a
+// ref on the primary key's (queue, state) prefix) joined with their
+// batches by primary key, as LiveBatches does for one queue. One branch per
+// state, each naming its state as a constant: with state IN (...) both
+// engines use only the queue part of the key and read every terminal row
+// the index accumulates (TestStuckScanReadsOnlyLiveRows).
 const sqlStuckLive = `-- name: StuckLive
 SELECT m.queue, m.batch_id, b.queue AS batch_queue, b.id, b.state, b.version
 FROM (SELECT DISTINCT queue FROM queue_batch_state) q
-JOIN queue_batch_state m ON m.queue = q.queue AND m.state IN (?, ?, ?, ?)
+JOIN queue_batch_state m ON m.queue = q.queue AND m.state = ?
+JOIN batch b ON b.queue = m.queue AND b.id = m.batch_id
+UNION ALL
+SELECT m.queue, m.batch_id, b.queue, b.id, b.state, b.version
+FROM (SELECT DISTINCT queue FROM queue_batch_state) q
+JOIN queue_batch_state m ON m.queue = q.queue AND m.state = ?
+JOIN batch b ON b.queue = m.queue AND b.id = m.batch_id
+UNION ALL
+SELECT m.queue, m.batch_id, b.queue, b.id, b.state, b.version
+FROM (SELECT DISTINCT queue FROM queue_batch_state) q
+JOIN queue_batch_state m ON m.queue = q.queue AND m.state = ?
+JOIN batch b ON b.queue = m.queue AND b.id = m.batch_id
+UNION ALL
+SELECT m.queue, m.batch_id, b.queue, b.id, b.state, b.version
+FROM (SELECT DISTINCT queue FROM queue_batch_state) q
+JOIN queue_batch_state m ON m.queue = q.queue AND m.state = ?
 JOIN batch b ON b.queue = m.queue AND b.id = m.batch_id`
 
 // sqlStuckOffsets reads the consumer groups' watermarks on the scanned
@@ -93,8 +111,9 @@ type partKey struct{ topic, partition string }
 // idle partition's row and rejoins from 0 when discovery finds a message
 // there). It reads and writes nothing else: no host group is joined.
 //
-// Cost per scan: one loose index scan of queue_batch_state plus the
-// live-state ranges of each queue and their batches by primary key; every
+// Cost per scan: four loose index scans of queue_batch_state's queues, the
+// live-state ranges of each queue and their batches by primary key (never
+// the terminal rows); every
 // queue_offsets row of the scanned topics; the index entries of their
 // stored messages; one acknowledgement read per (group, partition) with
 // rows above its watermark; and the payloads of pending build, buildsignal
