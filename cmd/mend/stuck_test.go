@@ -73,6 +73,12 @@ func TestImportStuckWakesAQueueStuckBeforeAdoption(t *testing.T) {
 	if code, out, _ := mendMain(t, "inspect", "--dsn", b.mendDSN, "--queue", "q"); code != 0 || !strings.Contains(out, "mend/stuck") {
 		t.Fatalf("inspect = %d\n%s", code, out)
 	}
+	code, out, _ = mendMain(t, "inspect", "--dsn", b.mendDSN, "--record", wakes[0].Meta["mend.record_id"])
+	for _, want := range []string{"mend/stuck", "created", "import/stuck", "queue stuck: 2 live batch(es)", "settled", "queue found stuck", "woken", wakes[0].ID} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("inspect --record = %d, no %q in\n%s", code, want, out)
+		}
+	}
 }
 
 // --stuck without the host's application database is a usage error.
