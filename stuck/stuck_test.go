@@ -529,3 +529,29 @@ func TestReplicasRecordOneWakeUp(t *testing.T) {
 		t.Fatalf("%d records; want 1", n)
 	}
 }
+
+// ScanAcross, the one-off entry point (mend import --stuck), measures the
+// bound by the database's own clock: two scans a real second apart wake a
+// quiet queue, and report a busy one busy.
+func TestScanAcrossUsesTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := setup(t)
+	w.seed(t, "q", "q/batch/1", "created")
+	w.seed(t, "busy", "busy/batch/1", "speculating")
+	if err := w.w.Publish(ctx, "submitqueue-merge", "busy", "busy/batch/1/merge-dispatch", batchID("busy/batch/1", "busy"), nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := stuck.New(stuck.Config{Scanner: w.h, Store: w.store, Bound: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first stuck.Report
+	r, err := d.ScanAcross(ctx, func(f stuck.Report) { first = f })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Count(stuck.Quiet) != 1 || r.Count(stuck.Woken) != 1 || r.Count(stuck.Busy) != 1 || !r.At.After(first.At.Add(time.Second)) {
+		t.Fatalf("first %+v, then %+v; want q quiet then woken a database second later, busy busy", first, r)
+	}
+}
