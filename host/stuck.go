@@ -113,11 +113,12 @@ type partKey struct{ topic, partition string }
 //
 // Cost per scan: four loose index scans of queue_batch_state's queues, the
 // live-state ranges of each queue and their batches by primary key (never
-// the terminal rows); every
-// queue_offsets row of the scanned topics; the index entries of their
-// stored messages; one acknowledgement read per (group, partition) with
-// rows above its watermark; and the payloads of pending build, buildsignal
-// and cancel rows.
+// the terminal rows); a read of queue_offsets (its key leads with the
+// group, so the whole table: one row per group and partition held, mend's
+// subscription rows included); the index entries of the scanned topics'
+// stored messages (consumed ones until the host's GC); one acknowledgement
+// read per (group, partition) with rows above its watermark; and the
+// payloads of pending build, buildsignal and cancel rows.
 //
 // Identities are byte-exact: a membership row whose batch the collation
 // matched under another spelling is not a live batch of that queue.
@@ -135,14 +136,13 @@ func (d *DB) StuckScan(ctx context.Context) (mend.HostScan, error) {
 	if d.wakeTopic != WakeTopicDefault {
 		queueTopics = append(queueTopics, d.wakeTopic)
 	}
-	byQueue, payloadTopics := map[string]bool{}, map[string]bool{}
+	byQueue := map[string]bool{}
 	var topics []string
 	for _, t := range queueTopics {
 		byQueue[t], byQueue[t+"_dlq"] = true, true
 		topics = append(topics, t, t+"_dlq")
 	}
 	for _, t := range StuckPayloadTopics {
-		payloadTopics[t], payloadTopics[t+"_dlq"] = true, true
 		topics = append(topics, t, t+"_dlq")
 	}
 	pending, markers, err := d.stuckPending(ctx, topics, byQueue)
