@@ -555,3 +555,49 @@ func TestScanAcrossUsesTheDatabaseClock(t *testing.T) {
 		t.Fatalf("first %+v, then %+v; want q quiet then woken a database second later, busy busy", first, r)
 	}
 }
+
+// perDetection is the negative control of "woken once": a store that gives
+// every detection an identity of its own (as a message ID naming the scan
+// instead of the state would), so nothing ties a detection to the state
+// already woken.
+type perDetection struct {
+	*storage.DB
+	mu sync.Mutex
+	n  int
+}
+
+func (p *perDetection) RecordCreate(ctx context.Context, c mend.CreateParams) (mend.Record, bool, error) {
+	p.mu.Lock()
+	p.n++
+	c.Source.MessageID += fmt.Sprintf("/%d", p.n)
+	p.mu.Unlock()
+	return p.DB.RecordCreate(ctx, c)
+}
+
+// Without the state as the record's identity, the quiet queue of
+// TestQuietQueueIsWokenOnce is woken again after its wake-up was consumed
+// in the same state: the check that it is not can fail.
+func TestWokenOnceControl(t *testing.T) {
+	t.Parallel()
+	w := setup(t)
+	d, err := stuck.New(stuck.Config{Scanner: w.clock, Store: &perDetection{DB: w.store}, Bound: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.d = d
+	w.seed(t, "q", "q/batch/1", "speculating")
+	w.scan(t)
+	w.clock.advance(bound)
+	if v := w.verdict(t, "q"); v.Verdict != stuck.Woken {
+		t.Fatalf("= %+v; want woken", v)
+	}
+	w.plan(t, "q")
+	w.consume(t, "speculate")
+	if v := w.verdict(t, "q"); v.Verdict != stuck.Quiet {
+		t.Fatalf("= %+v; want quiet", v)
+	}
+	w.clock.advance(bound)
+	if v := w.verdict(t, "q"); v.Verdict != stuck.Woken {
+		t.Fatalf("control = %+v; want woken again (the check in TestQuietQueueIsWokenOnce could not tell)", v)
+	}
+}
