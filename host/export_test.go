@@ -9,3 +9,7 @@ func SetAfterMembersRead(d *DB, f func()) { d.afterMembersRead = f }
 // reads the batches again when its compare-and-set changed fewer rows than
 // it named, and reports every batch moved.
 func SetTrustRowCount(d *DB, on bool) { d.trustRowCount = on }
+
+// SQLStuckLive is the stuck-queue scan's live-batch statement, for its
+// EXPLAIN test.
+const SQLStuckLive = sqlStuckLive

@@ -92,7 +92,16 @@ type Decision struct {
 //	succeeded              finish, divergent              finish
 //	cancelled              finish, divergent              finish, divergent
 //	missing                settle (not found)             settle (not found)
+//
+// A stuck-queue record (desired mend.OutcomeWake) settles at once whatever
+// the batch's state: it repairs nothing and only owes the wake-up.
 func Decide(in Input) Decision {
+	if in.Desired == mend.OutcomeWake {
+		// A stuck-queue record (package stuck): nothing to settle, whatever
+		// the batch it names is now; the wake-up names the smallest live
+		// batch when it is sent.
+		return Decision{Action: ActSettle, Reason: "queue found stuck (live batches, nothing in flight to wake its planner): nothing to settle; wake-up owed"}
+	}
 	if in.Desired != mend.OutcomeFailed && in.Desired != mend.OutcomeSucceeded {
 		return Decision{Action: ActPark, Reason: fmt.Sprintf("no desired outcome (%q): the dead letter named no repair", in.Desired)}
 	}

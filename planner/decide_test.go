@@ -53,6 +53,12 @@ func TestDecideTable(t *testing.T) {
 		{"", S, 0, want{planner.ActSettle, "", "", false}},
 		{mend.BatchCreated, mend.OutcomeNone, 0, want{planner.ActPark, "", "", false}},
 		{"weird", F, 0, want{planner.ActPark, "", "", false}},
+		// A stuck-queue record settles whatever the batch: it only owes
+		// the wake-up, and never touches the host.
+		{mend.BatchMerging, mend.OutcomeWake, 0, want{planner.ActSettle, "", "", false}},
+		{mend.BatchCancelling, mend.OutcomeWake, 2 * grace, want{planner.ActSettle, "", "", false}},
+		{mend.BatchSucceeded, mend.OutcomeWake, 0, want{planner.ActSettle, "", "", false}},
+		{"", mend.OutcomeWake, 0, want{planner.ActSettle, "", "", false}},
 	}
 	for _, tt := range tests {
 		in := planner.Input{Desired: tt.desired, Waited: tt.waited, Grace: grace}
@@ -129,7 +135,7 @@ func FuzzDecideNeverOverwrites(f *testing.F) {
 	f.Add(uint8(3), uint8(1), int64(10), int64(5), false)
 	f.Add(uint8(6), uint8(0), int64(0), int64(1), true)
 	f.Fuzz(func(t *testing.T, stateIdx, desiredIdx uint8, waited, grace int64, missing bool) {
-		outcomes := []mend.Outcome{mend.OutcomeFailed, mend.OutcomeSucceeded, mend.OutcomeNone, "other"}
+		outcomes := []mend.Outcome{mend.OutcomeFailed, mend.OutcomeSucceeded, mend.OutcomeNone, mend.OutcomeWake, "other"}
 		s := allBatchStates[int(stateIdx)%len(allBatchStates)]
 		in := planner.Input{Desired: outcomes[int(desiredIdx)%len(outcomes)], Waited: time.Duration(waited), Grace: time.Duration(grace)}
 		if !missing {
@@ -160,6 +166,9 @@ func FuzzDecideNeverOverwrites(f *testing.F) {
 		}
 		if d.Action == planner.ActFinish && (in.Batch == nil || !in.Batch.State.Terminal() || d.Outcome != in.Batch.State) {
 			t.Fatalf("finish must use the batch's real terminal outcome: %+v for %+v", d, in.Batch)
+		}
+		if in.Desired == mend.OutcomeWake && d.Action != planner.ActSettle {
+			t.Fatalf("a stuck-queue record must settle without a host write: %+v", d)
 		}
 		if d.Reason == "" {
 			t.Fatalf("no reason: %+v", d)

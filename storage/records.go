@@ -111,9 +111,9 @@ func validateCreate(p *CreateParams, maxPayload int) error {
 		return err
 	}
 	switch p.Target.Desired {
-	case mend.OutcomeNone, mend.OutcomeFailed, mend.OutcomeSucceeded:
+	case mend.OutcomeNone, mend.OutcomeFailed, mend.OutcomeSucceeded, mend.OutcomeWake:
 	default:
-		return &mend.ValidationError{Field: "desired_outcome", Reason: fmt.Sprintf("%q is not one of failed, succeeded or empty", p.Target.Desired)}
+		return &mend.ValidationError{Field: "desired_outcome", Reason: fmt.Sprintf("%q is not one of failed, succeeded, wake or empty", p.Target.Desired)}
 	}
 	if p.State == "" {
 		p.State = mend.StatePending

@@ -22,6 +22,7 @@ var scatterReads = []string{
 	"RepairLatency", "RepairLatencyRank", "RepairLatencyWorst", // mend status's repair latency
 	"PruneCandidates",            // the reconciler's prune listing (the deletes name their queue)
 	"QueuesDue",                  // the reconciler's idle pass
+	"StuckWakes",                 // mend status's stuck-queue wake-ups
 	"RecordFind", "RecordPrefix", // mend inspect by ID or ID prefix without a queue
 	"RecordsSelect",                 // mend list / retry / resolve selections: (? = '' OR queue = ?) routes nowhere
 	"VerifyRecords", "VerifyEvents", // mend verify's pages

@@ -62,11 +62,12 @@ func newHostUser(t *testing.T, db *mysqltest.DB, grants map[string]string) hostU
 // hostGrants is the exact set of privileges mend's host statements need.
 func hostGrants() map[string]string {
 	return map[string]string{
-		"batch":             "SELECT, UPDATE",
-		"queue_batch_state": "SELECT, INSERT, DELETE",
-		"request":           "SELECT, UPDATE",
-		"build":             "SELECT",
-		"queue_messages":    "SELECT, INSERT, UPDATE",
+		"batch":                "SELECT, UPDATE",
+		"queue_batch_state":    "SELECT, INSERT, DELETE",
+		"request":              "SELECT, UPDATE",
+		"build":                "SELECT",
+		"queue_messages":       "SELECT, INSERT, UPDATE",
+		"queue_delivery_state": "SELECT",
 	}
 }
 
@@ -152,6 +153,25 @@ func TestDoctorHost(t *testing.T) {
 		}
 		if c, _ := checkNamed(checks, "host app batch"); c.Status != checkOK {
 			t.Errorf("batch = %+v; want ok, its grants are complete", c)
+		}
+	})
+
+	t.Run("without the stuck-queue scan's grant, a warning naming it", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t)
+		g := hostGrants()
+		delete(g, "queue_delivery_state")
+		u := newHostUser(t, db, g)
+		checks := diagnoseHost(ctx, u.dsn, u.dsn)
+		c, ok := checkNamed(checks, "host queue queue_delivery_state")
+		if !ok || c.Status != checkWarn || !strings.Contains(c.Detail, "--stuck-every 0") ||
+			c.Fix != "point the DSN at the submit queue's own database; if the table is there: GRANT SELECT ON `"+db.Name+"`.`queue_delivery_state` TO "+u.account {
+			t.Errorf("queue_delivery_state = %+v; want a warning with the GRANT", c)
+		}
+		for _, c := range checks {
+			if c.Status == checkFail {
+				t.Errorf("%s: FAIL %s", c.Name, c.Detail)
+			}
 		}
 	})
 

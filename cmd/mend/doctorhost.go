@@ -21,6 +21,9 @@ type hostTable struct {
 	columns []string
 	key     []string // a PRIMARY or UNIQUE key with exactly these columns, in order
 	privs   []hostPriv
+	// optional: only a feature that can be turned off needs the table; a
+	// problem with it is a warning that names the feature, not a failure.
+	optional string
 }
 
 // hostPriv is one privilege and a write-free probe that needs exactly it:
@@ -73,6 +76,12 @@ var hostQueueTables = []hostTable{
 			{"UPDATE", "EXPLAIN UPDATE queue_messages SET failed_at = 0 WHERE FALSE", "the publish's ON DUPLICATE KEY UPDATE (the store's dedupe)"},
 			{"SELECT", "EXPLAIN SELECT topic FROM queue_messages WHERE FALSE", "the publish's ON DUPLICATE KEY UPDATE topic = topic reads topic"},
 		}},
+	{name: "queue_delivery_state", columns: []string{"consumer_group", "topic", "partition_key", "message_offset", "acked"},
+		key: []string{"consumer_group", "topic", "partition_key", "message_offset"},
+		privs: []hostPriv{
+			{"SELECT", "EXPLAIN SELECT topic FROM queue_delivery_state WHERE FALSE", "the stuck-queue scan reads acknowledgements above a group's watermark"},
+		},
+		optional: "the stuck-queue scan (mend run --stuck-every, mend import --stuck) needs it; without it every scan fails (--stuck-every 0 turns it off)"},
 }
 
 // diagnoseHost checks the submit queue's databases as mend run would use
@@ -123,7 +132,11 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 		sessionCheck(ctx, label+" session settings", db, c)}
 	out = append(out, tlsCheck(ctx, db, c, label))
 	for _, t := range tables {
-		out = append(out, checkHostTable(ctx, db, label, cfg.DBName, grantee, t))
+		c := checkHostTable(ctx, db, label, cfg.DBName, grantee, t)
+		if t.optional != "" && c.Status == checkFail {
+			c.Status, c.Detail = checkWarn, c.Detail+": "+t.optional
+		}
+		out = append(out, c)
 	}
 	return out
 }

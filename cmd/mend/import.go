@@ -27,6 +27,8 @@ type importConfig struct {
 	Since                  time.Duration
 	PageSize               int
 	Actor                  string
+	Stuck                  stuckConfig // with StuckScan: the stuck-queue scan after the import (stuck.go)
+	StuckScan              bool
 }
 
 // importCounts is what an import did.
@@ -64,6 +66,8 @@ func newImportCmd(a *app) *cobra.Command {
 	f.DurationVar(&c.Since, "since", 0, "only dead letters whose failed_at is within this long of now, e.g. 72h (0: all)")
 	f.IntVar(&c.PageSize, "page-size", importPageDefault, "rows read per query")
 	f.StringVar(&c.Actor, "actor", "import", "who records them, kept in the event log")
+	f.BoolVar(&c.StuckScan, "stuck", false, "then find queues stuck without a dead letter (live batches, nothing in flight that will wake the host's planner)\nand record their wake-ups for mend run: two scans --stuck-bound apart (needs --host-dsn)")
+	addStuckFlags(f, &c.Stuck, false)
 	f.completeValues("topic", dlqTopics()...)
 	f.addTimeout(0)
 	f.setDefault("log-level", "warn") // one intake line per row would drown the progress lines
@@ -83,7 +87,13 @@ func newImportCmd(a *app) *cobra.Command {
 		if counts.refused > 0 {
 			return fmt.Errorf("%d dead letter(s) were refused by the intake (see the lines above); they stay in the DLQ", counts.refused)
 		}
-		return nil
+		if !c.StuckScan {
+			return nil
+		}
+		r, err := runStuckImport(ctx, a, f, c)
+		fmt.Fprintf(a.stdout, "mend import --stuck: %s\n", summarizeStuck(r))
+		printStuckReport(a.stdout, r)
+		return err
 	})
 }
 
@@ -118,6 +128,14 @@ func (c *importConfig) check() error {
 	}
 	if c.Actor == "" || len(c.Actor) > 255 {
 		return usagef("--actor must be 1 to 255 bytes")
+	}
+	if c.StuckScan {
+		if c.HostDSN == "" {
+			return usagef("--stuck needs --host-dsn (or %s): the scan reads the host's batches", envName("host-dsn"))
+		}
+		if err := c.Stuck.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

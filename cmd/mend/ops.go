@@ -367,6 +367,7 @@ type queueStatusJSON struct {
 	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
 	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
 	Lease             *leaseJSON       `json:"lease"`
+	StuckWakes        *stuckWakesJSON  `json:"stuck_wakes,omitempty"` // the queue's stuck-queue records (stuck.go)
 }
 
 func newStatusCmd(a *app) *cobra.Command {
@@ -399,11 +400,15 @@ func newStatusCmd(a *app) *cobra.Command {
 			if f.given("queue") {
 				st = slices.DeleteFunc(st, func(q storage.QueueStatus) bool { return q.Queue != *queue })
 			}
+			wakes, err := store.StuckWakes(ctx)
+			if err != nil {
+				return err
+			}
 			if sub.queueDSN != "" {
-				return sub.print(ctx, a, f, toStatusJSON(st), func() error { return printStatus(a.stdout, st, f.listOpts()) })
+				return sub.print(ctx, a, f, withStuckWakes(toStatusJSON(st), wakes), func() error { return printStatus(a.stdout, st, f.listOpts()) })
 			}
 			if f.json {
-				return writeJSON(a.stdout, toStatusJSON(st))
+				return writeJSON(a.stdout, withStuckWakes(toStatusJSON(st), wakes))
 			}
 			if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
 				return err
@@ -413,6 +418,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			if f.given("queue") || f.noHeaders {
 				return nil
 			}
+			printStuckWakes(a.stdout, wakes)
 			return printRepairLatency(ctx, a.stdout, store)
 		})
 	})

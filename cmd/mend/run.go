@@ -36,6 +36,7 @@ type runConfig struct {
 	WakeTopicUnjoined      bool          // start although no host group joined WakeTopic yet (waketopic.go)
 	RetryBase, RetryMax    time.Duration // zero: planner.RetryDefaults(Interval)
 	Sub                    subscribeConfig
+	Stuck                  stuckConfig // the stuck-queue scan (stuck.go)
 }
 
 func (c runConfig) validate() error {
@@ -63,7 +64,7 @@ func (c runConfig) validate() error {
 		// safely, or as "the default", which it does not say.
 		return usagef("--retention 0 is ambiguous: give how long done records are kept (e.g. 336h), or a negative value to keep them forever")
 	}
-	return nil
+	return c.Stuck.validate()
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -89,6 +90,7 @@ func newRunCmd(a *app) *cobra.Command {
 	f.addTimeout(0)
 	f.timeoutApplies = func() bool { return c.Once }
 	addSubscribeFlags(f, &c.Sub)
+	addStuckFlags(f, &c.Stuck, true)
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
 		if c.DSN, err = f.needDSN(); err != nil {
@@ -279,6 +281,11 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		}
 		return nil
 	}
+	stopStuck, err := startStuckScan(ctx, c, svc, log, m)
+	if err != nil {
+		return err
+	}
+	defer stopStuck()
 	if err := svc.rec.Start(ctx); err != nil {
 		return err
 	}
