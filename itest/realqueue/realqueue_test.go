@@ -1,0 +1,270 @@
+package realqueue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend/internal/sqreal"
+)
+
+// queue is the one queue each scenario's stack serves. The orchestrator's fake profile gives it the
+// "all" analyzer: every batch depends on the one before it, so the second request waits on the first.
+const queue = "realq"
+
+// landTimeout bounds one request's trip through the real pipeline (about 10-20 s in fake mode here).
+const landTimeout = 2 * time.Minute
+
+// stuckHeartbeats is how many beats of the orchestrator's speculate subscriber (one per 10 s lease
+// renewal) a control must stay stuck across.
+const stuckHeartbeats = 3
+
+// warmUp lands one request and waits until it landed: the host's groups have then joined the queue's
+// partitions (queue_offsets), which `mend run` checks before it starts (the wake topic) and the
+// subscription registers ahead from. It returns the request's ID.
+func warmUp(t *testing.T, s *sqreal.Stack) string {
+	t.Helper()
+	id := s.Land(t, queue, "fake://realq/warm-up")
+	s.WaitRequests(t, landTimeout, queue, []string{id}, "landed")
+	return id
+}
+
+// batchOf waits until request id is enrolled in a batch and returns the batch's ID (its newest).
+func batchOf(t *testing.T, s *sqreal.Stack, id string) string {
+	t.Helper()
+	var batch string
+	s.Eventually(t, landTimeout, "request "+id+" to be batched", func() (bool, string) {
+		err := s.AppSQL.QueryRowContext(context.Background(),
+			"SELECT batch_id FROM request_batch WHERE queue = ? AND request_id = ? ORDER BY batch_id DESC LIMIT 1", queue, id).Scan(&batch)
+		return err == nil, fmt.Sprintf("%v\n%s", err, s.Snapshot(t, queue))
+	})
+	return batch
+}
+
+// acked reports whether group has acknowledged every row of topic/partition (true when there are none).
+func acked(t *testing.T, s *sqreal.Stack, group, topic, partition string) bool {
+	t.Helper()
+	return s.QueueInt(t, `SELECT COUNT(*) FROM queue_messages m WHERE m.topic = ? AND m.partition_key = ?
+		AND m.offset > COALESCE((SELECT o.offset_acked FROM queue_offsets o
+			WHERE o.consumer_group = ? AND o.topic = m.topic AND o.partition_key = m.partition_key), 0)`,
+		topic, partition, group) == 0
+}
+
+// TestLostWakeupSubscription is the lost wake-up produced with the queue's own mechanisms: a build that
+// cannot be triggered (the fake build runner's sq-fake=trigger-error marker) dead-letters on build_dlq,
+// whose DLQ controller fails the batch and wakes nothing (submitqueue.md §6). The host's DLQ consumers are
+// held by the queue's consumer gate until the dependent batch has finished its builds, so the culprit's
+// failure is the only thing left that could wake the queue. With mend subscribed (mend run --queue-dsn)
+// the dependent lands after one wake-up naming it; without mend (control) the queue stays stuck.
+func TestLostWakeupSubscription(t *testing.T) {
+	requireOptIn(t)
+	t.Run("mend", func(t *testing.T) { lostWakeup(t, true) })
+	t.Run("control", func(t *testing.T) { lostWakeup(t, false) })
+}
+
+func lostWakeup(t *testing.T, withMend bool) {
+	s := sqreal.Start(t, sqreal.Options{Queues: []string{queue}})
+	observeSpeculate(t, s)
+	warm := warmUp(t, s)
+	var m *mendProc
+	if withMend {
+		m = newMend(t, s)
+		m.doctor(t, s)
+		m.run.Start(t)
+	}
+
+	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
+	culprit := s.Land(t, queue, "fake://realq/culprit?sq-fake=trigger-error")
+	dependent := s.Land(t, queue, "fake://realq/dependent")
+	culpritBatch, dependentBatch := batchOf(t, s, culprit), batchOf(t, s, dependent)
+	s.Eventually(t, landTimeout, "the culprit's dead letter and the dependent's builds", func() (bool, string) {
+		if withMend && s.RequestState(t, queue, dependent) == "landed" {
+			return true, "" // mend repaired while the host's DLQ consumers were held
+		}
+		dead := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'build_dlq' AND partition_key = ?", culpritBatch)
+		built := s.BatchState(t, queue, dependentBatch) == "speculating" &&
+			acked(t, s, sqreal.GroupOrchestrator, "speculate", queue) && acked(t, s, sqreal.GroupOrchestrator, "build", dependentBatch)
+		return dead > 0 && built, fmt.Sprintf("%d build_dlq rows\n%s", dead, s.Snapshot(t, queue))
+	})
+	s.OpenGate(t, sqreal.GroupDLQ, "")
+
+	if withMend {
+		s.WaitRequests(t, landTimeout, queue, []string{dependent, warm}, "landed")
+		s.WaitRequests(t, landTimeout, queue, []string{culprit}, "error")
+		checkMendWakes(t, s, queue, 1)
+		if all, done := m.records(t, queue); all == 0 || done != all {
+			t.Errorf("mend has %d records of %s, %d done; want every one done", all, queue, done)
+		}
+		return
+	}
+
+	// Control: the host's DLQ controller fails the culprit and fans out, and nothing wakes the dependent.
+	s.WaitRequests(t, landTimeout, queue, []string{culprit}, "error")
+	s.Eventually(t, landTimeout, "the host's DLQ group to acknowledge the dead letters", func() (bool, string) {
+		return acked(t, s, sqreal.GroupDLQ, "build_dlq", culpritBatch), s.Snapshot(t, queue)
+	})
+	held := s.StaysStuck(t, queue, stuckHeartbeats)
+	if st := s.RequestState(t, queue, dependent); st != "batched" {
+		t.Fatalf("control: the dependent is %q, want it stuck at batched\n%s", st, held)
+	}
+	if ws := wakes(t, s, queue, "mend/"); len(ws) != 0 {
+		t.Fatalf("control: %d mend wake-ups without mend: %+v", len(ws), ws)
+	}
+	t.Logf("control: stuck across %d heartbeats of the orchestrator's speculate subscriber:\n%s", stuckHeartbeats, held)
+	hostFactsQuiet(t, s, dependentBatch, dependent)
+}
+
+// hostFactsQuiet establishes, on a stuck and otherwise quiet host, what the wake-topic rule (issue 42,
+// branch wake42) has to go on: how long until the orchestrator releases speculate/<queue> (its offsets
+// and lease rows gone), what queue_subscriber_heartbeats and queue_partition_leases hold meanwhile, and
+// whether a row inserted on speculate/<queue> with no offsets row present is consumed, and how fast. The
+// insert is what mend's wake-up is: it also proves the control was stuck only for want of one.
+func hostFactsQuiet(t *testing.T, s *sqreal.Stack, liveBatch, stuckRequest string) {
+	t.Helper()
+	ctx := context.Background()
+	var lastAck int64
+	if err := s.QueueSQL.QueryRowContext(ctx, "SELECT COALESCE(MAX(updated_at), 0) FROM queue_offsets WHERE consumer_group = ? AND topic = 'speculate' AND partition_key = ?",
+		sqreal.GroupOrchestrator, queue).Scan(&lastAck); err != nil {
+		t.Fatal(err)
+	}
+	waited := s.WaitReleased(t, 4*time.Minute, sqreal.GroupOrchestrator, "speculate", queue)
+	released := time.Now()
+	t.Logf("FACT idle release: the orchestrator's speculate/%s offsets and lease rows went %v after its last ack (waited %v here)",
+		queue, released.Sub(time.UnixMilli(lastAck)).Round(time.Second), waited.Round(time.Second))
+
+	for _, q := range []string{
+		"SELECT CONCAT('heartbeats: ', COUNT(*), ' rows, ', COUNT(DISTINCT consumer_group), ' groups, ', SUM(deregistered_at = 0), ' not deregistered, newest ', " +
+			"CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED) - MAX(heartbeat_at), ' ms old, oldest ', CAST(ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED) - MIN(heartbeat_at), ' ms old') FROM queue_subscriber_heartbeats",
+		"SELECT CONCAT('speculate heartbeats: ', COALESCE(GROUP_CONCAT(CONCAT(consumer_group, '/', subscriber_name) ORDER BY consumer_group), '(none)')) FROM queue_subscriber_heartbeats WHERE topic = 'speculate'",
+		"SELECT CONCAT('leases: ', COUNT(*), ' rows: ', COALESCE(GROUP_CONCAT(CONCAT(consumer_group, ' ', topic, '/', partition_key) ORDER BY topic), '')) FROM queue_partition_leases",
+		"SELECT CONCAT('offsets: ', COUNT(*), ' rows: ', COALESCE(GROUP_CONCAT(CONCAT(consumer_group, ' ', topic, '/', partition_key) ORDER BY topic), '')) FROM queue_offsets",
+	} {
+		var line string
+		if err := s.QueueSQL.QueryRowContext(ctx, q).Scan(&line); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		t.Logf("FACT quiet host: %s", line)
+	}
+
+	// A wake-up by hand, shaped as the queue's own retrigger: {"id","queue"}, no metadata.
+	const id = "realq/hand-wake"
+	now := time.Now().UnixMilli()
+	res, err := s.QueueSQL.ExecContext(ctx, `INSERT INTO queue_messages (topic, id, payload, metadata, partition_key, created_at,
+		published_at, failed_at, failure_count, last_error, original_topic, failure_detail) VALUES ('speculate', ?, ?, NULL, ?, ?, ?, 0, 0, '', '', NULL)`,
+		id, fmt.Sprintf(`{"id":%q,"queue":%q}`, liveBatch, queue), queue, now, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offset, _ := res.LastInsertId()
+	inserted := time.Now()
+	s.Eventually(t, time.Minute, "the orchestrator to consume the hand wake-up", func() (bool, string) {
+		n := s.QueueInt(t, "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = ? AND topic = 'speculate' AND partition_key = ? AND offset_acked >= ?",
+			sqreal.GroupOrchestrator, queue, offset)
+		return n == 1, "not acknowledged"
+	})
+	t.Logf("FACT discovery: a row inserted on speculate/%s with no queue_offsets row present was acknowledged %v later",
+		queue, time.Since(inserted).Round(10*time.Millisecond))
+	s.WaitRequests(t, landTimeout, queue, []string{stuckRequest}, "landed")
+	t.Logf("FACT: the stuck request %s landed %v after the hand wake-up", stuckRequest, time.Since(inserted).Round(100*time.Millisecond))
+}
+
+// TestDeadLetterWhileMendDown: mend ran (its group registered ahead on merge-signal_dlq/<queue>), then
+// stopped; a merge signal the orchestrator cannot apply (a test trigger on the host's batch table refuses
+// the culprit's transition to succeeded) dead-letters on merge-signal_dlq, whose DLQ controller fails the
+// batch (ignoring the SUCCEEDED outcome) and wakes nothing. The host's DLQ group acknowledges at once;
+// mend's row holds the host's GC back, so mend started afterwards records it: nothing lost, exactly one
+// wake-up, the dependent lands. Control: without mend the dead letter is collected and the queue stays stuck.
+func TestDeadLetterWhileMendDown(t *testing.T) {
+	requireOptIn(t)
+	t.Run("mend", func(t *testing.T) { deadLetterWhileDown(t, true) })
+	t.Run("control", func(t *testing.T) { deadLetterWhileDown(t, false) })
+}
+
+func deadLetterWhileDown(t *testing.T, withMend bool) {
+	ctx := context.Background()
+	s := sqreal.Start(t, sqreal.Options{Queues: []string{queue}})
+	observeSpeculate(t, s)
+	warm := warmUp(t, s)
+	var m *mendProc
+	if withMend {
+		m = newMend(t, s)
+		m.doctor(t, s)
+		m.run.Start(t)
+		s.Eventually(t, time.Minute, "mend to register ahead on merge-signal_dlq/"+queue, func() (bool, string) {
+			return groupRows(t, s, "merge-signal_dlq", queue) == 1, "no row of group mend"
+		})
+		if err := m.run.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The culprit is the queue's second request (request IDs are <queue>/<counter>).
+	culpritID := queue + "/2"
+	if _, err := s.AppSQL.ExecContext(ctx, fmt.Sprintf(`CREATE TRIGGER realq_refuse_success BEFORE UPDATE ON batch FOR EACH ROW
+		BEGIN
+			IF NEW.state = 'succeeded' AND JSON_CONTAINS(NEW.contains, JSON_QUOTE(%q)) THEN
+				SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'realq: the culprit batch may not succeed';
+			END IF;
+		END`, culpritID)); err != nil {
+		t.Fatal(err)
+	}
+	culprit := s.Land(t, queue, "fake://realq/culprit")
+	if culprit != culpritID {
+		t.Fatalf("the culprit is %s, want %s (the trigger names it)", culprit, culpritID)
+	}
+	dependent := s.Land(t, queue, "fake://realq/dependent")
+	culpritBatch := batchOf(t, s, culprit)
+	s.WaitRequests(t, landTimeout, queue, []string{culprit}, "error")
+	if st := s.BatchState(t, queue, culpritBatch); st != "failed" {
+		t.Fatalf("the culprit's batch is %q, want failed by the host's merge-signal_dlq controller\n%s", st, s.Snapshot(t, queue))
+	}
+	if _, err := s.AppSQL.ExecContext(ctx, "DROP TRIGGER realq_refuse_success"); err != nil {
+		t.Fatal(err)
+	}
+	s.Eventually(t, landTimeout, "the host's DLQ group to acknowledge the dead letter", func() (bool, string) {
+		return acked(t, s, sqreal.GroupDLQ, "merge-signal_dlq", queue), s.Snapshot(t, queue)
+	})
+
+	dlqRows := func() int64 {
+		return s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'merge-signal_dlq' AND partition_key = ?", queue)
+	}
+	if !withMend {
+		// The host's GC deletes an acknowledged partition's rows after about 10 s idle.
+		s.Eventually(t, time.Minute, "the host's GC to collect the dead letter", func() (bool, string) {
+			return dlqRows() == 0, fmt.Sprintf("%d rows left", dlqRows())
+		})
+		held := s.StaysStuck(t, queue, stuckHeartbeats)
+		if st := s.RequestState(t, queue, dependent); st != "batched" {
+			t.Fatalf("control: the dependent is %q, want it stuck at batched\n%s", st, held)
+		}
+		t.Logf("control: the dead letter was collected and the queue stayed stuck across %d heartbeats:\n%s", stuckHeartbeats, held)
+		return
+	}
+
+	// Give the host's GC two heartbeats (20 s: twice its 10 s idle) to try, then check mend's row held it.
+	hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
+	s.Eventually(t, time.Minute, "two heartbeats of the orchestrator", func() (bool, string) {
+		return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") >= hb+15000, "waiting"
+	})
+	if n := dlqRows(); n != 1 {
+		t.Fatalf("%d merge-signal_dlq rows of %s left while mend was down, want 1 (held by mend's group)", n, queue)
+	}
+	if st := s.RequestState(t, queue, dependent); st != "batched" {
+		t.Fatalf("the dependent is %q before mend restarts, want it stuck at batched\n%s", st, s.Snapshot(t, queue))
+	}
+	m.run.Start(t)
+	s.WaitRequests(t, landTimeout, queue, []string{dependent, warm}, "landed")
+	checkMendWakes(t, s, queue, 1)
+	if all, done := m.records(t, queue); all != 1 || done != 1 {
+		t.Errorf("mend has %d records of %s, %d done; want the one dead letter, done", all, queue, done)
+	}
+	if ws := wakes(t, s, queue, ""); len(ws) > 0 {
+		var ids []string
+		for _, w := range ws {
+			ids = append(ids, w.ID+"→"+w.Batch+"("+w.BatchState+")")
+		}
+		t.Logf("speculate rows seen: %s", strings.Join(ids, ", "))
+	}
+}
