@@ -72,11 +72,11 @@ func Source(t testing.TB) *Tree {
 	if err != nil {
 		t.Fatalf("sqreal: %v", err)
 	}
-	path := filepath.Join(root, tarball)
-	if _, err := os.Stat(path); err != nil {
-		msg := fmt.Sprintf("sqreal: the real submit queue's source is not here (%s: %v); set %s=<dir> to an unpacked "+
-			"uber/submitqueue tree at %s, or put its tarball there (a fresh clone needs a copy of shared/ beside it)",
-			path, err, EnvSource, Commit)
+	path, err := findTarball(root)
+	if err != nil {
+		msg := fmt.Sprintf("sqreal: the real submit queue's source is not here (%v); set %s=<dir> to an unpacked "+
+			"uber/submitqueue tree at %s, or put its tarball at %s (a fresh clone needs a copy of shared/ beside it)",
+			err, EnvSource, Commit, filepath.Join(root, tarball))
 		if os.Getenv(EnvCI) == "true" {
 			t.Fatal(msg)
 		}
@@ -227,6 +227,22 @@ func moduleRoot() (string, error) {
 			return "", errors.New("no go.mod at or above the working directory")
 		}
 		dir = parent
+	}
+}
+
+// findTarball looks for the snapshot beside the module root, then beside each directory above it (a git
+// worktree under <repo>/../wt/<branch> finds the <repo>/../shared the clone has).
+func findTarball(root string) (string, error) {
+	var tried []string
+	for dir := root; ; dir = filepath.Dir(dir) {
+		path := filepath.Join(dir, tarball)
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		tried = append(tried, path)
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("no %s at %s", filepath.Base(tarball), strings.Join(tried, ", "))
+		}
 	}
 }
 

@@ -89,8 +89,7 @@ func Start(t testing.TB, opts Options) *Stack {
 	s.applyDDL(t)
 	s.writeConfig(t, opts)
 
-	// The services' DSNs: the harness's (parseTime=true, loc=UTC), as docker-compose.yml gives them.
-	appDSN, queueDSN := s.App.DSN, s.Queue.DSN
+	appDSN, queueDSN := serviceDSN(t, s.App), serviceDSN(t, s.Queue)
 	logs := filepath.Join(s.Dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		t.Fatal(err)
@@ -131,6 +130,22 @@ func Start(t testing.TB, opts Options) *Stack {
 		t.Fatalf("sqreal: land ping: exit %d\n%s", code, out)
 	}
 	return s
+}
+
+// serviceDSN is db's DSN as docker-compose.yml gives the services theirs: user, address, database and
+// parseTime=true, nothing else (the queue's go-sql-driver v1.6.0 with interpolateParams=true sends JSON
+// arguments as binary strings, which MySQL refuses: error 3144).
+func serviceDSN(t testing.TB, db *mysqltest.DB) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := cfg.User
+	if cfg.Passwd != "" {
+		auth += ":" + cfg.Passwd
+	}
+	return fmt.Sprintf("%s@tcp(%s)/%s?parseTime=true", auth, cfg.Addr, cfg.DBName)
 }
 
 // applyDDL applies the queue's schema as its Makefile's local-init-submitqueue-schemas does: storage and

@@ -79,24 +79,42 @@ func lostWakeup(t *testing.T, withMend bool) {
 	culprit := s.Land(t, queue, "fake://realq/culprit?sq-fake=trigger-error")
 	dependent := s.Land(t, queue, "fake://realq/dependent")
 	culpritBatch, dependentBatch := batchOf(t, s, culprit), batchOf(t, s, dependent)
-	s.Eventually(t, landTimeout, "the culprit's dead letter and the dependent's builds", func() (bool, string) {
+	// Settled: the culprit has dead-lettered, and every build of the dependent has succeeded and its
+	// signal has been read on speculate (the dependent waits on the culprit's outcome). Checked twice, a
+	// heartbeat of the orchestrator apart, so no build of a late path is still on its way.
+	settled := func() (bool, string) {
 		if withMend && s.RequestState(t, queue, dependent) == "landed" {
 			return true, "" // mend repaired while the host's DLQ consumers were held
 		}
 		dead := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'build_dlq' AND partition_key = ?", culpritBatch)
-		built := s.BatchState(t, queue, dependentBatch) == "speculating" &&
-			acked(t, s, sqreal.GroupOrchestrator, "speculate", queue) && acked(t, s, sqreal.GroupOrchestrator, "build", dependentBatch)
-		return dead > 0 && built, fmt.Sprintf("%d build_dlq rows\n%s", dead, s.Snapshot(t, queue))
+		builds := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+".build WHERE queue = ? AND batch_id = ?", queue, dependentBatch)
+		unsignalled := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+`.build b WHERE b.queue = ? AND b.batch_id = ? AND (b.status <> 'succeeded'
+			OR NOT EXISTS (SELECT 1 FROM realq_speculate_log l WHERE l.partition_key = ? AND l.id = CONCAT(?, '/build-signal/', CONVERT(b.id USING utf8mb4) COLLATE utf8mb4_bin, '/succeeded')))`,
+			queue, dependentBatch, queue, dependentBatch)
+		ok := dead > 0 && builds > 0 && unsignalled == 0 && s.BatchState(t, queue, dependentBatch) == "speculating" &&
+			acked(t, s, sqreal.GroupOrchestrator, "speculate", queue)
+		return ok, fmt.Sprintf("%d build_dlq rows, %d builds of the dependent, %d not succeeded or not signalled\n%s", dead, builds, unsignalled, s.Snapshot(t, queue))
+	}
+	s.Eventually(t, landTimeout, "the culprit's dead letter and the dependent's builds", settled)
+	hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
+	s.Eventually(t, time.Minute, "a heartbeat of the orchestrator", func() (bool, string) {
+		return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") > hb, "waiting"
 	})
+	if ok, desc := settled(); !ok {
+		t.Fatalf("the dependent did not stay settled for a heartbeat: %s", desc)
+	}
 	s.OpenGate(t, sqreal.GroupDLQ, "")
 
 	if withMend {
 		s.WaitRequests(t, landTimeout, queue, []string{dependent, warm}, "landed")
 		s.WaitRequests(t, landTimeout, queue, []string{culprit}, "error")
-		checkMendWakes(t, s, queue, 1)
-		if all, done := m.records(t, queue); all == 0 || done != all {
+		// Each build that could not be triggered (one per speculation path, per attempt) is a dead letter
+		// of its own, so mend holds one record per row and repairs each: one wake-up per repair.
+		all, done := m.records(t, queue)
+		if all == 0 || done != all {
 			t.Errorf("mend has %d records of %s, %d done; want every one done", all, queue, done)
 		}
+		checkMendWakes(t, s, queue, int(all))
 		return
 	}
 
