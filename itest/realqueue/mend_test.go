@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -156,19 +157,47 @@ func wakes(t *testing.T, s *sqreal.Stack, partition, prefix string) []wake {
 // liveStates are the batch states the queue's speculate consumer acts on (entity.ActiveBatchStates).
 var liveStates = map[string]bool{"created": true, "speculating": true, "merging": true, "cancelling": true}
 
-// checkMendWakes asserts mend published exactly want wake-ups on speculate/queue, each naming a batch
-// that was live when it was inserted.
-func checkMendWakes(t *testing.T, s *sqreal.Stack, queue string, want int) {
+// wokenIDs returns the distinct wake-up message IDs of mend's "woken" events for queue: one per repair
+// that woke it (a repair covering several records writes the same ID on each), sorted.
+func (m *mendProc) wokenIDs(t *testing.T, queue string) []string {
 	t.Helper()
-	ws := wakes(t, s, queue, "mend/wake/")
-	if len(ws) != want {
-		t.Errorf("mend published %d wake-ups on speculate/%s, want %d: %+v", len(ws), queue, want, ws)
+	rows, err := m.db.SQL(t).QueryContext(context.Background(),
+		"SELECT DISTINCT JSON_UNQUOTE(JSON_EXTRACT(data, '$.message_id')) FROM mend_events WHERE queue = ? AND kind = 'woken' ORDER BY 1", queue)
+	if err != nil {
+		t.Fatalf("read mend_events: %v", err)
 	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// checkMendWakes asserts that the wake-ups mend published on speculate/queue are exactly those its event
+// log says its repairs sent (one per repair, none twice, at least one), each naming a batch that was
+// live when it was inserted. It returns how many.
+func checkMendWakes(t *testing.T, s *sqreal.Stack, m *mendProc, queue string) int {
+	t.Helper()
+	ws := wakes(t, s, queue, "mend/")
+	var published []string
 	for _, w := range ws {
+		published = append(published, w.ID)
 		if !liveStates[w.BatchState] {
 			t.Errorf("mend's wake-up %s names batch %q, %q when it was published: not live", w.ID, w.Batch, w.BatchState)
 		}
 	}
+	sort.Strings(published)
+	repairs := m.wokenIDs(t, queue)
+	if len(published) == 0 || strings.Join(published, ",") != strings.Join(repairs, ",") {
+		t.Errorf("mend published wake-ups %v on speculate/%s; its repairs woke with %v (want the same, one per repair, at least one)",
+			published, queue, repairs)
+	}
+	return len(published)
 }
 
 func freeAddr(t *testing.T) string {
