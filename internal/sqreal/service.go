@@ -57,7 +57,9 @@ func (s *Service) Start(t testing.TB) {
 	cmd := exec.Command(s.Bin, s.Args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}, s.Env...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (Stop signals the group), killed with the test binary should that die
+	// without its cleanups (a go test -timeout): no service outlives the run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		t.Fatalf("sqreal: start %s: %v", s.Name, err)

@@ -355,3 +355,37 @@ func copyTree(src, dst string) error {
 		return nil
 	})
 }
+
+// SourceHash hashes the Go sources and module files under root (test files, .git and testdata left out):
+// the cache key of a binary that links that module in.
+func SourceHash(t testing.TB, root string) string {
+	t.Helper()
+	h := sha256.New()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (name == ".git" || name == "testdata" || strings.HasPrefix(name, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := d.Name()
+		if !(strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")) && name != "go.mod" && name != "go.sum" && !strings.HasSuffix(name, ".sql") {
+			return nil
+		}
+		body, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		fmt.Fprintf(h, "%s %d\n", rel, len(body))
+		h.Write(body)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("sqreal: hash %s: %v", root, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

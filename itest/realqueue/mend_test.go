@@ -22,9 +22,17 @@ type mendProc struct {
 	run *sqreal.Service
 }
 
-// newMend builds cmd/mend into t's temporary directory, makes mend's database and migrates it with the
-// binary. The run is not started.
+// newMend is prepareMend then attach: mend's binary and database, and its run beside s (not started).
 func newMend(t *testing.T, s *sqreal.Stack, extra ...string) *mendProc {
+	t.Helper()
+	m := prepareMend(t)
+	m.attach(t, s, extra...)
+	return m
+}
+
+// prepareMend builds cmd/mend into t's temporary directory, makes mend's database and migrates it with
+// the binary (mend migrate up).
+func prepareMend(t *testing.T) *mendProc {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "mend")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/mend")
@@ -36,12 +44,17 @@ func newMend(t *testing.T, s *sqreal.Stack, extra ...string) *mendProc {
 	if out, code := sqreal.Run(t, time.Minute, nil, bin, "migrate", "up", "--dsn", db.DSN); code != 0 {
 		t.Fatalf("mend migrate up: exit %d\n%s", code, out)
 	}
-	m := &mendProc{bin: bin, db: db}
+	return &mendProc{bin: bin, db: db}
+}
+
+// attach sets up `mend run` beside s with the host's DSNs (and extra flags), stopped at t's cleanup.
+func (m *mendProc) attach(t *testing.T, s *sqreal.Stack, extra ...string) {
+	t.Helper()
 	metrics := freeAddr(t)
 	m.run = &sqreal.Service{
 		Name: "mend",
-		Bin:  bin,
-		Args: append([]string{"run", "--dsn", db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
+		Bin:  m.bin,
+		Args: append([]string{"run", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
 			"--interval", "2s", "--metrics-addr", metrics}, extra...),
 		Addr: metrics,
 		Log:  filepath.Join(s.Dir, "logs", "mend.log"),
@@ -54,7 +67,6 @@ func newMend(t *testing.T, s *sqreal.Stack, extra ...string) *mendProc {
 			t.Logf("%s", sqreal.Tail(m.run.Log, 80))
 		}
 	})
-	return m
 }
 
 // doctor runs `mend doctor` with run's DSNs and fails t unless it passes.

@@ -61,8 +61,21 @@ func acked(t *testing.T, s *sqreal.Stack, group, topic, partition string) bool {
 // the dependent lands after one wake-up naming it; without mend (control) the queue stays stuck.
 func TestLostWakeupSubscription(t *testing.T) {
 	requireOptIn(t)
-	t.Run("mend", func(t *testing.T) { lostWakeup(t, true, false) })
-	t.Run("control", func(t *testing.T) { lostWakeup(t, false, false) })
+	t.Run("mend", func(t *testing.T) { lostWakeup(t, modeSubscribed) })
+	t.Run("control", func(t *testing.T) { lostWakeup(t, modeControl) })
+}
+
+// TestLostWakeupLinked is TestLostWakeupSubscription with mend linked into the queue instead of
+// subscribed: testdata/link-mend.patch is the smallest change an adopting team makes to the queue's DLQ
+// wiring (README, "Link it into a dead-letter consumer"): a pipeline option that wraps every DLQ
+// controller, and a wrapper that records the dead letter with mend's intake (with the reconciler as its
+// Repairer) before the queue's own controller runs. The patched orchestrator is built from the unpacked
+// source (cached apart, keyed by the patch and mend's source) and mend run beside it with
+// --subscribe=false, as integration.md says for a host that links the intake in. Its control is
+// TestLostWakeupSubscription/control.
+func TestLostWakeupLinked(t *testing.T) {
+	requireOptIn(t)
+	lostWakeup(t, modeLinked)
 }
 
 // TestStuckBeforeAdoption is the control of TestLostWakeupSubscription carried on: the queue stuck before
@@ -76,16 +89,40 @@ func TestLostWakeupSubscription(t *testing.T) {
 func TestStuckBeforeAdoption(t *testing.T) {
 	requireOptIn(t)
 	pendingIssue42(t, "stuck42 (the stuck-queue scan, mend adopt)")
-	lostWakeup(t, false, true)
+	lostWakeup(t, modeAdopt)
 }
 
-func lostWakeup(t *testing.T, withMend, adopt bool) {
-	s := sqreal.Start(t, sqreal.Options{Queues: []string{queue}})
+// How a lost-wake-up scenario runs mend.
+const (
+	modeControl    = iota // without mend
+	modeSubscribed        // mend run --queue-dsn beside the unmodified queue
+	modeLinked            // the queue patched to call mend's intake; mend run --subscribe=false
+	modeAdopt             // without mend until the queue is stuck, then mend adopt and mend run
+)
+
+func lostWakeup(t *testing.T, mode int) {
+	withMend, adopt := mode == modeSubscribed || mode == modeLinked, mode == modeAdopt
+	opts := sqreal.Options{Queues: []string{queue}}
+	var m *mendProc
+	if mode == modeLinked {
+		tree := sqreal.Source(t)
+		tree.Apply(t, "testdata/link-mend.patch")
+		root := sqreal.ModuleRoot(t)
+		tree.Replace(t, "github.com/mendq/mend", root)
+		opts.Orchestrator = tree.Build(t, sqreal.SourceHash(t, root), "orchestrator")["orchestrator"]
+		m = prepareMend(t)
+		opts.OrchestratorEnv = []string{"MEND_DSN=" + m.db.DSN}
+	}
+	s := sqreal.Start(t, opts)
 	observeSpeculate(t, s)
 	warm := warmUp(t, s)
-	var m *mendProc
-	if withMend {
+	switch mode {
+	case modeSubscribed:
 		m = newMend(t, s)
+	case modeLinked:
+		m.attach(t, s, "--subscribe=false")
+	}
+	if withMend {
 		m.doctor(t, s)
 		m.run.Start(t)
 	}
