@@ -95,6 +95,10 @@ func Source(t testing.TB) *Tree {
 // apart from the unpatched ones.
 func (tr *Tree) Apply(t testing.TB, patchFile string) {
 	t.Helper()
+	patchFile, err := filepath.Abs(patchFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	body, err := os.ReadFile(patchFile)
 	if err != nil {
 		t.Fatalf("sqreal: read patch: %v", err)
