@@ -101,6 +101,7 @@ const (
 )
 
 func lostWakeup(t *testing.T, mode int) {
+	sqreal.RequireMySQL(t) // before building a patched orchestrator for nothing
 	withMend, adopt := mode == modeSubscribed || mode == modeLinked, mode == modeAdopt
 	opts := sqreal.Options{Queues: []string{queue}}
 	var m *mendProc
