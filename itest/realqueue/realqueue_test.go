@@ -264,6 +264,22 @@ func hostFactsQuiet(t *testing.T, s *sqreal.Stack, liveBatch, stuckRequest strin
 		queue, time.Since(inserted).Round(10*time.Millisecond))
 	s.WaitRequests(t, landTimeout, queue, []string{stuckRequest}, "landed")
 	t.Logf("FACT: the stuck request %s landed %v after the hand wake-up", stuckRequest, time.Since(inserted).Round(100*time.Millisecond))
+
+	// A clean stop (SIGTERM) and a start of the orchestrator: what its rows say meanwhile.
+	if err := s.Orchestrator.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := s.QueueInt(t, "SELECT COUNT(*) FROM queue_subscriber_heartbeats WHERE consumer_group IN (?, ?)", sqreal.GroupOrchestrator, sqreal.GroupDLQ)
+	leases := s.QueueInt(t, "SELECT COUNT(*) FROM queue_partition_leases WHERE consumer_group IN (?, ?)", sqreal.GroupOrchestrator, sqreal.GroupDLQ)
+	offsets := s.QueueInt(t, "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group IN (?, ?)", sqreal.GroupOrchestrator, sqreal.GroupDLQ)
+	t.Logf("FACT stopped orchestrator (SIGTERM): %d heartbeat rows, %d lease rows and %d offsets rows of its two groups left", stopped, leases, offsets)
+	began := time.Now()
+	s.Orchestrator.Start(t)
+	s.Eventually(t, time.Minute, "the restarted orchestrator's speculate heartbeat", func() (bool, string) {
+		return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") > 0, "none"
+	})
+	t.Logf("FACT restarted orchestrator: its speculate heartbeat row is back %v after the start; %d offsets rows on speculate",
+		time.Since(began).Round(10*time.Millisecond), s.QueueInt(t, "SELECT COUNT(*) FROM queue_offsets WHERE topic = 'speculate'"))
 }
 
 // TestDeadLetterWhileMendDown: mend ran (its group registered ahead on merge-signal_dlq/<queue>), then
