@@ -1,0 +1,492 @@
+package subscribe
+
+// Open transactions: what each horizon sample learns of the server's
+// transactions still open, when mend's user may read them, so that the
+// ledger (ledger.go) holds a sample for as long as a transaction that
+// began before it stays open, past the settle window (see the package
+// doc, "Open transactions").
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mendq/mend/internal/mysqlx"
+)
+
+// openReprobe is how often a subscription that may not read the open
+// transactions tries again: a grant given while mend runs takes effect
+// within it.
+const openReprobe = time.Minute
+
+// openReader reads the open transactions for the passes. Whether it may is
+// found by trying the read, not from SHOW GRANTS.
+type openReader struct {
+	mu      sync.Mutex
+	visible bool      // the last read succeeded
+	hidden  time.Time // when the server last refused it; zero: never
+	blind   bool      // tests only: never read them, as without the grant
+	// last is how the last read went, for PassStats.OpenRead.
+	last string
+	// read replaces readOpen in tests (SetOpenRead): the server's
+	// answers, a stale view among them, on cue.
+	read func(context.Context, *sql.DB) (time.Time, error)
+}
+
+// SeesOpen reports whether the subscription's last pass was allowed to
+// read the queue database's open transactions (mend's user holds PROCESS):
+// then a watermark waits for a transaction that began before its sample
+// however long it stays open; otherwise the settle window alone protects a
+// late commit. A read that came back stale (innodb_trx's cache predating
+// it) was allowed, so it counts: on a busy server other readers keep the
+// cache stale for many passes in a row.
+func (s *Subscriber) SeesOpen() bool {
+	s.open.mu.Lock()
+	defer s.open.mu.Unlock()
+	return s.open.visible
+}
+
+// How a pass's read of the open transactions went (PassStats.OpenRead).
+const (
+	OpenUsable = "usable" // read, and the view is as new as the read
+	OpenStale  = "stale"  // read, but innodb_trx's cache predates the read: other readers kept it from refreshing
+	OpenHidden = "hidden" // refused: mend's user lacks PROCESS
+	OpenFailed = "failed" // another error
+)
+
+// readOpen reads the open transactions for a sample just taken. A refusal
+// makes the view openNone (the window alone decides), and the read is
+// tried again openReprobe later; any other failure (a stale view among
+// them) is openUnknown, and the samples since the last usable read wait
+// for the next (see horizons).
+func (s *Subscriber) readOpen(ctx context.Context) openView {
+	r := &s.open
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := s.cfg.NowFunc()
+	r.last = ""
+	if r.blind || !r.hidden.IsZero() && now.Sub(r.hidden) < openReprobe {
+		return openView{state: openNone}
+	}
+	read := readOpen
+	if r.read != nil {
+		read = r.read
+	}
+	oldest, err := read(ctx, s.cfg.DB)
+	allowed := func() {
+		if !r.visible {
+			s.log.InfoContext(ctx, "the subscription sees the queue database's open transactions: a watermark waits for one that began before its sample, however long it stays open")
+		}
+		r.visible, r.hidden = true, time.Time{}
+	}
+	switch {
+	case err == nil:
+		allowed()
+		r.last = OpenUsable
+		return openView{state: openRead, oldest: oldest}
+	case errors.Is(err, ErrOpenHidden):
+		if r.visible || r.hidden.IsZero() {
+			s.log.WarnContext(ctx, "the subscription cannot see the queue database's open transactions; a MoveToDLQ held open longer than the settle window can be lost",
+				"settle", s.cfg.Settle.String(), "grant", OpenGrant(""), "err", err)
+		}
+		r.visible, r.hidden, r.last = false, now, OpenHidden
+		return openView{state: openNone}
+	case errors.Is(err, errOpenStale):
+		// Another reader kept innodb_trx's cache from refreshing: common
+		// with several replicas, and harmless while it passes.
+		allowed()
+		r.last = OpenStale
+		s.log.DebugContext(ctx, "the queue database's view of its open transactions predates this read; samples since the last usable one wait", "err", err)
+		return openView{state: openUnknown}
+	default:
+		r.last = OpenFailed
+		s.log.WarnContext(ctx, "could not read the queue database's open transactions; samples since the last usable read wait", "err", err)
+		return openView{state: openUnknown}
+	}
+}
+
+// lastRead is how the last read went (PassStats.OpenRead).
+func (r *openReader) lastRead() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// The server's open transactions that may hold an offset of
+// queue_messages uncommitted, read just after each horizon sample (see
+// the package doc, "Open transactions"): how many InnoDB transactions
+// that are not read-only are open in sessions whose current database is
+// the queue's, and when the oldest of them began, by the server's clock in
+// UTC (trx_started is in the server's system time zone, whole seconds).
+// information_schema.innodb_trx and SHOW PROCESSLIST show every session's
+// only to a user with PROCESS, on MySQL and MariaDB alike. Neither says which
+// table a transaction locked, so a long writer on another table of the
+// queue's database holds the watermarks too. MySQL's
+// performance_schema.data_locks would (SELECT on it alone), but gives no
+// start time and is empty while performance_schema is off; MariaDB has
+// none, and its innodb_locks lists only locks waited for, not the IX lock
+// every insert holds.
+//
+// InnoDB fills innodb_trx from a cache it refreshes only once nobody has
+// read it for 0.1 s, so a view can be older than the statement reading
+// it. The read therefore runs in a transaction of its own, begun inside
+// InnoDB first (sqlOpenTouch), and counts itself: a view that does not
+// show the reader's own transaction predates the sample and is not used
+// (openUnknown: the samples taken since the last usable read wait for the
+// next; if none comes within the settle window, because something reads
+// innodb_trx more often than every 0.1 s throughout, the window alone
+// decides).
+const (
+	sqlOpenTouch = "-- name: SubscribeOpenTouch\n" +
+		"SELECT COUNT(*), DATABASE() FROM (SELECT 1 FROM queue_messages LIMIT 1) AS one"
+	// The InnoDB transactions that are not read-only: their sessions, one
+	// of them the reader's own, and their starts by the server's clock.
+	sqlOpenTrx = "-- name: SubscribeOpenTrx\n" +
+		"SELECT t.trx_mysql_thread_id, t.trx_mysql_thread_id = CONNECTION_ID(), CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00')\n" +
+		"FROM information_schema.innodb_trx t WHERE t.trx_is_read_only = 0"
+	// Each session's current database. Not information_schema.processlist:
+	// MySQL builds that table with the statement text as utf8mb3, every
+	// row before any WHERE applies, so while any session runs a statement
+	// holding bytes utf8mb3 cannot hold (a binary ID interpolated into it,
+	// as mend's own statements carry) the whole read fails with error 3854.
+	// SHOW PROCESSLIST sends the text as it is.
+	sqlOpenSessions = "-- name: SubscribeOpenSessions\n" +
+		"SHOW PROCESSLIST"
+)
+
+// OpenGrant is the grant that lets the subscription see the open
+// transactions, on MySQL and MariaDB; account is the user's quoted account
+// ('mend'@'%'), or empty for a placeholder.
+func OpenGrant(account string) string {
+	return fmt.Sprintf("GRANT PROCESS ON *.* TO %s", cmp.Or(account, "<mend's queue user>"))
+}
+
+// ErrOpenHidden is returned (wrapped, with the server's refusal) when the
+// queue database's user may not read the server's open transactions.
+var ErrOpenHidden = errors.New("subscribe: the queue database's open transactions are hidden from this user")
+
+// OpenVisible reports whether db's user may read the server's open
+// transactions, by reading them (not from SHOW GRANTS, which misses roles
+// and wildcard grants): nil if it may, an error wrapping ErrOpenHidden if
+// the server refuses, any other error as is. A read whose view came back
+// stale (innodb_trx's cache predating it, common on a busy server) was
+// allowed, so it answers nil.
+func OpenVisible(ctx context.Context, db *sql.DB) error {
+	_, err := readOpen(ctx, db)
+	return openAllowed(err)
+}
+
+// openAllowed is OpenVisible's answer for a read that returned err.
+func openAllowed(err error) error {
+	if errors.Is(err, errOpenStale) {
+		return nil
+	}
+	return err
+}
+
+// refused reports whether err is the server refusing a read for want of
+// a privilege, or because the table does not exist on this engine (a
+// proxy's restricted view).
+func refused(err error) bool {
+	switch mysqlx.ErrNumber(err) {
+	case 1044, 1142, 1143, 1227, 1146, 1109:
+		return true
+	}
+	return false
+}
+
+// errOpenStale is a view of the open transactions older than the read.
+var errOpenStale = errors.New("subscribe: the server's view of its open transactions predates the read (innodb_trx's cache)")
+
+// readOpen reads the open transactions (sqlOpenTrx): the oldest one's
+// start, zero when none is open.
+func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
+	wrap := func(err error) error {
+		if refused(err) {
+			return fmt.Errorf("%w: %w", ErrOpenHidden, err)
+		}
+		return fmt.Errorf("subscribe: read the open transactions: %w", mysqlx.Translate(err))
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	defer func() { err = errors.Join(err, tx.Rollback()) }()
+	var one int
+	var current sql.NullString
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
+		return time.Time{}, wrap(err)
+	}
+	others, self, err := openFromTrx(ctx, tx)
+	if mysqlx.ErrNumber(err) == errCannotConvert {
+		// MySQL could not fill innodb_trx (see errCannotConvert): the
+		// InnoDB monitor lists the same transactions, live.
+		others, err = openFromStatus(ctx, tx)
+		self = true
+	}
+	switch {
+	case err != nil:
+		return time.Time{}, wrap(err)
+	case !self:
+		return time.Time{}, errOpenStale
+	case len(others) == 0:
+		return time.Time{}, nil
+	}
+	dbs, err := sessionDatabases(ctx, tx)
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	var oldest time.Time
+	for _, o := range others {
+		db, ok := dbs[o.session]
+		switch {
+		case !ok || !current.Valid || db != current.String:
+			continue // another database's, or its session ended since
+		case !o.started.Valid:
+			// A start time CONVERT_TZ could not convert: older than any sample.
+			return time.Unix(0, 0).UTC(), nil
+		case oldest.IsZero() || o.started.Time.Before(oldest):
+			oldest = o.started.Time
+		}
+	}
+	return oldest.UTC(), nil
+}
+
+// openTrx is another session's open transaction: its session and when it
+// began by the server's clock in UTC (invalid when it could not be
+// converted: older than any sample).
+type openTrx struct {
+	session int64
+	started sql.NullTime
+}
+
+// openFromTrx reads the open transactions from innodb_trx (sqlOpenTrx)
+// inside the reader's transaction tx: the other sessions', and whether the
+// view shows the reader's own (a view that does not predates the read).
+func openFromTrx(ctx context.Context, tx *sql.Tx) (others []openTrx, self bool, err error) {
+	rows, err := tx.QueryContext(ctx, sqlOpenTrx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var o openTrx
+		var mine int
+		if err := rows.Scan(&o.session, &mine, &o.started); err != nil {
+			return nil, false, err
+		}
+		if mine == 1 {
+			self = true
+		} else {
+			others = append(others, o)
+		}
+	}
+	return others, self, rows.Err()
+}
+
+// sessionDatabases reads each session's current database from SHOW
+// PROCESSLIST (sqlOpenSessions), by column name: MariaDB adds columns.
+// A session without one is left out.
+func sessionDatabases(ctx context.Context, tx *sql.Tx) (map[int64]string, error) {
+	rows, err := tx.QueryContext(ctx, sqlOpenSessions)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	id, db := -1, -1
+	for i, c := range cols {
+		switch strings.ToLower(c) {
+		case "id":
+			id = i
+		case "db":
+			db = i
+		}
+	}
+	if id < 0 || db < 0 {
+		return nil, fmt.Errorf("SHOW PROCESSLIST has no Id or db column (columns %v)", cols)
+	}
+	out := map[int64]string{}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		if vals[db] == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(string(vals[id]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("SHOW PROCESSLIST: session id %q: %w", vals[id], err)
+		}
+		out[n] = string(vals[db])
+	}
+	return out, rows.Err()
+}
+
+// errCannotConvert is MySQL's error 3854 (ER_CANNOT_CONVERT_STRING). MySQL
+// fills information_schema.innodb_trx with every row's current statement
+// as utf8mb3 before any WHERE or column list applies, so while any InnoDB
+// transaction runs a statement holding bytes utf8mb3 cannot hold (a binary
+// ID interpolated into it, as mend's own statements and many hosts' carry)
+// the whole read fails with this error. MariaDB replaces such bytes
+// instead. readOpen then reads the InnoDB monitor (openFromStatus).
+const errCannotConvert = 3854
+
+// The fallback read of the open transactions: the server's clock and the
+// reader's session first, then the InnoDB monitor, which prints each
+// statement's text as it is and lists only transactions that hold a
+// read-write ID (a MoveToDLQ's INSERT is one from its first row on).
+const (
+	sqlOpenNow = "-- name: SubscribeOpenNow\n" +
+		"SELECT CONNECTION_ID(), UTC_TIMESTAMP(6)"
+	sqlOpenStatus = "-- name: SubscribeOpenStatus\n" +
+		"SHOW ENGINE INNODB STATUS"
+)
+
+// statusTrx is one open transaction of the InnoDB monitor: its session
+// (0 when the monitor named none, as for a recovered XA transaction) and
+// how long it has been open, in whole seconds rounded down.
+type statusTrx struct {
+	session int64
+	active  time.Duration
+}
+
+var (
+	// "---TRANSACTION 1562, ACTIVE 2 sec inserting" (MySQL), "---TRANSACTION
+	// (0x7faa58f34680), ACTIVE 2 sec" (MariaDB, a transaction without a
+	// read-write ID), "ACTIVE (PREPARED) 5 sec" for a prepared XA one.
+	statusHeader = regexp.MustCompile(`^---TRANSACTION ([^,]+), (.*)$`)
+	statusActive = regexp.MustCompile(`^ACTIVE (?:\(PREPARED\) )?([0-9]+) sec`)
+	// "MySQL thread id 11, OS thread handle ..." (MariaDB says MariaDB).
+	statusThread = regexp.MustCompile(`^(?:MySQL|MariaDB) thread id ([0-9]+),`)
+)
+
+// statusTruncated is what the server puts in place of the beginning of
+// the list of transactions when the monitor's text is over its size limit.
+const statusTruncated = "\n...truncated...\n"
+
+// parseInnoDBStatus reads the open transactions from the InnoDB monitor's
+// text (the Status column of SHOW ENGINE INNODB STATUS). The text holds
+// each session's current statement as it is, which can be anything,
+// dead-letter payloads included, newlines and lines that look like the
+// monitor's own among them. So the parser never stops early: every line
+// after the list's heading is read, a header starts a transaction, and
+// only the first thread line after a header names its session (the
+// server prints that line before the statement's text). Text that mimics
+// a header can therefore add a transaction, which only holds watermarks
+// longer, but cannot hide or rename a real one. A transaction in a state
+// other than active or not started (committing in memory, a forced
+// rollback) has no age to read, and a truncated list misses transactions:
+// both make the read unusable (an error), to be tried again on the next
+// pass.
+func parseInnoDBStatus(text string) ([]statusTrx, error) {
+	if strings.Contains(text, statusTruncated) {
+		return nil, errors.New("the InnoDB monitor's list of transactions is truncated (its text is over the server's limit)")
+	}
+	const heading = "LIST OF TRANSACTIONS FOR EACH SESSION:"
+	i := strings.Index(text, heading)
+	if i < 0 {
+		return nil, errors.New("the InnoDB monitor's text has no list of transactions")
+	}
+	var out []statusTrx
+	named := true // whether the transaction of the last header has its session
+	sc := bufio.NewScanner(strings.NewReader(text[i+len(heading):]))
+	sc.Buffer(make([]byte, 0, 64<<10), len(text)+1)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := statusHeader.FindStringSubmatch(line); m != nil {
+			named = true
+			state := m[2]
+			if strings.HasPrefix(state, "not started") {
+				continue
+			}
+			a := statusActive.FindStringSubmatch(state)
+			if a == nil {
+				return nil, fmt.Errorf("the InnoDB monitor lists transaction %s as %q, with no age", m[1], state)
+			}
+			secs, err := strconv.ParseInt(a[1], 10, 64)
+			if err != nil || secs > 1<<32 {
+				return nil, fmt.Errorf("the InnoDB monitor lists transaction %s as active for %q seconds", m[1], a[1])
+			}
+			out = append(out, statusTrx{active: time.Duration(secs) * time.Second})
+			named = false
+			continue
+		}
+		if named {
+			continue
+		}
+		if m := statusThread.FindStringSubmatch(line); m != nil {
+			id, err := strconv.ParseInt(m[1], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("the InnoDB monitor names session %q", m[1])
+			}
+			out[len(out)-1].session = id
+			named = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("the InnoDB monitor's text: %w", err)
+	}
+	return out, nil
+}
+
+// openFromStatus is readOpen's read of the other sessions' open
+// transactions from the InnoDB monitor, inside the reader's transaction
+// tx: each one's session and the earliest it can have begun by the
+// server's clock in UTC (the monitor gives whole seconds of age, rounded
+// down, counted after the clock was read, so a second is taken off). The
+// monitor reads the server's live lists, not innodb_trx's cache, so the
+// view is never stale. Needs PROCESS, as innodb_trx does.
+func openFromStatus(ctx context.Context, tx *sql.Tx) ([]openTrx, error) {
+	var self int64
+	var now time.Time
+	if err := tx.QueryRowContext(ctx, sqlOpenNow).Scan(&self, &now); err != nil {
+		return nil, err
+	}
+	var typ, name, text sql.RawBytes
+	rows, err := tx.QueryContext(ctx, sqlOpenStatus)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("SHOW ENGINE INNODB STATUS returned no row")
+	}
+	if err := rows.Scan(&typ, &name, &text); err != nil {
+		return nil, err
+	}
+	found, err := parseInnoDBStatus(string(text))
+	if err != nil {
+		return nil, err
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	var out []openTrx
+	for _, f := range found {
+		if f.session == self {
+			continue
+		}
+		out = append(out, openTrx{session: f.session, started: sql.NullTime{Time: now.Add(-f.active - time.Second), Valid: true}})
+	}
+	return out, nil
+}
