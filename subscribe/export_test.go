@@ -54,7 +54,7 @@ func OpenTrxRead(ctx context.Context, db *sql.DB) (fresh bool, err error) {
 	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
 		return false, err
 	}
-	_, fresh, err = openFromTrx(ctx, tx)
+	_, fresh, err = openFromTrx(ctx, tx, newNonce())
 	return fresh, err
 }
 

@@ -444,4 +444,6 @@ var planted struct {
 	passMismatch       bool // count an identity-mismatch row as read without a record or stand-in
 	membershipBehind   bool // run membership only after a recording that succeeded
 	ignoreOpen         bool // settle past a sample a transaction open still began before
+	selfRowFresh       bool // take a view showing a row of the reader's session as fresh (issue 43)
+	trustStaleView     bool // use a stale innodb_trx view instead of reading the monitor
 }

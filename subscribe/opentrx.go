@@ -10,6 +10,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -137,20 +139,32 @@ func (r *openReader) lastRead() string {
 //
 // InnoDB fills innodb_trx from a cache it refreshes only once nobody has
 // read it for 0.1 s, so a view can be older than the statement reading
-// it. The read therefore runs in a transaction of its own, begun inside
-// InnoDB first (sqlOpenTouch), and counts itself: a view that does not
-// show the reader's own transaction predates the sample and is not used
-// (openUnknown: the samples taken since the last usable read wait for the
-// next; if none comes within the settle window, because something reads
-// innodb_trx more often than every 0.1 s throughout, the window alone
-// decides).
+// it, and a view holding a row of the reader's own session proves
+// nothing: the pool reuses sessions, and the previous read's transaction
+// on the same session is in a cache that other readers (more replicas, a
+// monitoring agent, `watch`) keep from refreshing. The read therefore runs
+// in a transaction of its own, begun inside InnoDB first (sqlOpenTouch),
+// and the statement reading innodb_trx carries a nonce drawn for this
+// read alone: the view is fresh only if the reader's own row shows that
+// statement as its current one (trx_query holds the nonce), which it can
+// only if the cache was filled while this statement ran. A view that does
+// not is stale, and the read falls back to the InnoDB monitor (status.go's
+// part below), which the server prints from its live lists for each
+// statement; only if that fails too is the read unusable (openUnknown: the
+// samples taken since the last usable read wait for the next; if none
+// comes within the settle window, the window alone decides and
+// PassStats.OpenLapsed says so).
 const (
 	sqlOpenTouch = "-- name: SubscribeOpenTouch\n" +
 		"SELECT COUNT(*), DATABASE() FROM (SELECT 1 FROM queue_messages LIMIT 1) AS one"
 	// The InnoDB transactions that are not read-only: their sessions, one
 	// of them the reader's own, and their starts by the server's clock.
+	// The third column is the freshness proof: the reader's own row whose
+	// current statement is this one (the nonce, formatted in twice, %[1]s,
+	// well inside the 1024 characters trx_query keeps).
 	sqlOpenTrx = "-- name: SubscribeOpenTrx\n" +
-		"SELECT t.trx_mysql_thread_id, t.trx_mysql_thread_id = CONNECTION_ID(), CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00')\n" +
+		"SELECT t.trx_mysql_thread_id, t.trx_mysql_thread_id = CONNECTION_ID(), " +
+		"t.trx_mysql_thread_id = CONNECTION_ID() AND LOCATE('%[1]s', t.trx_query) > 0, CONVERT_TZ(t.trx_started, 'SYSTEM', '+00:00')\n" +
 		"FROM information_schema.innodb_trx t WHERE t.trx_is_read_only = 0"
 	// Each session's current database. Not information_schema.processlist:
 	// MySQL builds that table with the statement text as utf8mb3, every
@@ -225,18 +239,24 @@ func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
 	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
 		return time.Time{}, wrap(err)
 	}
-	others, self, err := openFromTrx(ctx, tx)
-	if mysqlx.ErrNumber(err) == errCannotConvert {
+	others, fresh, err := openFromTrx(ctx, tx, newNonce())
+	switch {
+	case mysqlx.ErrNumber(err) == errCannotConvert:
 		// MySQL could not fill innodb_trx (see errCannotConvert): the
 		// InnoDB monitor lists the same transactions, live.
 		others, err = openFromStatus(ctx, tx)
-		self = true
+	case err == nil && !fresh && !planted.trustStaleView:
+		// innodb_trx's cache predates this read: the monitor is live.
+		if others, err = openFromStatus(ctx, tx); err != nil {
+			if refused(err) {
+				return time.Time{}, wrap(err)
+			}
+			return time.Time{}, fmt.Errorf("%w; the InnoDB monitor: %w", errOpenStale, mysqlx.Translate(err))
+		}
 	}
 	switch {
 	case err != nil:
 		return time.Time{}, wrap(err)
-	case !self:
-		return time.Time{}, errOpenStale
 	case len(others) == 0:
 		return time.Time{}, nil
 	}
@@ -268,28 +288,39 @@ type openTrx struct {
 	started sql.NullTime
 }
 
-// openFromTrx reads the open transactions from innodb_trx (sqlOpenTrx)
-// inside the reader's transaction tx: the other sessions', and whether the
-// view shows the reader's own (a view that does not predates the read).
-func openFromTrx(ctx context.Context, tx *sql.Tx) (others []openTrx, self bool, err error) {
-	rows, err := tx.QueryContext(ctx, sqlOpenTrx)
+// newNonce draws the nonce of one read of innodb_trx: 128 random bits,
+// in hex, which no other statement carries.
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return "mend-read-" + hex.EncodeToString(b[:])
+}
+
+// openFromTrx reads the open transactions from innodb_trx (sqlOpenTrx,
+// carrying nonce) inside the reader's transaction tx: the other sessions',
+// and whether the view was filled while this statement ran (the reader's
+// own row shows it as its current statement). A view that was not
+// predates the read: a row of the reader's session alone proves nothing,
+// as the pool reuses sessions.
+func openFromTrx(ctx context.Context, tx *sql.Tx, nonce string) (others []openTrx, fresh bool, err error) {
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(sqlOpenTrx, nonce))
 	if err != nil {
 		return nil, false, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var o openTrx
-		var mine int
-		if err := rows.Scan(&o.session, &mine, &o.started); err != nil {
+		var mine, proof sql.NullInt64
+		if err := rows.Scan(&o.session, &mine, &proof, &o.started); err != nil {
 			return nil, false, err
 		}
-		if mine == 1 {
-			self = true
+		if mine.Int64 == 1 {
+			fresh = fresh || proof.Int64 == 1 || planted.selfRowFresh
 		} else {
 			others = append(others, o)
 		}
 	}
-	return others, self, rows.Err()
+	return others, fresh, rows.Err()
 }
 
 // sessionDatabases reads each session's current database from SHOW
