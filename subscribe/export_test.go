@@ -58,6 +58,25 @@ func OpenTrxRead(ctx context.Context, db *sql.DB) (fresh bool, err error) {
 	return fresh, err
 }
 
+// OpenTrxView is OpenTrxRead with the other sessions the view shows.
+func OpenTrxView(ctx context.Context, db *sql.DB) (fresh bool, sessions []int64, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var one int
+	var current sql.NullString
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
+		return false, nil, err
+	}
+	others, fresh, err := openFromTrx(ctx, tx, newNonce())
+	for _, o := range others {
+		sessions = append(sessions, o.session)
+	}
+	return fresh, sessions, err
+}
+
 // OpenStatusRead runs the InnoDB monitor's read of the open transactions
 // alone, as readOpen does when innodb_trx fails: each other session's
 // earliest start by the server's clock.

@@ -117,6 +117,17 @@ func TestLossFrozenTrxCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := b.deadLetter(t, "q", "q/batch/after")
+	// The freshness proof itself, on the session the reads reuse: a view
+	// that does not show the transaction just opened was filled before it,
+	// and must not be called fresh (a view that shows it was refreshed
+	// meanwhile, which the machine's load can cause: nothing to check).
+	var heldSession int64
+	if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&heldSession); err != nil {
+		t.Fatal(err)
+	}
+	if fresh, sessions, err := subscribe.OpenTrxView(ctx, readDB); err == nil && fresh && !slices.Contains(sessions, heldSession) {
+		t.Fatalf("a view without session %d's open transaction (sessions %v) was taken as fresh: the frozen cache's row of the reader's session passed the proof", heldSession, sessions)
+	}
 	ack := func() {
 		t.Helper()
 		if _, err := b.world.AckAll(ctx, "orchestrator-dlq", "speculate_dlq"); err != nil {

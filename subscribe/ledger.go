@@ -446,4 +446,6 @@ var planted struct {
 	ignoreOpen         bool // settle past a sample a transaction open still began before
 	selfRowFresh       bool // take a view showing a row of the reader's session as fresh (issue 43)
 	trustStaleView     bool // use a stale innodb_trx view instead of reading the monitor
+	oneLockWait        bool // bound a MoveToDLQ's waits by one lock wait, not two
+	noMargin           bool // SettleFor without SettleMargin
 }

@@ -39,7 +39,7 @@ type subscribeConfig struct {
 	Settle   time.Duration
 	PageSize int
 	// SettleGiven: --subscribe-settle was given; otherwise the window is
-	// subscribe.SettleFor the queue database's innodb_lock_wait_timeout.
+	// subscribe.SettleFor the queue database's waits (two lock waits and a semi-sync commit).
 	SettleGiven bool
 }
 
@@ -111,27 +111,33 @@ func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.L
 }
 
 // settleWindow is the subscription's settle window: --subscribe-settle
-// when given (with a warning when it is not above the queue database's
-// innodb_lock_wait_timeout), otherwise subscribe.SettleFor that timeout.
+// when given (with a warning when it does not cover the queue database's
+// waits, subscribe.Waits.Covers), otherwise subscribe.SettleFor them.
 func settleWindow(ctx context.Context, db *sql.DB, c subscribeConfig, log *slog.Logger) time.Duration {
-	lockWait, err := subscribe.LockWaitTimeout(ctx, db)
-	switch {
-	case err != nil:
-		log.Warn("could not read the queue database's innodb_lock_wait_timeout; the settle window is not checked against it", "err", err, "settle", c.Settle.String())
+	waits, err := subscribe.ReadWaits(ctx, db)
+	if err != nil {
+		log.Warn("could not read the queue database's lock wait and semi-sync settings; the settle window is not checked against them", "err", err, "settle", c.Settle.String())
 		return c.Settle
+	}
+	return settleFrom(waits, c, log)
+}
+
+// settleFrom is settleWindow once the waits are read.
+func settleFrom(waits subscribe.Waits, c subscribeConfig, log *slog.Logger) time.Duration {
+	switch {
 	case !c.SettleGiven:
-		return subscribe.SettleFor(lockWait)
-	case c.Settle <= lockWait:
-		log.Warn(settleRisk(c.Settle, lockWait), "settle", c.Settle.String(), "innodb_lock_wait_timeout", lockWait.String())
+		return subscribe.SettleFor(waits)
+	case !waits.Covers(c.Settle):
+		log.Warn(settleRisk(c.Settle, waits), "settle", c.Settle.String(), "waits", waits.String())
 	}
 	return c.Settle
 }
 
-// settleRisk says what a settle window at or below the lock wait puts at
-// risk.
-func settleRisk(settle, lockWait time.Duration) string {
-	return fmt.Sprintf("--subscribe-settle %s is not above the queue database's innodb_lock_wait_timeout (%s): a MoveToDLQ whose INSERT waits on a lock longer than the window "+
-		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, lockWait)
+// settleRisk says what a settle window that does not cover the waits
+// puts at risk.
+func settleRisk(settle time.Duration, waits subscribe.Waits) string {
+	return fmt.Sprintf("--subscribe-settle %s does not cover the queue database's waits after a MoveToDLQ allocates its offset (%s, plus %s margin = %s): a MoveToDLQ that waits that long "+
+		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, waits, subscribe.SettleMargin, waits.Bound()+subscribe.SettleMargin)
 }
 
 func (s *subscription) close() error {
@@ -535,22 +541,28 @@ func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge, 
 }
 
 // checkSettle compares the settle window (0: the default, which follows
-// the server) with the queue database's innodb_lock_wait_timeout.
+// the server) with the queue database's waits, by the bound mend run
+// applies (subscribe.Waits.Covers).
 func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Duration) check {
 	c := check{Name: label + " settle window", Status: checkOK}
-	lockWait, err := subscribe.LockWaitTimeout(ctx, db)
+	waits, err := subscribe.ReadWaits(ctx, db)
 	if err != nil {
 		c.Status, c.Detail = checkWarn, err.Error()
 		return c
 	}
+	return settleCheck(c, waits, settle)
+}
+
+// settleCheck is checkSettle once the waits are read.
+func settleCheck(c check, waits subscribe.Waits, settle time.Duration) check {
 	if settle == 0 {
-		c.Detail = fmt.Sprintf("%s by default: above innodb_lock_wait_timeout (%s)", subscribe.SettleFor(lockWait), lockWait)
+		c.Detail = fmt.Sprintf("%s by default: covers %s plus %s", subscribe.SettleFor(waits), waits, subscribe.SettleMargin)
 		return c
 	}
-	c.Detail = fmt.Sprintf("--subscribe-settle %s, innodb_lock_wait_timeout %s", settle, lockWait)
-	if settle <= lockWait {
-		c.Status, c.Detail = checkWarn, settleRisk(settle, lockWait)
-		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it above %s", lockWait)
+	c.Detail = fmt.Sprintf("--subscribe-settle %s, waits %s", settle, waits)
+	if !waits.Covers(settle) {
+		c.Status, c.Detail = checkWarn, settleRisk(settle, waits)
+		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it to at least %s", waits.Bound()+subscribe.SettleMargin)
 	}
 	return c
 }
