@@ -64,23 +64,23 @@ func TestReadWaits(t *testing.T) {
 // waits on a lock of the DLQ row's unique key after allocating its offset,
 // and whose DELETE then waits on the original row's lock, neither wait
 // timing out, while a later dead letter commits first. Its sessions' lock
-// wait timeout is lowered to 3 s so the test runs in seconds; the test's
-// clock runs 30 times as fast as the real one, so each real 3 s is the
-// 90 s the subscription's window is computed for (SettleFor). Without
+// wait timeout is lowered to 4 s so the test runs in seconds; the test's
+// clock runs 30 times as fast as the real one, so each real 4 s is the
+// 120 s the subscription's window is computed for (SettleFor). Without
 // PROCESS (the window alone decides) the row must still be recorded: the
 // window covers both waits. With the window covering one wait it was lost
 // (issue 43: 91 s after allocation against 60 s).
 func TestLossTwoLockWaits(t *testing.T) {
 	ctx := context.Background()
 	const (
-		lockWait = 3 * time.Second // the MoveToDLQ session's, real
+		lockWait = 4 * time.Second // the MoveToDLQ session's, real
 		speed    = 30              // the test's clock against the real one
-		hold     = 2 * time.Second // each lock, from when the statement began waiting
+		hold     = 3 * time.Second // each lock, from when the statement began waiting
 	)
 	b := setup(t)
 	s := b.sub(t, subscribe.Config{Settle: subscribe.SettleFor(subscribe.Waits{LockWait: speed * lockWait})})
 	subscribe.BlindToOpen(s)
-	mover, err := sql.Open("mysql", b.qdsn+sep(b.qdsn)+"innodb_lock_wait_timeout=3")
+	mover, err := sql.Open("mysql", b.qdsn+sep(b.qdsn)+"innodb_lock_wait_timeout=4")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestLossTwoLockWaits(t *testing.T) {
 		}
 		_ = original.Rollback()
 	}()
-	after := b.deadLetter(t, "q", "q/batch/after")
+	after := b.deadLetter(t, "q", "q/batch/y") // above x in the unique key: no gap lock between them
 	host := func(gc bool) {
 		t.Helper()
 		if _, err := b.world.AckAll(ctx, "orchestrator-dlq", "speculate_dlq"); err != nil {
@@ -164,14 +164,16 @@ func TestLossTwoLockWaits(t *testing.T) {
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	last := time.Now()
+	start := time.Now()
+	last := start
 	committed := false
 	for hang := time.Now().Add(2 * time.Minute); !committed; {
 		<-tick.C
 		now := time.Now()
 		b.clock.Add(speed * now.Sub(last))
 		last = now
-		pass(t, s)
+		st := pass(t, s)
+		t.Logf("%v: watermark %d, advanced %d", now.Sub(start).Round(time.Millisecond), b.acked(t, "mend", "speculate_dlq", "q"), st.Advanced)
 		host(false) // the GC's DELETE would wait on the MoveToDLQ's locks
 		select {
 		case err := <-moved:
