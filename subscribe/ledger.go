@@ -84,6 +84,9 @@ const (
 type openView struct {
 	state  openState
 	oldest time.Time
+	// session is the oldest transaction's session, 0 when unknown: for
+	// the operator (run --once names it), never for a decision.
+	session int64
 }
 
 // openSlack widens "began before the sample" by the precision of the
@@ -448,4 +451,5 @@ var planted struct {
 	trustStaleView     bool // use a stale innodb_trx view instead of reading the monitor
 	oneLockWait        bool // bound a MoveToDLQ's waits by one lock wait, not two
 	noMargin           bool // SettleFor without SettleMargin
+	drainUnbounded     bool // Drain waits for every release, however long
 }

@@ -78,11 +78,16 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 	if r.blind || !r.hidden.IsZero() && now.Sub(r.hidden) < openReprobe {
 		return openView{state: openNone}
 	}
-	read := readOpen
+	var oldest time.Time
+	var session int64
+	var err error
 	if r.read != nil {
-		read = r.read
+		oldest, err = r.read(ctx, s.cfg.DB)
+	} else {
+		var o openTrx
+		o, err = readOldest(ctx, s.cfg.DB)
+		oldest, session = o.started.Time, o.session
 	}
-	oldest, err := read(ctx, s.cfg.DB)
 	allowed := func() {
 		if !r.visible {
 			s.log.InfoContext(ctx, "the subscription sees the queue database's open transactions: a watermark waits for one that began before its sample, however long it stays open")
@@ -93,7 +98,7 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 	case err == nil:
 		allowed()
 		r.last = OpenUsable
-		return openView{state: openRead, oldest: oldest}
+		return openView{state: openRead, oldest: oldest, session: session}
 	case errors.Is(err, ErrOpenHidden):
 		if r.visible || r.hidden.IsZero() {
 			s.log.WarnContext(ctx, "the subscription cannot see the queue database's open transactions; a MoveToDLQ held open longer than the settle window can be lost",
@@ -222,7 +227,14 @@ var errOpenStale = errors.New("subscribe: the server's view of its open transact
 
 // readOpen reads the open transactions (sqlOpenTrx): the oldest one's
 // start, zero when none is open.
-func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
+func readOpen(ctx context.Context, db *sql.DB) (time.Time, error) {
+	o, err := readOldest(ctx, db)
+	return o.started.Time, err
+}
+
+// readOldest is readOpen with the oldest transaction's session (0 when
+// none is open): run --once names it beside the partitions it holds.
+func readOldest(ctx context.Context, db *sql.DB) (_ openTrx, err error) {
 	wrap := func(err error) error {
 		if refused(err) {
 			return fmt.Errorf("%w: %w", ErrOpenHidden, err)
@@ -231,13 +243,13 @@ func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return time.Time{}, wrap(err)
+		return openTrx{}, wrap(err)
 	}
 	defer func() { err = errors.Join(err, tx.Rollback()) }()
 	var one int
 	var current sql.NullString
 	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
-		return time.Time{}, wrap(err)
+		return openTrx{}, wrap(err)
 	}
 	others, fresh, err := openFromTrx(ctx, tx, newNonce())
 	switch {
@@ -249,22 +261,22 @@ func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
 		// innodb_trx's cache predates this read: the monitor is live.
 		if others, err = openFromStatus(ctx, tx); err != nil {
 			if refused(err) {
-				return time.Time{}, wrap(err)
+				return openTrx{}, wrap(err)
 			}
-			return time.Time{}, fmt.Errorf("%w; the InnoDB monitor: %w", errOpenStale, mysqlx.Translate(err))
+			return openTrx{}, fmt.Errorf("%w; the InnoDB monitor: %w", errOpenStale, mysqlx.Translate(err))
 		}
 	}
 	switch {
 	case err != nil:
-		return time.Time{}, wrap(err)
+		return openTrx{}, wrap(err)
 	case len(others) == 0:
-		return time.Time{}, nil
+		return openTrx{}, nil
 	}
 	dbs, err := sessionDatabases(ctx, tx)
 	if err != nil {
-		return time.Time{}, wrap(err)
+		return openTrx{}, wrap(err)
 	}
-	var oldest time.Time
+	var oldest openTrx
 	for _, o := range others {
 		db, ok := dbs[o.session]
 		switch {
@@ -272,12 +284,13 @@ func readOpen(ctx context.Context, db *sql.DB) (_ time.Time, err error) {
 			continue // another database's, or its session ended since
 		case !o.started.Valid:
 			// A start time CONVERT_TZ could not convert: older than any sample.
-			return time.Unix(0, 0).UTC(), nil
-		case oldest.IsZero() || o.started.Time.Before(oldest):
-			oldest = o.started.Time
+			return openTrx{session: o.session, started: sql.NullTime{Time: time.Unix(0, 0).UTC(), Valid: true}}, nil
+		case !oldest.started.Valid || o.started.Time.Before(oldest.started.Time):
+			oldest = o
 		}
 	}
-	return oldest.UTC(), nil
+	oldest.started.Time = oldest.started.Time.UTC()
+	return oldest, nil
 }
 
 // openTrx is another session's open transaction: its session and when it

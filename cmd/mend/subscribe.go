@@ -608,17 +608,29 @@ func startSubscription(ctx context.Context, c runConfig, svc *service, log *slog
 
 // drain is run --once's subscription: record every dead letter visible
 // now and release the group's watermarks past them (this waits out the
-// settle window when anything was read).
+// settle window when anything was read), ending within the bound it
+// states at the start (subscribe.Subscriber.DrainBound) even beside a
+// transaction held open on the queue database: then it says which
+// partitions stay held and by which transaction, and the next run
+// continues from there (exit 0: nothing failed).
 func (s *subscription) drain(ctx context.Context, log *slog.Logger) error {
 	if s == nil {
 		return nil
 	}
+	log.Info("subscription draining", "ends_within", s.sub.DrainBound().String())
 	st, err := s.sub.Drain(ctx)
 	if err != nil {
 		return fmt.Errorf("subscription: %w", err)
 	}
 	log.Info("subscription drained", "read", st.Read, "recorded", st.Recorded, "already", st.Already,
 		"unrecordable", st.Unrecordable, "dropped", st.Dropped, "joined", st.Joined, "advanced", st.Advanced)
+	for _, u := range st.Unreleased {
+		attrs := []any{"topic", u.Topic, "partition", u.Partition, "watermark", u.Watermark, "recorded_to", u.Recorded}
+		if st.HeldBy.Session != 0 {
+			attrs = append(attrs, "held_by_session", st.HeldBy.Session, "transaction_began", st.HeldBy.Began.Format(time.RFC3339))
+		}
+		log.Warn("the partition's watermark stays: its rows are recorded, but not yet released (a transaction open on the queue database, or the settle window); the next run continues", attrs...)
+	}
 	return nil
 }
 
