@@ -452,4 +452,6 @@ var planted struct {
 	oneLockWait        bool // bound a MoveToDLQ's waits by one lock wait, not two
 	noMargin           bool // SettleFor without SettleMargin
 	drainUnbounded     bool // Drain waits for every release, however long
+	markerAnywhere     bool // the monitor's heading and truncation marker found anywhere in its text
+	trustAnyAge        bool // a monitor transaction older than the server counted
 }

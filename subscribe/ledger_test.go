@@ -315,6 +315,10 @@ func TestPlantedBugsFoundByTheseTests(t *testing.T) {
 		{"the horizon sample is stamped before its query", &planted.stampBeforeQuery, takeSampleProblems},
 		{"the settle check compares a count", &planted.countOnly, ledgerSettleProblems},
 		{"a refused row passes when its stand-in fails", &planted.passUnparked, rowOutcomeProblems},
+		{"the monitor's heading and truncation marker found anywhere (issue 43)", &planted.markerAnywhere, craftedDeadlockProblems},
+		{"a monitor transaction older than the server counted (issue 43)", &planted.trustAnyAge, craftedDeadlockProblems},
+		{"SettleFor without its margin (issue 43)", &planted.noMargin, settleForProblems},
+		{"the window bound by one lock wait (issue 43)", &planted.oneLockWait, settleForProblems},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			*c.bug = true
@@ -323,5 +327,43 @@ func TestPlantedBugsFoundByTheseTests(t *testing.T) {
 				t.Fatal("the planted bug passed the test meant to catch it")
 			}
 		})
+	}
+}
+
+// settleForProblems checks SettleFor against the servers' defaults: two
+// lock waits of 50 s plus the margin, and a semi-sync commit's wait on top.
+func settleForProblems() (problems []string) {
+	for _, c := range []struct {
+		w    Waits
+		want time.Duration
+	}{
+		{Waits{LockWait: 50 * time.Second}, 110 * time.Second},
+		{Waits{LockWait: 50 * time.Second, SemiSync: 10 * time.Second}, 120 * time.Second},
+		{Waits{LockWait: 20 * time.Second}, SettleDefault},
+	} {
+		if got := SettleFor(c.w); got != c.want {
+			problems = append(problems, fmt.Sprintf("SettleFor(%v) = %v, want %v", c.w, got, c.want))
+		}
+	}
+	return problems
+}
+
+func TestSettleForDefaults(t *testing.T) { report(t, settleForProblems()) }
+
+// TestSemiSyncWait: the semi-sync commit's wait counts only where it is
+// enabled, under either spelling.
+func TestSemiSyncWait(t *testing.T) {
+	for _, c := range []struct {
+		vars map[string]string
+		want time.Duration
+	}{
+		{map[string]string{}, 0},
+		{map[string]string{"rpl_semi_sync_master_enabled": "OFF", "rpl_semi_sync_master_timeout": "10000"}, 0},
+		{map[string]string{"rpl_semi_sync_master_enabled": "ON", "rpl_semi_sync_master_timeout": "10000"}, 10 * time.Second},
+		{map[string]string{"rpl_semi_sync_source_enabled": "ON", "rpl_semi_sync_source_timeout": "2500"}, 2500 * time.Millisecond},
+	} {
+		if got := semiSyncWait(c.vars); got != c.want {
+			t.Errorf("semiSyncWait(%v) = %v, want %v", c.vars, got, c.want)
+		}
 	}
 }

@@ -7,7 +7,6 @@ package subscribe
 // doc, "Open transactions").
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -399,6 +398,9 @@ const errCannotConvert = 3854
 const (
 	sqlOpenNow = "-- name: SubscribeOpenNow\n" +
 		"SELECT CONNECTION_ID(), UTC_TIMESTAMP(6)"
+	// The server's uptime: no transaction is older.
+	sqlOpenUptime = "-- name: SubscribeOpenUptime\n" +
+		"SHOW GLOBAL STATUS LIKE 'Uptime'"
 	sqlOpenStatus = "-- name: SubscribeOpenStatus\n" +
 		"SHOW ENGINE INNODB STATUS"
 )
@@ -421,39 +423,103 @@ var (
 	statusThread = regexp.MustCompile(`^(?:MySQL|MariaDB) thread id ([0-9]+),`)
 )
 
-// statusTruncated is what the server puts in place of the beginning of
-// the list of transactions when the monitor's text is over its size limit.
-const statusTruncated = "\n...truncated...\n"
+// statusLimit is the size of the monitor's text past which the server
+// cuts it (MAX_STATUS_SIZE, 1 MiB, on MySQL and MariaDB alike): it then
+// omits the beginning of the list of transactions, putting its marker
+// ("... truncated...") in its place, and sends exactly statusLimit-1
+// bytes (or statusLimit when it cannot omit the list's beginning). A
+// marker in a shorter text is a statement's text, not the server's.
+const statusLimit = 1 << 20
+
+// statusHeading is the line that begins the list of transactions.
+const statusHeading = "LIST OF TRANSACTIONS FOR EACH SESSION:"
+
+// statusSummaryLines bounds the lines of the TRANSACTIONS section before
+// its list's heading (Trx id counter, Purge done, History list length).
+const statusSummaryLines = 8
+
+// banner reports whether lines[i] is a section heading of the monitor
+// named name: a whole line between two lines of dashes.
+func banner(lines []string, i int, name string) bool {
+	return i > 0 && i+1 < len(lines) && lines[i] == name && rule(lines[i-1]) && rule(lines[i+1])
+}
+
+func rule(line string) bool { return len(line) >= 4 && strings.Trim(line, "-") == "" }
 
 // parseInnoDBStatus reads the open transactions from the InnoDB monitor's
-// text (the Status column of SHOW ENGINE INNODB STATUS). The text holds
-// each session's current statement as it is, which can be anything,
-// dead-letter payloads included, newlines and lines that look like the
-// monitor's own among them. So the parser never stops early: every line
-// after the list's heading is read, a header starts a transaction, and
-// only the first thread line after a header names its session (the
-// server prints that line before the statement's text). Text that mimics
-// a header can therefore add a transaction, which only holds watermarks
-// longer, but cannot hide or rename a real one. A transaction in a state
-// other than active or not started (committing in memory, a forced
-// rollback) has no age to read, and a truncated list misses transactions:
-// both make the read unusable (an error), to be tried again on the next
-// pass.
-func parseInnoDBStatus(text string) ([]statusTrx, error) {
-	if strings.Contains(text, statusTruncated) {
-		return nil, errors.New("the InnoDB monitor's list of transactions is truncated (its text is over the server's limit)")
+// text (the Status column of SHOW ENGINE INNODB STATUS), for a server up
+// for uptime (0: unknown). The text holds statement texts as they are,
+// which can be anything, dead-letter payloads included, newlines and
+// lines that look like the monitor's own among them: in the sections
+// before the transactions (LATEST DETECTED DEADLOCK, LATEST FOREIGN KEY
+// ERROR) and in the list itself; the sections after it (FILE I/O on)
+// hold none. So the text is read by its structure:
+//
+//   - the list begins at the first TRANSACTIONS banner (three whole
+//     lines) whose summary is followed by the list's heading as a whole
+//     line: text mimicking the banner can only begin the list earlier,
+//     which may add transactions but hides none;
+//   - it ends at the last FILE I/O banner: a statement in the list
+//     mimicking one ends nothing, since the real one comes after it;
+//   - within it, a header starts a transaction, and only the first thread
+//     line after a header names its session (the server prints that line
+//     before the statement's text), so text mimicking a header can add a
+//     transaction but not hide or rename a real one;
+//   - an age above the server's uptime (plus a second) is no real
+//     transaction's: it is left out, so made-up text cannot hold the
+//     watermarks for 46 days;
+//   - the text is cut by the server only at statusLimit: a text that long
+//     is unusable (an error), and a truncation marker in a shorter one is
+//     a statement's text.
+//
+// A transaction in a state other than active or not started (committing
+// in memory, a forced rollback) has no age to read: the read is unusable.
+// Unusable reads are tried again on the next pass.
+func parseInnoDBStatus(text string, uptime time.Duration) ([]statusTrx, error) {
+	if len(text) >= statusLimit-1 && !planted.markerAnywhere {
+		return nil, errors.New("the InnoDB monitor's list of transactions is truncated (its text is at the server's limit)")
 	}
-	const heading = "LIST OF TRANSACTIONS FOR EACH SESSION:"
-	i := strings.Index(text, heading)
-	if i < 0 {
+	lines := strings.Split(text, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSuffix(lines[i], "\r")
+	}
+	list := -1
+	if planted.markerAnywhere {
+		// The parser before issue 43: the marker and the heading anywhere.
+		if strings.Contains(text, "\n... truncated...\n") || strings.Contains(text, "\n...truncated...\n") {
+			return nil, errors.New("the InnoDB monitor's list of transactions is truncated")
+		}
+		for i, l := range lines {
+			if strings.Contains(l, statusHeading) {
+				list = i + 1
+				break
+			}
+		}
+	}
+	for i := 0; i < len(lines) && list < 0; i++ {
+		if !banner(lines, i, "TRANSACTIONS") {
+			continue
+		}
+		for j := i + 2; j < len(lines) && j < i+2+statusSummaryLines; j++ {
+			if lines[j] == statusHeading {
+				list = j + 1
+				break
+			}
+		}
+	}
+	if list < 0 {
 		return nil, errors.New("the InnoDB monitor's text has no list of transactions")
+	}
+	end := len(lines)
+	for i := len(lines) - 2; i > list; i-- {
+		if banner(lines, i, "FILE I/O") {
+			end = i - 1
+			break
+		}
 	}
 	var out []statusTrx
 	named := true // whether the transaction of the last header has its session
-	sc := bufio.NewScanner(strings.NewReader(text[i+len(heading):]))
-	sc.Buffer(make([]byte, 0, 64<<10), len(text)+1)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range lines[list:end] {
 		if m := statusHeader.FindStringSubmatch(line); m != nil {
 			named = true
 			state := m[2]
@@ -468,7 +534,11 @@ func parseInnoDBStatus(text string) ([]statusTrx, error) {
 			if err != nil || secs > 1<<32 {
 				return nil, fmt.Errorf("the InnoDB monitor lists transaction %s as active for %q seconds", m[1], a[1])
 			}
-			out = append(out, statusTrx{active: time.Duration(secs) * time.Second})
+			age := time.Duration(secs) * time.Second
+			if uptime > 0 && age > uptime+time.Second && !planted.trustAnyAge {
+				continue // older than the server: statement text, not a transaction
+			}
+			out = append(out, statusTrx{active: age})
 			named = false
 			continue
 		}
@@ -483,9 +553,6 @@ func parseInnoDBStatus(text string) ([]statusTrx, error) {
 			out[len(out)-1].session = id
 			named = true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("the InnoDB monitor's text: %w", err)
 	}
 	return out, nil
 }
@@ -503,6 +570,12 @@ func openFromStatus(ctx context.Context, tx *sql.Tx) ([]openTrx, error) {
 	if err := tx.QueryRowContext(ctx, sqlOpenNow).Scan(&self, &now); err != nil {
 		return nil, err
 	}
+	var uptime time.Duration
+	var uptimeName string
+	var uptimeSecs uint64
+	if err := tx.QueryRowContext(ctx, sqlOpenUptime).Scan(&uptimeName, &uptimeSecs); err == nil {
+		uptime = time.Duration(min(uptimeSecs, 1<<32)) * time.Second
+	} // else unknown: no age is left out
 	var typ, name, text sql.RawBytes
 	rows, err := tx.QueryContext(ctx, sqlOpenStatus)
 	if err != nil {
@@ -518,7 +591,7 @@ func openFromStatus(ctx context.Context, tx *sql.Tx) ([]openTrx, error) {
 	if err := rows.Scan(&typ, &name, &text); err != nil {
 		return nil, err
 	}
-	found, err := parseInnoDBStatus(string(text))
+	found, err := parseInnoDBStatus(string(text), uptime)
 	if err != nil {
 		return nil, err
 	}
