@@ -275,6 +275,13 @@ func readOldest(ctx context.Context, db *sql.DB) (_ openTrx, err error) {
 	if err != nil {
 		return openTrx{}, wrap(err)
 	}
+	return oldestOpen(others, dbs, current), nil
+}
+
+// oldestOpen is the oldest of the other sessions' open transactions whose
+// session's current database (dbs, from the process list) is the
+// reader's (current): the one a sample must wait for. None: zero.
+func oldestOpen(others []openTrx, dbs map[int64]string, current sql.NullString) openTrx {
 	var oldest openTrx
 	for _, o := range others {
 		db, ok := dbs[o.session]
@@ -283,13 +290,13 @@ func readOldest(ctx context.Context, db *sql.DB) (_ openTrx, err error) {
 			continue // another database's, or its session ended since
 		case !o.started.Valid:
 			// A start time CONVERT_TZ could not convert: older than any sample.
-			return openTrx{session: o.session, started: sql.NullTime{Time: time.Unix(0, 0).UTC(), Valid: true}}, nil
-		case !oldest.started.Valid || o.started.Time.Before(oldest.started.Time):
+			return openTrx{session: o.session, started: sql.NullTime{Time: time.Unix(0, 0).UTC(), Valid: true}}
+		case !oldest.started.Valid || o.started.Time.Before(oldest.started.Time) != planted.newestOpen:
 			oldest = o
 		}
 	}
 	oldest.started.Time = oldest.started.Time.UTC()
-	return oldest, nil
+	return oldest
 }
 
 // openTrx is another session's open transaction: its session and when it
@@ -598,12 +605,24 @@ func openFromStatus(ctx context.Context, tx *sql.Tx) ([]openTrx, error) {
 	if err := rows.Close(); err != nil {
 		return nil, err
 	}
+	return statusStarts(found, self, now), nil
+}
+
+// statusStarts turns the monitor's transactions, listed when the server's
+// clock read now, into the other sessions' (not self's) open transactions
+// with the earliest each can have begun: the monitor gives whole seconds
+// of age rounded down, so a second is taken off.
+func statusStarts(found []statusTrx, self int64, now time.Time) []openTrx {
 	var out []openTrx
+	slack := time.Second
+	if planted.statusLate {
+		slack = 0
+	}
 	for _, f := range found {
 		if f.session == self {
 			continue
 		}
-		out = append(out, openTrx{session: f.session, started: sql.NullTime{Time: now.Add(-f.active - time.Second), Valid: true}})
+		out = append(out, openTrx{session: f.session, started: sql.NullTime{Time: now.Add(-f.active - slack), Valid: true}})
 	}
-	return out, nil
+	return out
 }
