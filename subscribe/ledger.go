@@ -460,4 +460,5 @@ var planted struct {
 	newestOpen         bool // the oldest open transaction's start replaced by the newest's
 	statusLate         bool // the monitor's start time up to a second late (no slack for its rounding)
 	countAndSum        bool // the settle check compares count and sum, not the digest
+	casAtLeast         bool // the advance's compare-and-set written offset_acked >= from
 }

@@ -264,6 +264,8 @@ func advanceGuard(a advance) (string, []any) {
 		return sqlAdvanceNone, []any{0, 0, 0, 0}
 	case !a.cas:
 		return sqlAdvanceForward, []any{a.to, 0, 0}
+	case planted.casAtLeast:
+		return "offset_acked >= ? AND offset_acked < ?", []any{a.from, a.to}
 	default:
 		return sqlAdvanceCAS, []any{a.from, a.to}
 	}
