@@ -1,10 +1,14 @@
 package subscribe
 
-// Open transactions: what each horizon sample learns of the server's
-// transactions still open, when mend's user may read them, so that the
-// ledger (ledger.go) holds a sample for as long as a transaction that
-// began before it stays open, past the settle window (see the package
-// doc, "Open transactions").
+// The open-transaction protocol, in one place: what each horizon sample
+// learns of the server's transactions still open, when mend's user may
+// read them, so that the ledger (ledger.go, horizons) holds a sample for
+// as long as a transaction that began before it stays open, past the
+// settle window. In order: the reader's state (openReader, readOpen's
+// outcomes), the read (readOldest: innodb_trx with its freshness proof,
+// the process list's databases), and the InnoDB monitor fallback
+// (openFromStatus, parseInnoDBStatus). Its invariants are listed in the
+// package doc, "Open transactions".
 
 import (
 	"cmp"
@@ -152,8 +156,8 @@ func (r *openReader) lastRead() string {
 // read alone: the view is fresh only if the reader's own row shows that
 // statement as its current one (trx_query holds the nonce), which it can
 // only if the cache was filled while this statement ran. A view that does
-// not is stale, and the read falls back to the InnoDB monitor (status.go's
-// part below), which the server prints from its live lists for each
+// not is stale, and the read falls back to the InnoDB monitor (openFromStatus
+// below), which the server prints from its live lists for each
 // statement; only if that fails too is the read unusable (openUnknown: the
 // samples taken since the last usable read wait for the next; if none
 // comes within the settle window, the window alone decides and
