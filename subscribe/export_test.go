@@ -96,3 +96,13 @@ func OpenStatusRead(ctx context.Context, db *sql.DB) (map[int64]time.Time, error
 	}
 	return out, nil
 }
+
+// Plant sets the planted variant named (see planted) for the caller's
+// test; the returned func undoes it. Only a test that is not parallel may
+// call it.
+func Plant(name string) (undo func()) {
+	flags := map[string]*bool{"outageCountsRow": &planted.outageCountsRow, "parkSwallows": &planted.parkSwallows}
+	f := flags[name]
+	*f = true
+	return func() { *f = false }
+}

@@ -461,4 +461,6 @@ var planted struct {
 	statusLate         bool // the monitor's start time up to a second late (no slack for its rounding)
 	countAndSum        bool // the settle check compares count and sum, not the digest
 	casAtLeast         bool // the advance's compare-and-set written offset_acked >= from
+	outageCountsRow    bool // a store outage counted as failures of the partition's first row
+	parkSwallows       bool // park passes a row whose stand-in the store failed to record
 }
