@@ -106,3 +106,8 @@ func Plant(name string) (undo func()) {
 	*f = true
 	return func() { *f = false }
 }
+
+// MembershipStep runs one membership step alone, as Run's membership loop
+// does while a recording pass runs long (no recording pass reloads the
+// joined partitions meanwhile).
+func MembershipStep(ctx context.Context, s *Subscriber) (int, error) { return s.membershipStep(ctx) }
