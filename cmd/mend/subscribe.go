@@ -48,7 +48,7 @@ func addSubscribeFlags(f *flags, c *subscribeConfig) {
 	f.BoolVar(&c.On, "subscribe", false, "record dead letters by joining the *_dlq topics as consumer group --group\n(default: on when --queue-dsn is given; --subscribe=false when the host links the intake in)")
 	f.StringVar(&c.Group, "group", subscribe.GroupDefault, "the subscription's consumer group in the host's queue_offsets")
 	f.DurationVar(&c.Interval, "subscribe-interval", subscribe.PollIntervalDefault, "time between the subscription's passes: a new dead letter is recorded within it")
-	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default above the queue database's innodb_lock_wait_timeout)")
+	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default two of the queue database's\ninnodb_lock_wait_timeout plus its semi-sync commit timeout, plus 10s, at least a minute)")
 	f.IntVar(&c.PageSize, "subscribe-page-size", subscribe.PageSizeDefault, "rows the subscription reads per query")
 }
 
@@ -688,7 +688,7 @@ func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
 	f.BoolVar(&d.subscribe, "subscribe", false, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
 	f.StringVar(&d.group, "group", subscribe.GroupDefault, "the subscription's consumer group")
 	f.DurationVar(&d.warnAge, "lag-warn", subscribeLagWarn, "warn when the subscription's oldest unreleased dead letter is older than this")
-	f.DurationVar(&d.settle, "subscribe-settle", 0, "the settle window mend run is given, checked against the queue database's innodb_lock_wait_timeout (default: follows it)")
+	f.DurationVar(&d.settle, "subscribe-settle", 0, "the settle window mend run is given, checked against the queue database's waits (two innodb_lock_wait_timeout and the semi-sync commit timeout; default: follows them)")
 	return d
 }
 
