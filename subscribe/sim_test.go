@@ -95,12 +95,12 @@ type simWorld struct {
 	// 0.1 s until then, so its cache stays as filled at the freeze
 	// (frozenView), with a row of the reader's own session in it; the
 	// monitor (SHOW ENGINE INNODB STATUS) stays live (issue 43).
-	frozenUntil time.Time
-	frozenView  openView
-	queueDownUntil     time.Time
-	parkFlaky          bool
-	lastGC             time.Time
-	builds             int
+	frozenUntil    time.Time
+	frozenView     openView
+	queueDownUntil time.Time
+	parkFlaky      bool
+	lastGC         time.Time
+	builds         int
 
 	reps      []*simReplica
 	highWater map[simGKey]uint64
