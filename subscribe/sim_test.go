@@ -781,6 +781,7 @@ func TestSimulationFindsPlantedBugs(t *testing.T) {
 		{"a refused row passes when its stand-in fails", &planted.passUnparked},
 		{"an identity-mismatch row passes without record or stand-in", &planted.passMismatch},
 		{"a frozen innodb_trx view taken as fresh (issue 43)", &planted.selfRowFresh},
+		{"a stale innodb_trx view used instead of the monitor (issue 43)", &planted.trustStaleView},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			*c.bug = true
