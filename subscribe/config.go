@@ -39,11 +39,13 @@ const (
 	// commits"). It only delays the watermark, never recording. It is
 	// above InnoDB's default innodb_lock_wait_timeout (50 s): a MoveToDLQ
 	// whose INSERT allocated its offset and then waited on a lock can
-	// commit that long after. SettleFor raises it for a server whose
-	// timeout is longer.
+	// commit that long after. SettleFor raises it to cover every wait a
+	// MoveToDLQ can spend after allocating its offset (window.go: two lock
+	// waits and a semi-synchronous commit), plus SettleMargin: 110 s with
+	// the 50 s default.
 	SettleDefault = time.Minute
-	// SettleMargin is how far SettleFor keeps the window above the queue
-	// database's innodb_lock_wait_timeout.
+	// SettleMargin is how far SettleFor keeps the window above the
+	// queue database's waits (Waits.Bound).
 	SettleMargin = 10 * time.Second
 	// AheadIntervalDefault is the time between scans of queue_offsets for
 	// partitions to register ahead of their first dead letter.
@@ -179,13 +181,6 @@ type Config struct {
 	Hooks   Hooks
 	// Logger receives the subscription's lines; nil discards.
 	Logger *slog.Logger
-}
-
-// SettleFor is the settle window for a queue database whose
-// innodb_lock_wait_timeout is lockWait: SettleDefault, or lockWait plus
-// SettleMargin when that is longer.
-func SettleFor(lockWait time.Duration) time.Duration {
-	return max(SettleDefault, lockWait+SettleMargin)
 }
 
 func (c Config) withDefaults() Config {

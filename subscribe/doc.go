@@ -65,8 +65,10 @@
 //     watermarks, and a replica polling beside another still recording
 //     would otherwise pay it every PollInterval.
 //
-// Pass (and Drain, mend run --once) runs one membership step and then one
-// recording pass.
+// Pass runs one membership step and then one recording pass; Drain (mend
+// run --once) runs passes until everything visible is recorded and
+// released, or DrainBound (the window plus five polls) after the last
+// pass with rows left, whichever is first.
 //
 // The statements are the real subscriber's join (INSERT IGNORE at offset
 // 0), advance and leave (DELETE, only for Remove), plus reads. The grants
@@ -128,12 +130,17 @@
 //     committed or rolled back, the range below is final. With Settle longer
 //     than any transaction that inserts into queue_messages, the settle
 //     check finds every late row before the watermark moves. MoveToDLQ is
-//     one short transaction of three statements, but its INSERT can wait on
-//     a lock after allocating its offset for up to the server's
-//     innodb_lock_wait_timeout (50 s by default), so the window defaults to
-//     a minute, or that timeout plus 10 s when it is longer (SettleFor,
-//     which mend run applies); mend run and doctor warn when
-//     --subscribe-settle is not above it.
+//     one short transaction (SELECT, plain INSERT into the DLQ topic,
+//     DELETE of the original, COMMIT), but after its INSERT allocates the
+//     offset it can wait twice on a lock, each up to the server's
+//     innodb_lock_wait_timeout (50 s by default): the INSERT on the DLQ
+//     row's unique key, the DELETE on the original row; and with
+//     semi-synchronous replication its COMMIT waits for a replica up to
+//     rpl_semi_sync_*_timeout. The window is therefore a minute, or those
+//     waits plus SettleMargin (10 s) when that is longer: 110 s with the
+//     defaults (SettleFor, window.go, which mend run applies); mend run and
+//     doctor warn by the same bound (Waits.Covers) when --subscribe-settle
+//     does not cover them. TestLossTwoLockWaits runs that MoveToDLQ.
 //
 // Recording is never delayed: a dead letter is recorded within one poll
 // interval; only the watermark waits, so the host's GC keeps a dead letter
@@ -149,33 +156,63 @@
 // # Open transactions
 //
 // Where mend's user holds PROCESS, each sample also carries when the
-// oldest transaction open just after the horizon query began (innodb_trx
-// and SHOW PROCESSLIST's databases, or on MySQL, when a statement's bytes
-// make innodb_trx fail (error 3854), SHOW ENGINE INNODB STATUS, parsed so
-// that statement text can only add transactions: InnoDB transactions that are not read-only, in
-// sessions whose current database is the queue's; by the server's clock,
-// as is the sample), and the ledger holds every sample such a transaction
-// began before (within a second: start times have whole seconds) until a
-// later read no longer shows it, past the window, however long. A
-// transaction that allocated an offset at or below a sample began before
-// it, so while none that began before the sample is open, every offset at
-// or below it is final. The read runs in a transaction of its own and is
-// used only if it shows that transaction: InnoDB refreshes innodb_trx only
-// after 0.1 s without readers, and a stale view could miss a transaction.
-// The samples taken since the last usable read (or before the first) wait
-// for the next; only if reads stay unusable for a whole window (others
-// reading innodb_trx more often than every 0.1 s throughout) does the
-// window alone decide, so that the watermarks, and with them the host's
-// GC, are never held for good by a view that cannot refresh
-// (PassStats.OpenLapsed says when that is so, OpenRead how each read went;
-// a stale read still shows the grant, so SeesOpen stays true). Without PROCESS (found
-// by trying the read, again every minute) the window alone decides, and a
-// MoveToDLQ held open longer than it can be lost; doctor says so. The
-// ledger takes all of this as data on the sample (openView) and needs no
-// database; the simulation holds inserts open past the window in the
+// oldest transaction open just after the horizon query began (InnoDB
+// transactions that are not read-only, in sessions whose current
+// database is the queue's; by the server's clock, as is the sample), and
+// the ledger holds every sample such a transaction began before (within a
+// second: start times have whole seconds) until a later read no longer
+// shows it, past the window, however long. A transaction that allocated
+// an offset at or below a sample began before it, so while none that
+// began before the sample is open, every offset at or below it is final.
+// The protocol is one unit, opentrx.go (the read, its freshness proof, the
+// monitor fallback and the reader's state), with the ledger's use of it in
+// ledger.go (horizons). Its invariants:
+//
+//  1. A view is usable only if it proves itself newer than the read that
+//     took it. innodb_trx is served from a cache InnoDB refreshes only
+//     after 0.1 s without readers, and the pool reuses sessions, so a row
+//     of the reader's own session proves nothing (it can be the previous
+//     read's, frozen by other readers polling more often). The innodb_trx
+//     statement carries a nonce drawn for this read; the view is fresh
+//     only if the reader's own row shows that statement as its current
+//     one. A view that is not fresh is never used: the read falls back to
+//     SHOW ENGINE INNODB STATUS, which the server prints from its live
+//     lists for each statement (and which MySQL's error 3854 on
+//     innodb_trx also falls back to).
+//  2. Statement text can add transactions to a view, never hide one. The
+//     monitor's text is read by its structure (the list from the first
+//     TRANSACTIONS banner's heading to the last FILE I/O banner; a header
+//     starts a transaction; only the first thread line after it names its
+//     session); an age above the server's uptime is no real transaction's
+//     and is left out; the server cuts the text only at 1 MiB, so a text
+//     that long is unusable and a truncation marker in a shorter one is a
+//     statement's.
+//  3. An unusable read (stale with the monitor failing too, or any other
+//     error) changes nothing already decided: the samples taken since the
+//     last usable read (or before the first) wait for the next.
+//  4. Reads unusable for longer than the window (staleReads in a row or
+//     more) lapse the view: the window alone decides, as without PROCESS,
+//     so a view that cannot refresh never holds the watermarks, and with
+//     them the host's GC, for good. PassStats.OpenLapsed (the metric
+//     mend_subscribe_open_view_lapsed and its alert) says so; OpenRead
+//     says how each read went (usable, stale, hidden, failed); a stale
+//     read was allowed, so SeesOpen stays true.
+//  5. A refusal (no PROCESS, found by trying the read, again every
+//     minute) makes the window alone decide: a MoveToDLQ held open longer
+//     than the window can then be lost, and doctor says so.
+//  6. A held sample holds every watermark, not only the partition the
+//     transaction writes (neither view says which table or offset a
+//     transaction holds); PassStats.Held counts such samples, and Drain
+//     (mend run --once) ends within DrainBound beside one, naming the
+//     partitions left unreleased and the session holding them.
+//
+// The ledger takes all of this as data on the sample (openView) and needs
+// no database; the simulation holds inserts open past the window in the
 // schedules where mend sees them. TestLossTransactionHeldOpen shows a
 // MoveToDLQ held open four windows recorded with PROCESS and lost
-// without.
+// without; TestLossFrozenTrxCache shows it recorded while three readers
+// poll innodb_trx every 10 ms (lost before the nonce); the crafted-text
+// tests (TestParseInnoDBStatusCraftedDeadlock) show invariant 2.
 //
 // # Registering ahead
 //

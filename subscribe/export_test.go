@@ -54,8 +54,27 @@ func OpenTrxRead(ctx context.Context, db *sql.DB) (fresh bool, err error) {
 	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
 		return false, err
 	}
-	_, fresh, err = openFromTrx(ctx, tx)
+	_, fresh, err = openFromTrx(ctx, tx, newNonce())
 	return fresh, err
+}
+
+// OpenTrxView is OpenTrxRead with the other sessions the view shows.
+func OpenTrxView(ctx context.Context, db *sql.DB) (fresh bool, sessions []int64, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var one int
+	var current sql.NullString
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
+		return false, nil, err
+	}
+	others, fresh, err := openFromTrx(ctx, tx, newNonce())
+	for _, o := range others {
+		sessions = append(sessions, o.session)
+	}
+	return fresh, sessions, err
 }
 
 // OpenStatusRead runs the InnoDB monitor's read of the open transactions
@@ -77,3 +96,18 @@ func OpenStatusRead(ctx context.Context, db *sql.DB) (map[int64]time.Time, error
 	}
 	return out, nil
 }
+
+// Plant sets the planted variant named (see planted) for the caller's
+// test; the returned func undoes it. Only a test that is not parallel may
+// call it.
+func Plant(name string) (undo func()) {
+	flags := map[string]*bool{"outageCountsRow": &planted.outageCountsRow, "parkSwallows": &planted.parkSwallows}
+	f := flags[name]
+	*f = true
+	return func() { *f = false }
+}
+
+// MembershipStep runs one membership step alone, as Run's membership loop
+// does while a recording pass runs long (no recording pass reloads the
+// joined partitions meanwhile).
+func MembershipStep(ctx context.Context, s *Subscriber) (int, error) { return s.membershipStep(ctx) }

@@ -84,6 +84,9 @@ const (
 type openView struct {
 	state  openState
 	oldest time.Time
+	// session is the oldest transaction's session, 0 when unknown: for
+	// the operator (run --once names it), never for a decision.
+	session int64
 }
 
 // openSlack widens "began before the sample" by the precision of the
@@ -388,6 +391,9 @@ func (l *ledger) settle(i int, now rowSet) (advance, bool) {
 	if planted.countOnly {
 		same = now.rows == c.read.rows
 	}
+	if planted.countAndSum {
+		same = now.rows == c.read.rows && now.sum == c.read.sum
+	}
 	if !same {
 		l.reset(l.acked)
 		return advance{}, false
@@ -444,4 +450,17 @@ var planted struct {
 	passMismatch       bool // count an identity-mismatch row as read without a record or stand-in
 	membershipBehind   bool // run membership only after a recording that succeeded
 	ignoreOpen         bool // settle past a sample a transaction open still began before
+	selfRowFresh       bool // take a view showing a row of the reader's session as fresh (issue 43)
+	trustStaleView     bool // use a stale innodb_trx view instead of reading the monitor
+	oneLockWait        bool // bound a MoveToDLQ's waits by one lock wait, not two
+	noMargin           bool // SettleFor without SettleMargin
+	drainUnbounded     bool // Drain waits for every release, however long
+	markerAnywhere     bool // the monitor's heading and truncation marker found anywhere in its text
+	trustAnyAge        bool // a monitor transaction older than the server counted
+	newestOpen         bool // the oldest open transaction's start replaced by the newest's
+	statusLate         bool // the monitor's start time up to a second late (no slack for its rounding)
+	countAndSum        bool // the settle check compares count and sum, not the digest
+	casAtLeast         bool // the advance's compare-and-set written offset_acked >= from
+	outageCountsRow    bool // a store outage counted as failures of the partition's first row
+	parkSwallows       bool // park passes a row whose stand-in the store failed to record
 }

@@ -1,6 +1,7 @@
 package subscribe
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -254,6 +255,13 @@ func ledgerSettleProblems() (problems []string) {
 	if l.read != 0 || len(l.cps) != 0 {
 		bad("not read again from the watermark: read %d, checkpoints %+v", l.read, l.cps)
 	}
+	// {1,4} and {2,3}: the same count and the same sum, not the same set.
+	l = newLedger("speculate_dlq", "q", 0)
+	l.apply(pageRead{from: 0, kept: []uint64{1, 4}, all: setOf(1, 4), last: 4}, []outcome{recorded, recorded})
+	l.endPass()
+	if _, ok := l.settle(0, setOf(2, 3)); ok {
+		bad("released {1,4} against {2,3}: same count and sum, another set")
+	}
 	// The advance from watermark 2 to checkpoint 5 moves only a watermark
 	// still at 2: a replica paused past its slot lease counted from there.
 	l = newLedger("speculate_dlq", "q", 2)
@@ -315,6 +323,13 @@ func TestPlantedBugsFoundByTheseTests(t *testing.T) {
 		{"the horizon sample is stamped before its query", &planted.stampBeforeQuery, takeSampleProblems},
 		{"the settle check compares a count", &planted.countOnly, ledgerSettleProblems},
 		{"a refused row passes when its stand-in fails", &planted.passUnparked, rowOutcomeProblems},
+		{"the monitor's heading and truncation marker found anywhere (issue 43)", &planted.markerAnywhere, craftedDeadlockProblems},
+		{"a monitor transaction older than the server counted (issue 43)", &planted.trustAnyAge, craftedDeadlockProblems},
+		{"SettleFor without its margin (issue 43)", &planted.noMargin, settleForProblems},
+		{"the settle check compares count and sum (issue 43)", &planted.countAndSum, ledgerSettleProblems},
+		{"the oldest open transaction replaced by the newest (issue 43)", &planted.newestOpen, oldestOpenProblems},
+		{"the monitor's start time up to a second late (issue 43)", &planted.statusLate, oldestOpenProblems},
+		{"the window bound by one lock wait (issue 43)", &planted.oneLockWait, settleForProblems},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			*c.bug = true
@@ -325,3 +340,63 @@ func TestPlantedBugsFoundByTheseTests(t *testing.T) {
 		})
 	}
 }
+
+// settleForProblems checks SettleFor against the servers' defaults: two
+// lock waits of 50 s plus the margin, and a semi-sync commit's wait on top.
+func settleForProblems() (problems []string) {
+	for _, c := range []struct {
+		w    Waits
+		want time.Duration
+	}{
+		{Waits{LockWait: 50 * time.Second}, 110 * time.Second},
+		{Waits{LockWait: 50 * time.Second, SemiSync: 10 * time.Second}, 120 * time.Second},
+		{Waits{LockWait: 20 * time.Second}, SettleDefault},
+	} {
+		if got := SettleFor(c.w); got != c.want {
+			problems = append(problems, fmt.Sprintf("SettleFor(%v) = %v, want %v", c.w, got, c.want))
+		}
+	}
+	return problems
+}
+
+func TestSettleForDefaults(t *testing.T) { report(t, settleForProblems()) }
+
+// TestSemiSyncWait: the semi-sync commit's wait counts only where it is
+// enabled, under either spelling.
+func TestSemiSyncWait(t *testing.T) {
+	for _, c := range []struct {
+		vars map[string]string
+		want time.Duration
+	}{
+		{map[string]string{}, 0},
+		{map[string]string{"rpl_semi_sync_master_enabled": "OFF", "rpl_semi_sync_master_timeout": "10000"}, 0},
+		{map[string]string{"rpl_semi_sync_master_enabled": "ON", "rpl_semi_sync_master_timeout": "10000"}, 10 * time.Second},
+		{map[string]string{"rpl_semi_sync_source_enabled": "ON", "rpl_semi_sync_source_timeout": "2500"}, 2500 * time.Millisecond},
+	} {
+		if got := semiSyncWait(c.vars); got != c.want {
+			t.Errorf("semiSyncWait(%v) = %v, want %v", c.vars, got, c.want)
+		}
+	}
+}
+
+// oldestOpenProblems checks which open transaction a sample waits for:
+// the oldest of the queue database's (innodb_trx's view), and from the
+// monitor a start no later than the earliest the rounded age allows.
+func oldestOpenProblems() (problems []string) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) sql.NullTime { return sql.NullTime{Time: t0.Add(d), Valid: true} }
+	others := []openTrx{{session: 5, started: at(10 * time.Second)}, {session: 6, started: at(0)}, {session: 7, started: at(20 * time.Second)}, {session: 8, started: at(-time.Hour)}}
+	dbs := map[int64]string{5: "q", 6: "q", 7: "q", 8: "other"}
+	if got := oldestOpen(others, dbs, sql.NullString{String: "q", Valid: true}); got.session != 6 || !got.started.Time.Equal(t0) {
+		problems = append(problems, fmt.Sprintf("oldestOpen = %+v; want session 6 from %v (session 8 is another database's)", got, t0))
+	}
+	// Active 14 s, read at now: it began in (now-15s, now-14s].
+	now := t0.Add(time.Minute + 500*time.Millisecond)
+	got := statusStarts([]statusTrx{{session: 11, active: 14 * time.Second}, {session: 3, active: time.Hour}}, 3, now)
+	if len(got) != 1 || got[0].session != 11 || got[0].started.Time.After(now.Add(-15*time.Second)) {
+		problems = append(problems, fmt.Sprintf("statusStarts = %+v; want session 11 alone, from no later than %v", got, now.Add(-15*time.Second)))
+	}
+	return problems
+}
+
+func TestOldestOpen(t *testing.T) { report(t, oldestOpenProblems()) }

@@ -266,7 +266,11 @@ func (s *Subscriber) flush(ctx context.Context, b *batch, stats *PassStats) {
 			err = fmt.Errorf("subscribe: record %d dead letters: %w", len(ds), err)
 			for _, bp := range b.pages {
 				if bp.l.read == bp.from {
-					s.failed(ctx, bp.l, 0, err, stats) // the store's failure, no row's: it never parks a row
+					at := uint64(0) // the store's failure, no row's: it never parks a row
+					if planted.outageCountsRow && len(bp.page.rows) > 0 {
+						at = bp.page.rows[0].Offset
+					}
+					s.failed(ctx, bp.l, at, err, stats)
 				}
 			}
 			return
@@ -358,7 +362,7 @@ func (s *Subscriber) park(ctx context.Context, r dlq.Row, cause error) error {
 	}
 	_, _, err := s.cfg.Parker.RecordCreate(ctx, mend.CreateParams{Source: src, Snapshot: snap, State: mend.StateParked, Reason: reason,
 		OpID: mend.NewOpID(), Actor: s.cfg.Actor})
-	if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) {
+	if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) && !planted.parkSwallows {
 		return fmt.Errorf("subscribe: park the stand-in for offset %d of %s/%q: %w", r.Offset, r.Topic, r.PartitionKey, err)
 	}
 	if err != nil {

@@ -91,10 +91,16 @@ type simWorld struct {
 
 	storeDown, appDown bool
 	seesOpen           bool // mend may read the open transactions (PROCESS)
-	queueDownUntil     time.Time
-	parkFlaky          bool
-	lastGC             time.Time
-	builds             int
+	// frozenUntil: other readers poll innodb_trx more often than every
+	// 0.1 s until then, so its cache stays as filled at the freeze
+	// (frozenView), with a row of the reader's own session in it; the
+	// monitor (SHOW ENGINE INNODB STATUS) stays live (issue 43).
+	frozenUntil    time.Time
+	frozenView     openView
+	queueDownUntil time.Time
+	parkFlaky      bool
+	lastGC         time.Time
+	builds         int
 
 	reps      []*simReplica
 	highWater map[simGKey]uint64
@@ -282,11 +288,22 @@ func (w *simWorld) openView(p *simReplica) openView {
 	if !w.seesOpen {
 		return openView{state: openNone}
 	}
+	if w.now.Before(w.frozenUntil) && (planted.selfRowFresh || planted.trustStaleView) {
+		// The read takes the frozen cache for a fresh view; the real one
+		// proves it stale (its nonce) and reads the live monitor below.
+		p.stale = 0
+		return w.frozenView
+	}
 	if p.stale < staleReads-1 && w.rng.IntN(4) == 0 {
 		p.stale++
 		return openView{state: openUnknown}
 	}
 	p.stale = 0
+	return w.liveView()
+}
+
+// liveView is the open transactions as they are now.
+func (w *simWorld) liveView() openView {
 	v := openView{state: openRead}
 	for _, r := range w.open {
 		if v.oldest.IsZero() || r.began.Before(v.oldest) {
@@ -655,6 +672,11 @@ func simulate(t testing.TB, seed uint64, verbose bool) (string, []string) {
 		case x < 43 && !w.queueDown():
 			w.queueDownUntil = w.now.Add(time.Duration(w.rng.Int64N(int64(2 * time.Second))))
 			w.logf("queue database down until +%s", w.queueDownUntil.Sub(w.now))
+		case x < 45 && w.seesOpen && !w.now.Before(w.frozenUntil) && w.rng.IntN(3) == 0:
+			// Other readers freeze innodb_trx's cache for 15 to 45 s.
+			w.frozenUntil = w.now.Add(15*time.Second + time.Duration(w.rng.Int64N(int64(30*time.Second))))
+			w.frozenView = w.liveView()
+			w.logf("innodb_trx's cache frozen until +%s", w.frozenUntil.Sub(w.now))
 		case x < 47:
 			// Pause or resume a replica; one of them always runs, as one
 			// must for the first-sight joins the GC idle period allows.
@@ -758,6 +780,8 @@ func TestSimulationFindsPlantedBugs(t *testing.T) {
 		{"a partition is marked read past a row to retry", &planted.readPastRetry},
 		{"a refused row passes when its stand-in fails", &planted.passUnparked},
 		{"an identity-mismatch row passes without record or stand-in", &planted.passMismatch},
+		{"a frozen innodb_trx view taken as fresh (issue 43)", &planted.selfRowFresh},
+		{"a stale innodb_trx view used instead of the monitor (issue 43)", &planted.trustStaleView},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			*c.bug = true

@@ -59,6 +59,29 @@ type PassStats struct {
 	// last read, at most lagEvery ago.
 	Lag      []TopicLag
 	Duration time.Duration
+	// Unreleased is set by Drain when it ends at its bound (DrainBound)
+	// with rows recorded but not yet released: those partitions' watermarks
+	// stay where they are (the host's GC keeps their rows) until a later
+	// run releases them. HeldBy is the open transaction that holds them,
+	// when one does (Session 0: none seen, the window alone holds them).
+	Unreleased []Unreleased
+	HeldBy     OpenTrx
+}
+
+// Unreleased is a partition Drain left with rows recorded past its
+// watermark but not released.
+type Unreleased struct {
+	Topic, Partition string
+	Watermark        uint64 // the group's watermark, which stays
+	Recorded         uint64 // every row up to here is recorded
+}
+
+// OpenTrx is an open transaction on the queue database, as the open
+// view saw it: its session (SHOW PROCESSLIST's Id) and when it began by
+// the server's clock.
+type OpenTrx struct {
+	Session int64
+	Began   time.Time
 }
 
 func (st *PassStats) add(o PassStats) {
@@ -423,16 +446,34 @@ func (s *Subscriber) Pending() bool {
 	return false
 }
 
+// drainPolls is how many poll intervals past the settle window Drain
+// waits for its last release (DrainBound).
+const drainPolls = 5
+
+// DrainBound is how long Drain runs at most after its last pass that had
+// rows left to read: the settle window plus drainPolls poll intervals.
+// A transaction held open on the queue database (with PROCESS, the
+// watermarks wait for it however long) does not keep it running past
+// that: it ends with what it has recorded, and names what stays held.
+func (s *Subscriber) DrainBound() time.Duration {
+	return s.cfg.Settle + drainPolls*s.cfg.PollInterval
+}
+
 // Drain runs passes, PollInterval apart, until one leaves nothing unread
 // and nothing unreleased: every dead letter visible when it started is
 // recorded and the group's watermarks are past it. It takes at least the
-// settle window when anything was read. It is mend run --once's
-// subscription, and returns the sum of the passes' counts (Lag from the
-// last). Stop it with ctx.
+// settle window when anything was read, and at most DrainBound after the
+// last pass that had rows left: then it returns with nil error,
+// PassStats.Unreleased naming the partitions whose watermarks stay
+// (their rows are recorded; a later run releases them) and HeldBy the
+// open transaction holding them. It is mend run --once's subscription,
+// and returns the sum of the passes' counts (Lag from the last). Stop it
+// with ctx.
 func (s *Subscriber) Drain(ctx context.Context) (PassStats, error) {
 	var sum PassStats
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	from := s.cfg.NowFunc()
 	for {
 		select {
 		case <-ctx.Done():
@@ -453,12 +494,37 @@ func (s *Subscriber) Drain(ctx context.Context) (PassStats, error) {
 		if !st.More && !s.Pending() {
 			return sum, nil
 		}
+		now := s.cfg.NowFunc()
+		if st.More {
+			from = now
+		} else if now.Sub(from) >= s.DrainBound() && !planted.drainUnbounded {
+			sum.Unreleased = s.unreleased()
+			if v := s.horizons.view; v.state == openRead && !v.oldest.IsZero() {
+				sum.HeldBy = OpenTrx{Session: v.session, Began: v.oldest}
+			}
+			return sum, nil
+		}
 		if st.More {
 			timer.Reset(0)
 		} else {
 			timer.Reset(s.cfg.PollInterval)
 		}
 	}
+}
+
+// unreleased lists the partitions with rows recorded past their
+// watermark, in topic and partition order.
+func (s *Subscriber) unreleased() []Unreleased {
+	var out []Unreleased
+	for _, l := range s.parts {
+		if len(l.cps) > 0 {
+			out = append(out, Unreleased{Topic: l.topic, Partition: l.partition, Watermark: l.acked, Recorded: l.cps[len(l.cps)-1].offset})
+		}
+	}
+	slices.SortFunc(out, func(a, b Unreleased) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
 }
 
 // failure returns the recording errors of the partitions failing now.

@@ -39,7 +39,7 @@ type subscribeConfig struct {
 	Settle   time.Duration
 	PageSize int
 	// SettleGiven: --subscribe-settle was given; otherwise the window is
-	// subscribe.SettleFor the queue database's innodb_lock_wait_timeout.
+	// subscribe.SettleFor the queue database's waits (two lock waits and a semi-sync commit).
 	SettleGiven bool
 }
 
@@ -48,7 +48,7 @@ func addSubscribeFlags(f *flags, c *subscribeConfig) {
 	f.BoolVar(&c.On, "subscribe", false, "record dead letters by joining the *_dlq topics as consumer group --group\n(default: on when --queue-dsn is given; --subscribe=false when the host links the intake in)")
 	f.StringVar(&c.Group, "group", subscribe.GroupDefault, "the subscription's consumer group in the host's queue_offsets")
 	f.DurationVar(&c.Interval, "subscribe-interval", subscribe.PollIntervalDefault, "time between the subscription's passes: a new dead letter is recorded within it")
-	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default the longer of 1m and the queue database's\ninnodb_lock_wait_timeout + 10s)")
+	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default two of the queue database's\ninnodb_lock_wait_timeout plus its semi-sync commit timeout, plus 10s, at least a minute)")
 	f.IntVar(&c.PageSize, "subscribe-page-size", subscribe.PageSizeDefault, "rows the subscription reads per query")
 }
 
@@ -114,27 +114,33 @@ func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.L
 }
 
 // settleWindow is the subscription's settle window: --subscribe-settle
-// when given (with a warning when it is not above the queue database's
-// innodb_lock_wait_timeout), otherwise subscribe.SettleFor that timeout.
+// when given (with a warning when it does not cover the queue database's
+// waits, subscribe.Waits.Covers), otherwise subscribe.SettleFor them.
 func settleWindow(ctx context.Context, db *sql.DB, c subscribeConfig, log *slog.Logger) time.Duration {
-	lockWait, err := subscribe.LockWaitTimeout(ctx, db)
-	switch {
-	case err != nil:
-		log.Warn("could not read the queue database's innodb_lock_wait_timeout; the settle window is not checked against it", "err", err, "settle", c.Settle.String())
+	waits, err := subscribe.ReadWaits(ctx, db)
+	if err != nil {
+		log.Warn("could not read the queue database's lock wait and semi-sync settings; the settle window is not checked against them", "err", err, "settle", c.Settle.String())
 		return c.Settle
+	}
+	return settleFrom(waits, c, log)
+}
+
+// settleFrom is settleWindow once the waits are read.
+func settleFrom(waits subscribe.Waits, c subscribeConfig, log *slog.Logger) time.Duration {
+	switch {
 	case !c.SettleGiven:
-		return subscribe.SettleFor(lockWait)
-	case c.Settle <= lockWait:
-		log.Warn(settleRisk(c.Settle, lockWait), "settle", c.Settle.String(), "innodb_lock_wait_timeout", lockWait.String())
+		return subscribe.SettleFor(waits)
+	case !waits.Covers(c.Settle):
+		log.Warn(settleRisk(c.Settle, waits), "settle", c.Settle.String(), "waits", waits.String())
 	}
 	return c.Settle
 }
 
-// settleRisk says what a settle window at or below the lock wait puts at
-// risk.
-func settleRisk(settle, lockWait time.Duration) string {
-	return fmt.Sprintf("--subscribe-settle %s is not above the queue database's innodb_lock_wait_timeout (%s): a MoveToDLQ whose INSERT waits on a lock longer than the window "+
-		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, lockWait)
+// settleRisk says what a settle window that does not cover the waits
+// puts at risk.
+func settleRisk(settle time.Duration, waits subscribe.Waits) string {
+	return fmt.Sprintf("--subscribe-settle %s does not cover the queue database's waits after a MoveToDLQ allocates its offset (%s, plus %s margin = %s): a MoveToDLQ that waits that long "+
+		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, waits, subscribe.SettleMargin, waits.Bound()+subscribe.SettleMargin)
 }
 
 func (s *subscription) close() error {
@@ -538,22 +544,28 @@ func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge, 
 }
 
 // checkSettle compares the settle window (0: the default, which follows
-// the server) with the queue database's innodb_lock_wait_timeout.
+// the server) with the queue database's waits, by the bound mend run
+// applies (subscribe.Waits.Covers).
 func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Duration) check {
 	c := check{Name: label + " settle window", Status: checkOK}
-	lockWait, err := subscribe.LockWaitTimeout(ctx, db)
+	waits, err := subscribe.ReadWaits(ctx, db)
 	if err != nil {
 		c.Status, c.Detail = checkWarn, err.Error()
 		return c
 	}
+	return settleCheck(c, waits, settle)
+}
+
+// settleCheck is checkSettle once the waits are read.
+func settleCheck(c check, waits subscribe.Waits, settle time.Duration) check {
 	if settle == 0 {
-		c.Detail = fmt.Sprintf("%s by default: above innodb_lock_wait_timeout (%s)", subscribe.SettleFor(lockWait), lockWait)
+		c.Detail = fmt.Sprintf("%s by default: covers %s plus %s", subscribe.SettleFor(waits), waits, subscribe.SettleMargin)
 		return c
 	}
-	c.Detail = fmt.Sprintf("--subscribe-settle %s, innodb_lock_wait_timeout %s", settle, lockWait)
-	if settle <= lockWait {
-		c.Status, c.Detail = checkWarn, settleRisk(settle, lockWait)
-		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it above %s", lockWait)
+	c.Detail = fmt.Sprintf("--subscribe-settle %s, waits %s", settle, waits)
+	if !waits.Covers(settle) {
+		c.Status, c.Detail = checkWarn, settleRisk(settle, waits)
+		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it to at least %s", waits.Bound()+subscribe.SettleMargin)
 	}
 	return c
 }
@@ -599,17 +611,29 @@ func startSubscription(ctx context.Context, c runConfig, svc *service, log *slog
 
 // drain is run --once's subscription: record every dead letter visible
 // now and release the group's watermarks past them (this waits out the
-// settle window when anything was read).
+// settle window when anything was read), ending within the bound it
+// states at the start (subscribe.Subscriber.DrainBound) even beside a
+// transaction held open on the queue database: then it says which
+// partitions stay held and by which transaction, and the next run
+// continues from there (exit 0: nothing failed).
 func (s *subscription) drain(ctx context.Context, log *slog.Logger) error {
 	if s == nil {
 		return nil
 	}
+	log.Info("subscription draining", "ends_within", s.sub.DrainBound().String())
 	st, err := s.sub.Drain(ctx)
 	if err != nil {
 		return fmt.Errorf("subscription: %w", err)
 	}
 	log.Info("subscription drained", "read", st.Read, "recorded", st.Recorded, "already", st.Already,
 		"unrecordable", st.Unrecordable, "dropped", st.Dropped, "joined", st.Joined, "advanced", st.Advanced)
+	for _, u := range st.Unreleased {
+		attrs := []any{"topic", u.Topic, "partition", u.Partition, "watermark", u.Watermark, "recorded_to", u.Recorded}
+		if st.HeldBy.Session != 0 {
+			attrs = append(attrs, "held_by_session", st.HeldBy.Session, "transaction_began", st.HeldBy.Began.Format(time.RFC3339))
+		}
+		log.Warn("the partition's watermark stays: its rows are recorded, but not yet released (a transaction open on the queue database, or the settle window); the next run continues", attrs...)
+	}
 	return nil
 }
 
@@ -667,7 +691,7 @@ func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
 	f.BoolVar(&d.subscribe, "subscribe", false, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
 	f.StringVar(&d.group, "group", subscribe.GroupDefault, "the subscription's consumer group")
 	f.DurationVar(&d.warnAge, "lag-warn", subscribeLagWarn, "warn when the subscription's oldest unreleased dead letter is older than this")
-	f.DurationVar(&d.settle, "subscribe-settle", 0, "the settle window mend run is given, checked against the queue database's innodb_lock_wait_timeout (default: follows it)")
+	f.DurationVar(&d.settle, "subscribe-settle", 0, "the settle window mend run is given, checked against the queue database's waits (two innodb_lock_wait_timeout and the semi-sync commit timeout; default: follows them)")
 	return d
 }
 
