@@ -119,7 +119,7 @@ func BenchmarkConsolePages(b *testing.B) {
 		return err
 	})
 	timed("LeaseHistory", func() error { _, err := store.LeaseHistory(ctx, "c00007", leaseHistoryRows); return err })
-	s, err := New(Config{Store: store})
+	s, err := New(Config{Store: store, Hosts: []string{"example.com"}}) // httptest.NewRequest's Host
 	if err != nil {
 		b.Fatal(err)
 	}
