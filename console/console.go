@@ -275,8 +275,12 @@ func (s *Server) csrfMAC(user, action, target, ts string) string {
 }
 
 // recordTarget and leaseTarget name what a token allows changing.
-func recordTarget(id string, version int64) string { return "record " + id + " version " + strconv.FormatInt(version, 10) }
-func leaseTarget(queue string, epoch int64) string  { return "lease " + strconv.Quote(queue) + " epoch " + strconv.FormatInt(epoch, 10) }
+func recordTarget(id string, version int64) string {
+	return "record " + id + " version " + strconv.FormatInt(version, 10)
+}
+func leaseTarget(queue string, epoch int64) string {
+	return "lease " + strconv.Quote(queue) + " epoch " + strconv.FormatInt(epoch, 10)
+}
 
 // csrfCheck reports why a form's token is refused for action on target,
 // or nil.
