@@ -23,6 +23,7 @@ type Store interface {
 	ConsoleQueueRecords(ctx context.Context, queue string, state mend.State, after storage.RecordCursor, limit int) ([]mend.Record, error)
 	ConsoleRecordEvents(ctx context.Context, queue string, id mend.RecordID, limit int) ([]mend.Event, error)
 	ConsoleParked(ctx context.Context, f storage.ParkedFilter) ([]mend.Record, error)
+	ConsoleFailingQueues(ctx context.Context, read, show int) (storage.FailingQueues, error)
 	LeaseHistory(ctx context.Context, queue string, limit int) ([]storage.LeaseTerm, error)
 	LeaseGet(ctx context.Context, queue string) (storage.LeaseStatus, error)
 	RecordFind(ctx context.Context, id mend.RecordID) (mend.Record, error)
@@ -62,6 +63,11 @@ const (
 	// dueQueuesRead bounds the due records the overview reads to order
 	// the queues with work due (ConsoleDueQueues).
 	dueQueuesRead = 10_000
+	// failingRead bounds the failing records the overview reads for its
+	// "failing now" section (ConsoleFailingQueues); failingShow is how
+	// many failing queues it lists, with their worst record's error.
+	failingRead = 10_000
+	failingShow = 20
 	// restRounds bounds the reads of queue names one overview page makes
 	// past queues already listed among the stuck ones.
 	restRounds = 8

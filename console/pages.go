@@ -112,6 +112,7 @@ type queueRow struct {
 	Latency  storage.QueueLatencySummary
 	LeaseTxt string
 	Pages    bool // a paging condition names the queue
+	Failing  bool // its repairs are failing now
 }
 
 type alertRow struct {
@@ -123,26 +124,33 @@ type alertRow struct {
 
 type overviewPage struct {
 	layout
-	Alerts     []alertRow
-	AlertsMore bool
-	Latency    storage.ConsoleLatency
-	Totals     storage.ConsoleTotals
-	Queues     []queueRow
-	CountsPart bool // a count of this page's queues reached its bound
-	Stuck      int  // queues listed first: paging, with work due, or parked
-	StuckMore  bool // the due records read reached their bound
-	First      bool // not the first page: link back to it
-	Next       string
-	Lag        []TopicLag
-	LagOn      bool
-	LagErr     string
-	Chart      chart
-	ChartPart  bool
+	// Failing is "failing now": the queues whose repairs are failing,
+	// listed first on the page (ConsoleFailingQueues).
+	Failing     []storage.FailingQueue
+	FailingAll  int   // failing queues found (Failing lists the first failingShow)
+	FailingRecs int64 // failing records read
+	FailingMore bool  // the read reached its bound
+	Alerts      []alertRow
+	AlertsMore  bool
+	Latency     storage.ConsoleLatency
+	Totals      storage.ConsoleTotals
+	Queues      []queueRow
+	CountsPart  bool // a count of this page's queues reached its bound
+	Stuck       int  // queues listed first: paging, with work due, or parked
+	StuckMore   bool // the due records read reached their bound
+	First       bool // not the first page: link back to it
+	Next        string
+	Lag         []TopicLag
+	LagOn       bool
+	LagErr      string
+	Chart       chart
+	ChartPart   bool
 }
 
 // stuckQueue is a queue the overview lists before the others.
 type stuckQueue struct {
 	name      string
+	failing   int // rank among the failing queues, from 1; 0: not failing
 	pages     bool
 	due       time.Duration // oldest due; 0 with nothing due
 	hasDue    bool
@@ -150,17 +158,21 @@ type stuckQueue struct {
 	hasParked bool
 }
 
-// orderStuck orders the queues that need attention first: those a paging
-// condition names, then those with a record due now, then those with a
-// parked record; within each, the longest overdue first, then the longest
-// parked, then by name.
-func orderStuck(al storage.ConsoleAlerts, due []storage.QueueAge) []stuckQueue {
+// orderStuck orders the queues that need attention first: those whose
+// repairs are failing now (in failing's order: the most attempts first),
+// then those a paging condition names, then those with a record due now,
+// then those with a parked record; within each, the longest overdue first,
+// then the longest parked, then by name.
+func orderStuck(failing []storage.FailingQueue, al storage.ConsoleAlerts, due []storage.QueueAge) []stuckQueue {
 	by := map[string]*stuckQueue{}
 	get := func(q string) *stuckQueue {
 		if by[q] == nil {
 			by[q] = &stuckQueue{name: q}
 		}
 		return by[q]
+	}
+	for i, q := range failing {
+		get(q.Queue).failing = i + 1
 	}
 	for _, q := range due {
 		s := get(q.Queue)
@@ -185,6 +197,10 @@ func orderStuck(al storage.ConsoleAlerts, due []storage.QueueAge) []stuckQueue {
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		switch {
+		case (a.failing > 0) != (b.failing > 0):
+			return a.failing > 0
+		case a.failing != b.failing:
+			return a.failing < b.failing
 		case a.pages != b.pages:
 			return a.pages
 		case a.hasDue != b.hasDue:
@@ -215,6 +231,12 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		}
 		off = n
 	}
+	failing, err := st.ConsoleFailingQueues(ctx, failingRead, failingShow)
+	if err != nil {
+		return "", nil, err
+	}
+	p.FailingAll, p.FailingRecs, p.FailingMore = len(failing.Queues), failing.Records, failing.Truncated
+	p.Failing = failing.Queues[:min(len(failing.Queues), failingShow)]
 	al, err := st.ConsoleAlerts(ctx, alertParams)
 	if err != nil {
 		return "", nil, err
@@ -236,15 +258,16 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	stuck := orderStuck(al, due)
+	stuck := orderStuck(failing.Queues, al, due)
 	p.Stuck, p.StuckMore = len(stuck), dueMore
 	size := s.cfg.PageSize
 	var names []string
-	pages := map[string]bool{}
+	pages, failingQ := map[string]bool{}, map[string]bool{}
 	if !q.Has("after") {
 		for _, sq := range stuck[min(off, len(stuck)):min(off+size, len(stuck))] {
 			names = append(names, sq.name)
 			pages[sq.name] = sq.pages
+			failingQ[sq.name] = sq.failing > 0
 		}
 		if off+size < len(stuck) {
 			p.Next = "/?s=" + strconv.Itoa(off+size)
@@ -275,7 +298,7 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	}
 	p.Latency, p.Chart, p.ChartPart = act.Latency, makeChart(act.Minutes), act.Truncated
 	for _, q := range qs {
-		row := queueRow{QueueStatus: q, Latency: p.Latency.Queues[q.Queue], Pages: pages[q.Queue]}
+		row := queueRow{QueueStatus: q, Latency: p.Latency.Queues[q.Queue], Pages: pages[q.Queue], Failing: failingQ[q.Queue]}
 		row.Open = q.Counts[mend.StatePending] + q.Counts[mend.StateWaiting] + q.Counts[mend.StateSettled]
 		if q.Lease != nil {
 			row.LeaseTxt = leaseWord(*q.Lease)

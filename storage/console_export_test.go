@@ -19,6 +19,9 @@ const (
 	SQLConsoleQueueRecords  = sqlConsoleQueueRecords
 	SQLConsoleParked        = sqlConsoleParked
 	SQLConsoleRecordEvents  = sqlConsoleRecordEvents
+	SQLConsoleFailing       = sqlConsoleFailing
+	SQLConsoleOpenBeyond    = sqlConsoleOpenBeyond
+	SQLConsoleFailingErrors = sqlConsoleFailingErrors
 )
 
 // SetConsoleLimits lowers the console's read bounds for a test that must
