@@ -518,7 +518,7 @@ func TestConsoleRefusals(t *testing.T) {
 		for h, want := range map[string]string{
 			"Content-Security-Policy": "default-src 'self'",
 			"X-Content-Type-Options":  "nosniff",
-			"Referrer-Policy":         "no-referrer",
+			"Referrer-Policy":         "same-origin",
 		} {
 			if !strings.Contains(resp.Header.Get(h), want) {
 				t.Errorf("%s = %q, want it to contain %q", h, resp.Header.Get(h), want)

@@ -24,6 +24,7 @@ type Store interface {
 	ConsoleRecordEvents(ctx context.Context, queue string, id mend.RecordID, limit int) ([]mend.Event, error)
 	ConsoleParked(ctx context.Context, f storage.ParkedFilter) ([]mend.Record, error)
 	ConsoleFailingQueues(ctx context.Context, read, show int) (storage.FailingQueues, error)
+	VerifyRunLast(ctx context.Context) (storage.VerifyRun, bool, error)
 	LeaseHistory(ctx context.Context, queue string, limit int) ([]storage.LeaseTerm, error)
 	LeaseGet(ctx context.Context, queue string) (storage.LeaseStatus, error)
 	RecordFind(ctx context.Context, id mend.RecordID) (mend.Record, error)

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -116,4 +117,28 @@ func TestShellQuote(t *testing.T) {
 			t.Errorf("shellQuote(%q) = %s: the shell printed %q (%v)", s, shellQuote(s), out, err)
 		}
 	}
+}
+
+// The overview shows the last mend verify run with its age; a divergence
+// is a ticket alert.
+func TestConsoleVerifyShown(t *testing.T) {
+	b := setup(t)
+	s, err := New(Config{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := send(s, request("GET", "/", "", nil))
+	if code != 200 || !strings.Contains(body, "No mend verify run is recorded yet") {
+		t.Fatalf("no run: %d, the page does not say so", code)
+	}
+	now := time.Now()
+	if err := b.store.VerifyRunRecord(t.Context(), storage.VerifyRun{Started: now.Add(-2 * time.Minute), Finished: now.Add(-90 * time.Second),
+		Records: 1200, Events: 5000, Divergent: 2, Host: "ops <1>"}); err != nil {
+		t.Fatal(err)
+	}
+	code, body = send(s, request("GET", "/", "", nil))
+	if code != 200 {
+		t.Fatalf("overview: %d", code)
+	}
+	mustContain(t, "overview", body, "1200 records (5000 events)", "<b>2 divergent</b>", "MendVerifyDivergent (ticket)", "ops &lt;1&gt;", "ago")
 }

@@ -119,7 +119,7 @@ type alertRow struct {
 	Rule   string
 	Queue  string
 	Detail string
-	Page   bool // pages now (else: will page if it lasts)
+	Page   bool // pages now (else: will page if it lasts, or a ticket: MendVerifyDivergent)
 }
 
 type overviewPage struct {
@@ -130,6 +130,10 @@ type overviewPage struct {
 	FailingAll  int   // failing queues found (Failing lists the first failingShow)
 	FailingRecs int64 // failing records read
 	FailingMore bool  // the read reached its bound
+	// Verify is the last recorded mend verify run (nil: none);
+	// VerifyNote says why none is shown when the read could not tell.
+	Verify     *storage.VerifyRun
+	VerifyNote string
 	Alerts      []alertRow
 	AlertsMore  bool
 	Latency     storage.ConsoleLatency
@@ -250,6 +254,17 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	}
 	for _, q := range al.Parked {
 		p.Alerts = append(p.Alerts, alertRow{"MendRecordsParked", q.Queue, fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed", q.Count, dur(q.Age)), q.Age >= parkedPagesAfter})
+	}
+	switch run, ok, err := st.VerifyRunLast(ctx); {
+	case errors.Is(err, storage.ErrNoVerifyRuns):
+		p.VerifyNote = "mend's schema is before migration 0015: verify runs are not recorded (mend migrate up)"
+	case err != nil:
+		return "", nil, err
+	case ok:
+		p.Verify = &run
+		if run.Divergent > 0 {
+			p.Alerts = append(p.Alerts, alertRow{Rule: "MendVerifyDivergent", Detail: fmt.Sprintf("the last mend verify (%s ago) found %d record(s) whose row differs from their events: see docs/operations.md (mend verify --rebuild)", dur(run.Age), run.Divergent)})
+		}
 	}
 	if p.Totals, err = st.ConsoleTotals(ctx); err != nil {
 		return "", nil, err

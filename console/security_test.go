@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/mendq/mend"
@@ -436,3 +437,45 @@ func TestConsoleBasicAuth(t *testing.T) {
 
 // noStore is a Store for tests that reach no page reading it.
 type noStore struct{ Store }
+
+// A real browser on another site's page posts a form to the console with
+// a valid token (leaked, say): the browser's Origin and Sec-Fetch-Site
+// give it away and the console refuses it. Basic auth credentials ride
+// along, as a browser that has signed in sends them.
+func TestConsoleCrossSiteBrowser(t *testing.T) {
+	b := setup(t)
+	attempt := func(t *testing.T, hook func(*Server)) (changed bool, shown string) {
+		t.Helper()
+		s, base := b.serve(t, func(_ *Config, s *Server) {
+			if s != nil && hook != nil {
+				hook(s)
+			}
+		})
+		rec := b.other
+		tok := s.csrfToken("alice", "resolve", recordTarget(rec.ID.String(), b.version(t, rec.ID)), time.Now())
+		evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprintf(w, `<form id="f" method="post" action="%s/record/%s/resolve"><input name="csrf" value="%s"><input name="reason" value="pwned"><input name="version" value="%d"></form><script>document.getElementById("f").submit()</script>`,
+				base, rec.ID, tok, b.version(t, rec.ID))
+		}))
+		defer evil.Close()
+		ctx := browser(t)
+		// The evil page is at localhost:<port>, the console at 127.0.0.1:<port>: another site.
+		u := strings.Replace(evil.URL, "127.0.0.1", "localhost", 1)
+		if err := chromedp.Do(ctx, chromedp.Navigate(u), chromedp.WaitVisible(chromedp.CSS("h1"))); err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.getElementById("error-message") || {}).textContent || document.body.textContent`))
+		return b.version(t, rec.ID) != rec.Version, msg
+	}
+	t.Run("refused", func(t *testing.T) {
+		if changed, shown := attempt(t, nil); changed || !strings.Contains(shown, "another") {
+			t.Errorf("cross-site form post: record changed %v, page %q", changed, shown)
+		}
+	})
+	t.Run("negative control: no Origin check", func(t *testing.T) {
+		if changed, shown := attempt(t, func(s *Server) { s.skipOrigin = true }); !changed {
+			t.Errorf("a server without the Origin check refused the cross-site post: %q", shown)
+		}
+	})
+}
