@@ -134,21 +134,21 @@ type overviewPage struct {
 	// VerifyNote says why none is shown when the read could not tell.
 	Verify     *storage.VerifyRun
 	VerifyNote string
-	Alerts      []alertRow
-	AlertsMore  bool
-	Latency     storage.ConsoleLatency
-	Totals      storage.ConsoleTotals
-	Queues      []queueRow
-	CountsPart  bool // a count of this page's queues reached its bound
-	Stuck       int  // queues listed first: paging, with work due, or parked
-	StuckMore   bool // the due records read reached their bound
-	First       bool // not the first page: link back to it
-	Next        string
-	Lag         []TopicLag
-	LagOn       bool
-	LagErr      string
-	Chart       chart
-	ChartPart   bool
+	Alerts     []alertRow
+	AlertsMore bool
+	Latency    storage.ConsoleLatency
+	Totals     storage.ConsoleTotals
+	Queues     []queueRow
+	CountsPart bool // a count of this page's queues reached its bound
+	Stuck      int  // queues listed first: paging, with work due, or parked
+	StuckMore  bool // the due records read reached their bound
+	First      bool // not the first page: link back to it
+	Next       string
+	Lag        []TopicLag
+	LagOn      bool
+	LagErr     string
+	Chart      chart
+	ChartPart  bool
 }
 
 // stuckQueue is a queue the overview lists before the others.
