@@ -23,6 +23,7 @@ type Store interface {
 	ConsoleQueueRecords(ctx context.Context, queue string, state mend.State, after storage.RecordCursor, limit int) ([]mend.Record, error)
 	ConsoleRecordEvents(ctx context.Context, queue string, id mend.RecordID, limit int) ([]mend.Event, error)
 	ConsoleParked(ctx context.Context, f storage.ParkedFilter) ([]mend.Record, error)
+	ConsoleParkedMatching(ctx context.Context, f storage.ParkedFilter, scan int) (storage.ParkedMatches, error)
 	ConsoleFailingQueues(ctx context.Context, read, show int) (storage.FailingQueues, error)
 	VerifyRunLast(ctx context.Context) (storage.VerifyRun, bool, error)
 	LeaseHistory(ctx context.Context, queue string, limit int) ([]storage.LeaseTerm, error)
@@ -41,6 +42,10 @@ type TopicLag struct {
 	Rows  int64         // dead letters above the group's watermarks
 	Age   time.Duration // how long the oldest of them has waited
 }
+
+// parkedScan bounds the parked records one page of the reason filter
+// searches (their last errors are in no index). A var for a test.
+var parkedScan = storage.ConsoleParkedScanDefault
 
 // alertParams are the suggested alert rules of docs/operations.md:
 // MendRepairStuck (due for over 10 minutes), MendRepairSLO (a repair in the

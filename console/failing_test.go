@@ -142,3 +142,25 @@ func TestConsoleVerifyShown(t *testing.T) {
 	}
 	mustContain(t, "overview", body, "1200 records (5000 events)", "<b>2 divergent</b>", "MendVerifyDivergent (ticket)", "ops &lt;1&gt;", "ago")
 }
+
+// The parked page's reason filter searches a bounded number of records a
+// page and says when it stopped there, linking to the rest.
+func TestConsoleParkedReasonBounded(t *testing.T) {
+	b := setup(t)
+	s, err := New(Config{Store: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := parkedScan
+	parkedScan = 1
+	defer func() { parkedScan = saved }()
+	_, body := send(s, request("GET", "/parked?reason=contradiction", "", nil))
+	mustContain(t, "first page", body, `id="capped"`, "searched 1 parked records", `id="next"`)
+	if strings.Contains(body, b.other.ID.String()) {
+		t.Errorf("the first page (one record searched, b.parked) lists the match that comes after it")
+	}
+	i := strings.Index(body, `id="next" href="`)
+	next := strings.ReplaceAll(body[i+len(`id="next" href="`):][:strings.Index(body[i+len(`id="next" href="`):], `"`)], "&amp;", "&")
+	_, body = send(s, request("GET", next, "", nil))
+	mustContain(t, "second page", body, b.other.ID.String())
+}

@@ -568,6 +568,8 @@ type parkedPage struct {
 	layout
 	Queue   string
 	Reason  string
+	Scanned int  // with a reason: the parked records this page searched
+	Capped  bool // the search stopped at parkedScan before the page filled
 	Records []mend.Record
 	Next    string
 	Query   string
@@ -589,12 +591,32 @@ func (s *Server) parked(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	p := parkedPage{layout: s.frame(r, "parked records", "parked"), Queue: f.Queue, Reason: f.ReasonContains}
-	if p.Records, err = s.cfg.Store.ConsoleParked(r.Context(), f); err != nil {
-		return "", nil, err
+	next := ""
+	if f.ReasonContains == "" {
+		if p.Records, err = s.cfg.Store.ConsoleParked(r.Context(), f); err != nil {
+			return "", nil, err
+		}
+		if len(p.Records) == f.Limit {
+			last := p.Records[len(p.Records)-1]
+			next = cursor(last.UpdatedAt, last.ID)
+		}
+	} else {
+		// The reason is in no index: each page searches a bounded number
+		// of parked records and says when it stopped there.
+		m, err := s.cfg.Store.ConsoleParkedMatching(r.Context(), f, parkedScan)
+		if err != nil {
+			return "", nil, err
+		}
+		p.Records, p.Scanned, p.Capped = m.Records, m.Scanned, m.Capped
+		if len(p.Records) == f.Limit {
+			last := p.Records[len(p.Records)-1]
+			next = cursor(last.UpdatedAt, last.ID)
+		} else if m.Capped {
+			next = cursor(m.Resume.CreatedAt, m.Resume.ID)
+		}
 	}
-	if len(p.Records) == f.Limit {
-		last := p.Records[len(p.Records)-1]
-		v := url.Values{"after": {cursor(last.UpdatedAt, last.ID)}}
+	if next != "" {
+		v := url.Values{"after": {next}}
 		if f.Queue != "" {
 			v.Set("queue", f.Queue)
 		}

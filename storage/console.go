@@ -868,3 +868,92 @@ func (d *DB) ConsoleFailingQueues(ctx context.Context, read, show int) (FailingQ
 	}
 	return out, nil
 }
+
+// The parked records a reason filter searches, at most the scan's: their
+// IDs, last change and whether the reason matches, in the page's order.
+// LOCATE reads each one's last error (no index holds it), so the scan,
+// not the matches, is what is bounded.
+const sqlConsoleParkedScan = `-- name: ConsoleParkedScan
+SELECT record_id, updated_at, LOCATE(?, last_error) > 0 AS hit FROM mend_records
+WHERE state = 'parked' AND (? = '' OR queue = ?)
+	AND (updated_at > ? OR (updated_at = ? AND record_id > ?))
+ORDER BY updated_at, record_id
+LIMIT ?`
+
+const sqlConsoleParkedRows = `-- name: ConsoleParkedRows
+SELECT ` + recordColumns + ` FROM mend_records WHERE record_id IN (%s) ORDER BY updated_at, record_id`
+
+// ConsoleParkedScanDefault is how many parked records one page of a
+// reason filter searches.
+const ConsoleParkedScanDefault = 5000
+
+// ParkedMatches is one page of a reason filter over the parked records.
+type ParkedMatches struct {
+	Records []mend.Record
+	// Scanned is how many parked records were searched; Capped says the
+	// search stopped at its bound before the page filled, and Resume is
+	// where the next search starts (past every record searched).
+	Scanned int
+	Capped  bool
+	Resume  RecordCursor
+}
+
+// ConsoleParkedMatching is ConsoleParked for a filter with a reason: it
+// searches at most scan parked records (ConsoleParkedScanDefault when 0)
+// from f.After and returns up to f.Limit whose reason contains
+// f.ReasonContains. When the search reaches scan first, Capped is set and
+// Resume continues it.
+//
+// Returns ErrInvalid for a bad queue or limit, or an empty reason.
+func (d *DB) ConsoleParkedMatching(ctx context.Context, f ParkedFilter, scan int) (ParkedMatches, error) {
+	var out ParkedMatches
+	if f.ReasonContains == "" {
+		return out, &mend.ValidationError{Field: "reason", Reason: "must not be empty (ConsoleParked lists without one)"}
+	}
+	if f.Queue != "" {
+		if err := mend.ValidateIdentity("queue", f.Queue, true); err != nil {
+			return out, err
+		}
+	}
+	if f.Limit < 1 || f.Limit > 1000 {
+		return out, &mend.ValidationError{Field: "limit", Reason: "must be 1 to 1000"}
+	}
+	if scan <= 0 {
+		scan = ConsoleParkedScanDefault
+	}
+	from := f.After.CreatedAt.UTC()
+	if f.After.CreatedAt.IsZero() {
+		from = cursorFirst
+	}
+	var rows []struct {
+		RecordID  []byte    `db:"record_id"`
+		UpdatedAt time.Time `db:"updated_at"`
+		Hit       bool      `db:"hit"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlConsoleParkedScan, []byte(f.ReasonContains), f.Queue, f.Queue, from, from, f.After.ID[:], scan); err != nil {
+		return out, fmt.Errorf("storage: console parked scan: %w", translate(err))
+	}
+	var ids []any
+	for _, r := range rows {
+		out.Scanned++
+		copy(out.Resume.ID[:], r.RecordID)
+		out.Resume.CreatedAt = r.UpdatedAt.UTC()
+		if r.Hit {
+			ids = append(ids, r.RecordID)
+			if len(ids) == f.Limit {
+				break
+			}
+		}
+	}
+	out.Capped = len(ids) < f.Limit && len(rows) == scan
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var recs []recordRow
+	if err := d.db.SelectContext(ctx, &recs, fmt.Sprintf(sqlConsoleParkedRows, placeholders(len(ids))), ids...); err != nil {
+		return out, fmt.Errorf("storage: console parked rows: %w", translate(err))
+	}
+	var err error
+	out.Records, err = recordsOf(recs)
+	return out, err
+}

@@ -22,6 +22,7 @@ const (
 	SQLConsoleFailing       = sqlConsoleFailing
 	SQLConsoleOpenBeyond    = sqlConsoleOpenBeyond
 	SQLConsoleFailingErrors = sqlConsoleFailingErrors
+	SQLConsoleParkedScan    = sqlConsoleParkedScan
 )
 
 // SetConsoleLimits lowers the console's read bounds for a test that must

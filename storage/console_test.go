@@ -603,6 +603,7 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		// One queue's page and the parked page read the rows they show,
 		// through an index range.
 		{"ConsoleQueueRecords", storage.SQLConsoleQueueRecords, []any{"q1", "", "", from, from, id[:], 50}, []string{"mend_records_source", "mend_records_queue_due", queueState}, false},
+		{"ConsoleParkedScan", storage.SQLConsoleParkedScan, []any{[]byte("x"), "", "", from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 5000}, []string{recent, "mend_records_finished"}, false},
 		{"ConsoleParked", storage.SQLConsoleParked, []any{"", "", "", []byte(""), from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 50}, []string{recent, "mend_records_finished"}, false},
 	} {
 		var plan []string
@@ -675,5 +676,59 @@ func TestConsoleFailingQueues(t *testing.T) {
 	// records (q/fine) are past the bound, which the read says.
 	if got, err := b.store.ConsoleFailingQueues(t.Context(), 1, 5); err != nil || !got.Truncated {
 		t.Errorf("read 1 per state: %+v %v, want truncated", got, err)
+	}
+}
+
+// The reason filter searches a bounded number of parked records a page
+// and says when it stopped there, with where to go on.
+func TestConsoleParkedMatching(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	var want []mend.RecordID
+	for i := range 7 {
+		rec := b.create(t, src("q/p", fmt.Sprintf("m%d", i)))
+		reason := "contradiction"
+		if i%3 == 0 {
+			reason = "wake-up failed: <b>broker</b>"
+			want = append(want, rec.ID)
+		}
+		if _, err := b.db.SQL(t).Exec("UPDATE mend_records SET state = 'parked', next_attempt_at = NULL, last_error = ?, updated_at = NOW(6) + INTERVAL ? SECOND WHERE record_id = ?",
+			reason, i, rec.ID[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := storage.ParkedFilter{ReasonContains: "wake-up failed", Limit: 10}
+	got, err := b.store.ConsoleParkedMatching(ctx, f, 0)
+	if err != nil || got.Capped || got.Scanned != 7 || len(got.Records) != 3 {
+		t.Fatalf("unbounded page: %+v %v", got, err)
+	}
+	for i, r := range got.Records {
+		if r.ID != want[i] {
+			t.Errorf("match %d = %s, want %s", i, r.ID, want[i])
+		}
+	}
+	// A scan of 2 a page: the pages together find the same 3, each capped
+	// page saying so.
+	var found []mend.RecordID
+	pages := 0
+	for {
+		pages++
+		got, err := b.store.ConsoleParkedMatching(ctx, f, 2)
+		if err != nil || got.Scanned > 2 {
+			t.Fatalf("page %d: %+v %v", pages, got, err)
+		}
+		for _, r := range got.Records {
+			found = append(found, r.ID)
+		}
+		if got.Scanned < 2 || pages > 10 {
+			break
+		}
+		if !got.Capped && len(got.Records) < f.Limit {
+			t.Errorf("page %d scanned its bound without saying it stopped there: %+v", pages, got)
+		}
+		f.After = got.Resume
+	}
+	if !slices.Equal(found, want) {
+		t.Errorf("capped pages found %v, want %v", found, want)
 	}
 }
