@@ -17,7 +17,7 @@ import (
 func (b *bundle) failing(t *testing.T, rec mend.Record, attempts int, lastErr string) {
 	t.Helper()
 	if _, err := b.sql.Exec(`UPDATE mend_records SET attempts = ?, last_error = ?, next_attempt_at = NOW(6) + INTERVAL 40 SECOND,
-		updated_at = NOW(6) - INTERVAL 3 SECOND WHERE record_id = ?`, attempts, lastErr, rec.ID[:]); err != nil {
+		updated_at = NOW(6) - INTERVAL 3 SECOND, created_at = NOW(6) - INTERVAL 80 SECOND WHERE record_id = ?`, attempts, lastErr, rec.ID[:]); err != nil {
 		t.Fatal(err)
 	}
 }
