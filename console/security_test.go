@@ -85,9 +85,8 @@ func (b *bundle) rebindAttack(t *testing.T, s *Server, rec mend.Record) error {
 	get := request(http.MethodGet, "/record/"+rec.ID.String()+"/resolve", "", nil)
 	get.Host = host
 	get.Header.Set("X-Forwarded-User", "mallory")
-	code, body := send(s, get)
-	if code == http.StatusOK {
-		return fmt.Errorf("GET with Host %s: 200, the page is readable", host)
+	if code, body := send(s, get); code == http.StatusOK {
+		return fmt.Errorf("GET with Host %s: 200, the page is readable: %.100s", host, body)
 	}
 	// Had it read a token (a planted one, from a broken server), the post:
 	tok := s.csrfToken("mallory", "resolve", recordTarget(rec.ID.String(), rec.Version), time.Now())
@@ -96,7 +95,7 @@ func (b *bundle) rebindAttack(t *testing.T, s *Server, rec mend.Record) error {
 	post.Header.Set("X-Forwarded-User", "mallory")
 	post.Header.Set("Origin", "http://"+host)
 	post.Header.Set("Sec-Fetch-Site", "same-origin")
-	code, body = send(s, post)
+	code, body := send(s, post)
 	if v := b.version(t, rec.ID); v != rec.Version || code == http.StatusOK {
 		return fmt.Errorf("POST with Host %s: %d, version %d -> %d: %.200s", host, code, rec.Version, v, body)
 	}
