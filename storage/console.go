@@ -775,15 +775,17 @@ type FailingQueue struct {
 // repairs, the most attempts first (then the most records, then by name).
 type FailingQueues struct {
 	Queues []FailingQueue
-	// Records is how many failing records were read; Truncated says the
-	// read reached its bound (queues may be missing, counts are lower
+	// Records is how many failing records were read; Truncated says an
+	// open state holds more records than were read (a queue whose last
+	// failure is older than those read may be missing; counts are lower
 	// bounds).
 	Records   int64
 	Truncated bool
 }
 
-// ConsoleFailingQueues reads at most read failing records and returns
-// their queues, with the last error of the worst record of the first show
+// ConsoleFailingQueues reads at most read open records of each of the
+// pending and settled states, the most recently changed, and returns the
+// queues of the failing ones among them, with the last error of the worst record of the first show
 // queues (the others' LastError is empty).
 //
 // Returns ErrInvalid for a read below 1 or a negative show.
