@@ -52,7 +52,8 @@ func (s *Server) confirmRecord(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	p := confirmPage{layout: s.frame(r, action+" record "+rec.ID.String(), ""), Action: action, R: rec,
-		CSRF: s.csrfToken(userOf(r), time.Now()), Version: rec.Version, Post: "/record/" + rec.ID.String() + "/" + action}
+		CSRF: s.csrfToken(userOf(r), action, recordTarget(rec.ID.String(), rec.Version), time.Now()), Version: rec.Version,
+		Post: "/record/" + rec.ID.String() + "/" + action}
 	actor := actorOf(r)
 	switch action {
 	case "retry":
@@ -94,7 +95,7 @@ func (s *Server) confirmLease(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	p := confirmPage{layout: s.frame(r, "end a lease term", ""), Action: "release", Queue: queue, Epoch: epoch,
-		Holder: l.Term.Holder, CSRF: s.csrfToken(userOf(r), time.Now()), Post: "/lease/release"}
+		Holder: l.Term.Holder, CSRF: s.csrfToken(userOf(r), "release", leaseTarget(queue, epoch), time.Now()), Post: "/lease/release"}
 	if l.Term.Epoch != epoch || !l.Live() {
 		p.Refused = fmt.Sprintf("term %d is not the queue's live term (the live term is %d, %s)", epoch, l.Term.Epoch, leaseWord(l))
 	}
@@ -124,8 +125,9 @@ type donePage struct {
 	Back    string
 }
 
-// action wraps a POST: read-only refusal first, then the CSRF token, then
-// the action itself.
+// action wraps a POST: read-only refusal first, then where it came from
+// (Origin, Sec-Fetch-Site), then the action itself, which checks its CSRF
+// token against the one change it is for before anything else.
 func (s *Server) action(fn func(r *http.Request) (msg, back string, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.AllowActions && !s.skipReadOnly {
@@ -138,8 +140,8 @@ func (s *Server) action(fn func(r *http.Request) (msg, back string, err error)) 
 			s.fail(w, r, badRequest("bad form: %v", err))
 			return
 		}
-		if err := s.csrfCheck(r, time.Now()); err != nil {
-			s.log.Warn("action refused: csrf", "path", r.URL.Path, "user", userOf(r), "err", err)
+		if err := s.sameOrigin(r); err != nil {
+			s.log.Warn("action refused: origin", "path", r.URL.Path, "user", userOf(r), "err", err)
 			s.fail(w, r, &httpError{http.StatusForbidden, err.Error()})
 			return
 		}
@@ -165,10 +167,32 @@ func reasonOf(r *http.Request) (string, error) {
 	return reason, nil
 }
 
+// csrfRefused is a token's refusal, logged and answered 403.
+func (s *Server) csrfRefused(r *http.Request, action, target string) error {
+	if err := s.csrfCheck(r, action, target, time.Now()); err != nil {
+		s.log.Warn("action refused: csrf", "path", r.URL.Path, "user", userOf(r), "err", err)
+		return &httpError{http.StatusForbidden, err.Error()}
+	}
+	return nil
+}
+
 func (s *Server) doRecord(r *http.Request) (string, string, error) {
 	action := r.PathValue("action")
 	if action != "retry" && action != "resolve" {
 		return "", "", &httpError{http.StatusNotFound, "no such action"}
+	}
+	id, err := mend.ParseRecordID(r.PathValue("id"))
+	if err != nil {
+		return "", "", badRequest("%v", err)
+	}
+	// The token names this action on this record at the version the
+	// confirmation showed: nothing else.
+	version, verr := strconv.ParseInt(r.PostFormValue("version"), 10, 64)
+	if verr != nil {
+		version = -1
+	}
+	if err := s.csrfRefused(r, action, recordTarget(id.String(), version)); err != nil {
+		return "", "", err
 	}
 	reason, err := reasonOf(r)
 	if err != nil {
@@ -181,8 +205,8 @@ func (s *Server) doRecord(r *http.Request) (string, string, error) {
 	back := "/record/" + rec.ID.String()
 	// The confirmation described the record at this version; act on
 	// nothing else.
-	if v := r.PostFormValue("version"); v != strconv.FormatInt(rec.Version, 10) {
-		return "", "", &httpError{http.StatusConflict, fmt.Sprintf("the record changed since the confirmation page (version %s, now %d): look at it again", v, rec.Version)}
+	if version != rec.Version {
+		return "", "", &httpError{http.StatusConflict, fmt.Sprintf("the record changed since the confirmation page (version %d, now %d): look at it again", version, rec.Version)}
 	}
 	ctx := r.Context()
 	opID := mend.NewOpID()
@@ -212,6 +236,9 @@ func (s *Server) doRecord(r *http.Request) (string, string, error) {
 func (s *Server) doLease(r *http.Request) (string, string, error) {
 	queue, epoch, err := leaseArgs(r.PostForm)
 	if err != nil {
+		return "", "", err
+	}
+	if err := s.csrfRefused(r, "release", leaseTarget(queue, epoch)); err != nil {
 		return "", "", err
 	}
 	term, err := s.cfg.Store.LeaseEndByOperator(r.Context(), queue, epoch)

@@ -13,7 +13,9 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +55,13 @@ type Config struct {
 	// Logger receives one line per action and per failed page; nil
 	// discards.
 	Logger *slog.Logger
+	// Hosts are the Host header values the console answers (host or
+	// host:port, compared without case): the listen address and the names
+	// it is reached by through a proxy. A request naming another host is
+	// refused with 421 before anything else, so a page whose DNS name is
+	// rebound to the console's address cannot read it. Empty: loopback
+	// names only (localhost, 127.0.0.0/8, ::1), any port.
+	Hosts []string
 }
 
 func (c Config) validate() error {
@@ -63,6 +72,11 @@ func (c Config) validate() error {
 		return errors.New("console: actions need authentication (an auth file or a proxy's header): an action records who took it")
 	case c.PageSize < 0 || c.PageSize > 1000:
 		return fmt.Errorf("console: page size %d is out of 1..1000", c.PageSize)
+	}
+	for _, h := range c.Hosts {
+		if h == "" || strings.ContainsAny(h, "/ \t@") {
+			return fmt.Errorf("console: host %q: want a host or host:port", h)
+		}
 	}
 	return nil
 }
@@ -79,6 +93,9 @@ type Server struct {
 	// must be caught by the tests that check it. Never set outside tests.
 	skipCSRF     bool
 	skipReadOnly bool
+	skipHost     bool // no Host check
+	skipOrigin   bool // no Origin / Sec-Fetch-Site check
+	csrfLoose    bool // a token bound to the person and time only, as before issue 46
 }
 
 // New returns a console serving cfg.
@@ -127,12 +144,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer a browser sends
+	// "Origin: null" with the console's own form posts, and the Origin
+	// check (sameOrigin) could not tell them from another site's. Nothing
+	// is sent to another origin either way.
+	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if !s.skipHost && !s.hostAllowed(r.Host) {
+		s.log.Warn("refused: unknown Host", "host", r.Host, "path", r.URL.Path)
+		http.Error(w, "this console does not answer for that host name (start it with --external-name to add one)", http.StatusMisdirectedRequest)
+		return
+	}
 	user := ""
 	if s.cfg.Auth != nil {
-		u, ok := s.cfg.Auth.User(r)
+		var (
+			u    string
+			ok   bool
+			wait time.Duration
+		)
+		if l, isL := s.cfg.Auth.(limiter); isL {
+			u, ok, wait = l.authenticate(r)
+		} else {
+			u, ok = s.cfg.Auth.User(r)
+		}
+		if wait > 0 {
+			s.log.Warn("refused: too many failed guesses", "addr", clientAddr(r))
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second)/time.Second)+1))
+			http.Error(w, "too many failed sign-ins from this name or address: wait and try again", http.StatusTooManyRequests)
+			return
+		}
 		if !ok {
 			s.cfg.Auth.Challenge(w)
 			http.Error(w, "authentication required", http.StatusUnauthorized)
@@ -150,48 +191,118 @@ func userOf(r *http.Request) string {
 	return u
 }
 
-// ---- CSRF ----
-
-// csrfTTL is how long a confirmation page's token stays good.
-const csrfTTL = 2 * time.Hour
-
-// csrfToken is "<unix seconds>.<hex HMAC(key, user, seconds)>": tied to
-// the authenticated person and this process (the key is random per start),
-// and expiring after csrfTTL. There is no session cookie to steal: basic
-// auth or the proxy authenticates every request, and the token proves the
-// form came from a page this console served to that person.
-func (s *Server) csrfToken(user string, now time.Time) string {
-	ts := strconv.FormatInt(now.Unix(), 10)
-	return ts + "." + s.csrfMAC(user, ts)
+// hostAllowed reports whether a request's Host names this console.
+func (s *Server) hostAllowed(host string) bool {
+	host = strings.ToLower(strings.TrimSpace(host))
+	if host == "" {
+		return false
+	}
+	if len(s.cfg.Hosts) == 0 {
+		return loopbackHost(host)
+	}
+	for _, h := range s.cfg.Hosts {
+		if strings.EqualFold(h, host) {
+			return true
+		}
+	}
+	return false
 }
 
-func (s *Server) csrfMAC(user, ts string) string {
+// loopbackHost says host[:port] names this machine's loopback: localhost,
+// 127.0.0.0/8 or ::1. A rebound DNS name is none of these.
+func loopbackHost(host string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	} else if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		return false // a bare IPv6 address without brackets is not a Host
+	}
+	name = strings.TrimSuffix(strings.TrimPrefix(name, "["), "]")
+	if name == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(name)
+	return ip != nil && ip.IsLoopback()
+}
+
+// sameOrigin reports why a state-changing request did not come from this
+// console's own pages, or nil. A browser sends Origin on a POST, and
+// Sec-Fetch-Site; when sent they must name this console (the Host is
+// checked already). Tools that send neither (curl) rely on the token.
+func (s *Server) sameOrigin(r *http.Request) error {
+	if s.skipOrigin {
+		return nil
+	}
+	if o := r.Header.Values("Origin"); len(o) > 0 {
+		u, err := url.Parse(o[0])
+		if len(o) > 1 || err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.EqualFold(u.Host, r.Host) ||
+			u.Path != "" || u.User != nil {
+			return fmt.Errorf("the request came from another origin (%.100q), not this console's page", strings.Join(o, ", "))
+		}
+	}
+	if site := r.Header.Values("Sec-Fetch-Site"); len(site) > 0 && (len(site) > 1 || site[0] != "same-origin") {
+		return fmt.Errorf("the request came from another site (Sec-Fetch-Site %.40q)", strings.Join(site, ", "))
+	}
+	return nil
+}
+
+// ---- CSRF ----
+
+// csrfTTL is how long a confirmation page's token stays good: long enough
+// to read the page and type a reason, short enough that a token left in a
+// tab or a log is soon worthless.
+const csrfTTL = 10 * time.Minute
+
+// csrfToken is "<unix seconds>.<hex HMAC(key, user, action, target,
+// seconds)>": tied to the authenticated person, this process (the key is
+// random per start), one action and one target at one version (a record's
+// ID and version, a queue's lease epoch), expiring after csrfTTL. There is
+// no session cookie to steal: basic auth or the proxy authenticates every
+// request, and the token proves the form came from the confirmation page
+// this console served to that person for that change.
+func (s *Server) csrfToken(user, action, target string, now time.Time) string {
+	ts := strconv.FormatInt(now.Unix(), 10)
+	return ts + "." + s.csrfMAC(user, action, target, ts)
+}
+
+func (s *Server) csrfMAC(user, action, target, ts string) string {
+	if s.csrfLoose {
+		action, target = "", ""
+	}
 	m := hmac.New(sha256.New, s.csrfKey)
-	m.Write([]byte("mend-console-csrf\x00" + user + "\x00" + ts))
+	// Each field is length-prefixed: no two (user, action, target) tuples
+	// hash the same bytes.
+	for _, f := range []string{"mend-console-csrf/2", user, action, target, ts} {
+		m.Write([]byte(strconv.Itoa(len(f)) + ":" + f))
+	}
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// csrfCheck reports why a form's token is refused, or nil.
-func (s *Server) csrfCheck(r *http.Request, now time.Time) error {
+// recordTarget and leaseTarget name what a token allows changing.
+func recordTarget(id string, version int64) string {
+	return "record " + id + " version " + strconv.FormatInt(version, 10)
+}
+func leaseTarget(queue string, epoch int64) string {
+	return "lease " + strconv.Quote(queue) + " epoch " + strconv.FormatInt(epoch, 10)
+}
+
+// csrfCheck reports why a form's token is refused for action on target,
+// or nil.
+func (s *Server) csrfCheck(r *http.Request, action, target string, now time.Time) error {
 	if s.skipCSRF {
 		return nil
-	}
-	// A browser says where a request came from; refuse what another site
-	// sent even before the token (defence in depth).
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return fmt.Errorf("the request came from another site (%s)", site)
 	}
 	tok := r.PostFormValue("csrf")
 	ts, mac, ok := strings.Cut(tok, ".")
 	if tok == "" || !ok {
 		return errors.New("the form carries no CSRF token: reload the confirmation page and submit it again")
 	}
-	if !hmac.Equal([]byte(mac), []byte(s.csrfMAC(userOf(r), ts))) {
-		return errors.New("the form's CSRF token is not valid for you: reload the confirmation page")
+	if !hmac.Equal([]byte(mac), []byte(s.csrfMAC(userOf(r), action, target, ts))) {
+		return errors.New("the form's CSRF token is not valid for you and this change: reload the confirmation page")
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || now.Sub(time.Unix(sec, 0)) > csrfTTL {
-		return errors.New("the confirmation page is too old: reload it")
+	if err != nil || now.Sub(time.Unix(sec, 0)) > csrfTTL || time.Unix(sec, 0).Sub(now) > time.Minute {
+		return fmt.Errorf("the confirmation page is older than %s: reload it", csrfTTL)
 	}
 	return nil
 }

@@ -431,7 +431,7 @@ func (b *bundle) refusedUnchanged(t *testing.T, base string, rec mend.Record, fo
 
 func TestConsoleRefusals(t *testing.T) {
 	form := func(s *Server, user string, rec mend.Record) url.Values {
-		return url.Values{"csrf": {s.csrfToken(user, time.Now())}, "reason": {"r"}, "version": {fmt.Sprint(rec.Version)}}
+		return url.Values{"csrf": {s.csrfToken(user, "retry", recordTarget(rec.ID.String(), rec.Version), time.Now())}, "reason": {"r"}, "version": {fmt.Sprint(rec.Version)}}
 	}
 	t.Run("read-only refuses the POST", func(t *testing.T) {
 		b := setup(t)
@@ -439,7 +439,7 @@ func TestConsoleRefusals(t *testing.T) {
 		if err := b.refusedUnchanged(t, base, b.parked, form(s, "alice", b.parked)); err != nil {
 			t.Fatal(err)
 		}
-		code, _ := post(t, base+"/lease/release", "alice", url.Values{"csrf": {s.csrfToken("alice", time.Now())}, "queue": {queueName}, "epoch": {"1"}})
+		code, _ := post(t, base+"/lease/release", "alice", url.Values{"csrf": {s.csrfToken("alice", "release", leaseTarget(queueName, 1), time.Now())}, "queue": {queueName}, "epoch": {"1"}})
 		if code != http.StatusForbidden {
 			t.Errorf("lease release in read-only mode: status %d, want 403", code)
 		}
@@ -518,7 +518,7 @@ func TestConsoleRefusals(t *testing.T) {
 		for h, want := range map[string]string{
 			"Content-Security-Policy": "default-src 'self'",
 			"X-Content-Type-Options":  "nosniff",
-			"Referrer-Policy":         "no-referrer",
+			"Referrer-Policy":         "same-origin",
 		} {
 			if !strings.Contains(resp.Header.Get(h), want) {
 				t.Errorf("%s = %q, want it to contain %q", h, resp.Header.Get(h), want)

@@ -20,6 +20,41 @@ var funcs = template.FuncMap{
 	"quote":   func(s string) string { return quoteUnprintable([]byte(s)) },
 	"add":     func(a, b int) int { return a + b },
 	"isState": func(r mend.Record, s string) bool { return string(r.State) == s },
+	"noRetry": noTarget,
+	"sh":      shellQuote,
+	"neg":     func(d time.Duration) time.Duration { return -d },
+}
+
+// shellQuote quotes s as one word for a POSIX shell, so a command line
+// the page prints can be pasted as it is, whatever the bytes: bare when
+// it holds only safe characters, in single quotes when printable (a quote
+// written '\”), and in bash's $'...' with \xNN escapes when it holds a
+// control byte or invalid UTF-8 (which single quotes would paste raw).
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:@%+=,-", r)))
+	}) < 0 {
+		return s
+	}
+	if printable([]byte(s)) && !strings.ContainsAny(s, "\n\t") {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
 }
 
 // dur prints a duration rounded for people: 850ms, 12.3s, 4m05s, 3h20m.

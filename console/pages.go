@@ -112,17 +112,28 @@ type queueRow struct {
 	Latency  storage.QueueLatencySummary
 	LeaseTxt string
 	Pages    bool // a paging condition names the queue
+	Failing  bool // its repairs are failing now
 }
 
 type alertRow struct {
 	Rule   string
 	Queue  string
 	Detail string
-	Page   bool // pages now (else: will page if it lasts)
+	Page   bool // pages now (else: will page if it lasts, or a ticket: MendVerifyDivergent)
 }
 
 type overviewPage struct {
 	layout
+	// Failing is "failing now": the queues whose repairs are failing,
+	// listed first on the page (ConsoleFailingQueues).
+	Failing     []storage.FailingQueue
+	FailingAll  int   // failing queues found (Failing lists the first failingShow)
+	FailingRecs int64 // failing records read
+	FailingMore bool  // the read reached its bound
+	// Verify is the last recorded mend verify run (nil: none);
+	// VerifyNote says why none is shown when the read could not tell.
+	Verify     *storage.VerifyRun
+	VerifyNote string
 	Alerts     []alertRow
 	AlertsMore bool
 	Latency    storage.ConsoleLatency
@@ -143,6 +154,7 @@ type overviewPage struct {
 // stuckQueue is a queue the overview lists before the others.
 type stuckQueue struct {
 	name      string
+	failing   int // rank among the failing queues, from 1; 0: not failing
 	pages     bool
 	due       time.Duration // oldest due; 0 with nothing due
 	hasDue    bool
@@ -150,17 +162,21 @@ type stuckQueue struct {
 	hasParked bool
 }
 
-// orderStuck orders the queues that need attention first: those a paging
-// condition names, then those with a record due now, then those with a
-// parked record; within each, the longest overdue first, then the longest
-// parked, then by name.
-func orderStuck(al storage.ConsoleAlerts, due []storage.QueueAge) []stuckQueue {
+// orderStuck orders the queues that need attention first: those whose
+// repairs are failing now (in failing's order: the most attempts first),
+// then those a paging condition names, then those with a record due now,
+// then those with a parked record; within each, the longest overdue first,
+// then the longest parked, then by name.
+func orderStuck(failing []storage.FailingQueue, al storage.ConsoleAlerts, due []storage.QueueAge) []stuckQueue {
 	by := map[string]*stuckQueue{}
 	get := func(q string) *stuckQueue {
 		if by[q] == nil {
 			by[q] = &stuckQueue{name: q}
 		}
 		return by[q]
+	}
+	for i, q := range failing {
+		get(q.Queue).failing = i + 1
 	}
 	for _, q := range due {
 		s := get(q.Queue)
@@ -185,6 +201,10 @@ func orderStuck(al storage.ConsoleAlerts, due []storage.QueueAge) []stuckQueue {
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		switch {
+		case (a.failing > 0) != (b.failing > 0):
+			return a.failing > 0
+		case a.failing != b.failing:
+			return a.failing < b.failing
 		case a.pages != b.pages:
 			return a.pages
 		case a.hasDue != b.hasDue:
@@ -215,6 +235,12 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		}
 		off = n
 	}
+	failing, err := st.ConsoleFailingQueues(ctx, failingRead, failingShow)
+	if err != nil {
+		return "", nil, err
+	}
+	p.FailingAll, p.FailingRecs, p.FailingMore = len(failing.Queues), failing.Records, failing.Truncated
+	p.Failing = failing.Queues[:min(len(failing.Queues), failingShow)]
 	al, err := st.ConsoleAlerts(ctx, alertParams)
 	if err != nil {
 		return "", nil, err
@@ -229,6 +255,17 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	for _, q := range al.Parked {
 		p.Alerts = append(p.Alerts, alertRow{"MendRecordsParked", q.Queue, fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed", q.Count, dur(q.Age)), q.Age >= parkedPagesAfter})
 	}
+	switch run, ok, err := st.VerifyRunLast(ctx); {
+	case errors.Is(err, storage.ErrNoVerifyRuns):
+		p.VerifyNote = "mend's schema is before migration 0015: verify runs are not recorded (mend migrate up)"
+	case err != nil:
+		return "", nil, err
+	case ok:
+		p.Verify = &run
+		if run.Divergent > 0 {
+			p.Alerts = append(p.Alerts, alertRow{Rule: "MendVerifyDivergent", Detail: fmt.Sprintf("the last mend verify (%s ago) found %d record(s) whose row differs from their events: see docs/operations.md (mend verify --rebuild)", dur(run.Age), run.Divergent)})
+		}
+	}
 	if p.Totals, err = st.ConsoleTotals(ctx); err != nil {
 		return "", nil, err
 	}
@@ -236,15 +273,16 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	stuck := orderStuck(al, due)
+	stuck := orderStuck(failing.Queues, al, due)
 	p.Stuck, p.StuckMore = len(stuck), dueMore
 	size := s.cfg.PageSize
 	var names []string
-	pages := map[string]bool{}
+	pages, failingQ := map[string]bool{}, map[string]bool{}
 	if !q.Has("after") {
 		for _, sq := range stuck[min(off, len(stuck)):min(off+size, len(stuck))] {
 			names = append(names, sq.name)
 			pages[sq.name] = sq.pages
+			failingQ[sq.name] = sq.failing > 0
 		}
 		if off+size < len(stuck) {
 			p.Next = "/?s=" + strconv.Itoa(off+size)
@@ -275,7 +313,7 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	}
 	p.Latency, p.Chart, p.ChartPart = act.Latency, makeChart(act.Minutes), act.Truncated
 	for _, q := range qs {
-		row := queueRow{QueueStatus: q, Latency: p.Latency.Queues[q.Queue], Pages: pages[q.Queue]}
+		row := queueRow{QueueStatus: q, Latency: p.Latency.Queues[q.Queue], Pages: pages[q.Queue], Failing: failingQ[q.Queue]}
 		row.Open = q.Counts[mend.StatePending] + q.Counts[mend.StateWaiting] + q.Counts[mend.StateSettled]
 		if q.Lease != nil {
 			row.LeaseTxt = leaseWord(*q.Lease)
@@ -530,6 +568,8 @@ type parkedPage struct {
 	layout
 	Queue   string
 	Reason  string
+	Scanned int  // with a reason: the parked records this page searched
+	Capped  bool // the search stopped at parkedScan before the page filled
 	Records []mend.Record
 	Next    string
 	Query   string
@@ -551,12 +591,32 @@ func (s *Server) parked(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	p := parkedPage{layout: s.frame(r, "parked records", "parked"), Queue: f.Queue, Reason: f.ReasonContains}
-	if p.Records, err = s.cfg.Store.ConsoleParked(r.Context(), f); err != nil {
-		return "", nil, err
+	next := ""
+	if f.ReasonContains == "" {
+		if p.Records, err = s.cfg.Store.ConsoleParked(r.Context(), f); err != nil {
+			return "", nil, err
+		}
+		if len(p.Records) == f.Limit {
+			last := p.Records[len(p.Records)-1]
+			next = cursor(last.UpdatedAt, last.ID)
+		}
+	} else {
+		// The reason is in no index: each page searches a bounded number
+		// of parked records and says when it stopped there.
+		m, err := s.cfg.Store.ConsoleParkedMatching(r.Context(), f, parkedScan)
+		if err != nil {
+			return "", nil, err
+		}
+		p.Records, p.Scanned, p.Capped = m.Records, m.Scanned, m.Capped
+		if len(p.Records) == f.Limit {
+			last := p.Records[len(p.Records)-1]
+			next = cursor(last.UpdatedAt, last.ID)
+		} else if m.Capped {
+			next = cursor(m.Resume.CreatedAt, m.Resume.ID)
+		}
 	}
-	if len(p.Records) == f.Limit {
-		last := p.Records[len(p.Records)-1]
-		v := url.Values{"after": {cursor(last.UpdatedAt, last.ID)}}
+	if next != "" {
+		v := url.Values{"after": {next}}
 		if f.Queue != "" {
 			v.Set("queue", f.Queue)
 		}

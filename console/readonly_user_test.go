@@ -20,7 +20,7 @@ func TestConsoleReadOnlyUser(t *testing.T) {
 		t.Fatalf("open as a SELECT-only user: %v", err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	s, err := New(Config{Store: store})
+	s, err := New(Config{Store: store, Hosts: []string{"example.com"}}) // httptest.NewRequest's Host
 	if err != nil {
 		t.Fatal(err)
 	}

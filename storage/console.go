@@ -715,3 +715,247 @@ func (d *DB) ConsoleParked(ctx context.Context, f ParkedFilter) ([]mend.Record, 
 	}
 	return recordsOf(rows)
 }
+
+// The repairs failing now: records still owed a repair (pending, or
+// settled and owed a wake-up) whose attempts keep failing, attempts > 0.
+// A pending or settled record's attempts count failed attempts only (the
+// planner resets them when a record settles); a waiting record's count its
+// checks of the host's batch, so waiting records are not read here.
+//
+// Bounded, not index-only (no index holds attempts): the derived table
+// reads each open state's most recently changed records in the order
+// of a (state, updated_at) index, at most the limit's per state, and looks each up by
+// primary key for its attempts. A failing record changes at every attempt
+// (attempts, next_attempt_at, last_error), so the failing ones are among
+// the most recently changed; only more than the limit's records of its state
+// changed since a failing record's last attempt can hide it, and the read
+// then says it reached its bound.
+const sqlConsoleFailing = `-- name: ConsoleFailing
+SELECT queue, record_id, attempts, next_us, last_us, open_us FROM (
+	(SELECT queue, record_id, attempts,
+		TIMESTAMPDIFF(MICROSECOND, NOW(6), next_attempt_at) AS next_us,
+		TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS last_us,
+		TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) AS open_us
+	FROM mend_records WHERE state = 'pending' ORDER BY updated_at DESC LIMIT ?)
+	UNION ALL
+	(SELECT queue, record_id, attempts,
+		TIMESTAMPDIFF(MICROSECOND, NOW(6), next_attempt_at) AS next_us,
+		TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS last_us,
+		TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) AS open_us
+	FROM mend_records WHERE state = 'settled' ORDER BY updated_at DESC LIMIT ?)) r
+WHERE attempts > 0`
+
+// Whether an open state holds more records than ConsoleFailing read of
+// it: its (limit+1)th most recent exists (index-only).
+const sqlConsoleOpenBeyond = `-- name: ConsoleOpenBeyond
+SELECT (SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'pending' ORDER BY updated_at DESC LIMIT 1 OFFSET ?) p) +
+	(SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'settled' ORDER BY updated_at DESC LIMIT 1 OFFSET ?) s)`
+
+// The last error of the shown queues' worst record, by primary key.
+const sqlConsoleFailingErrors = `-- name: ConsoleFailingErrors
+SELECT record_id, last_error FROM mend_records WHERE record_id IN (%s)`
+
+// FailingQueue is a queue whose repairs are failing now.
+type FailingQueue struct {
+	Queue   string
+	Records int64 // its failing records among those read
+	// Attempts is the most failed attempts in a row of one of them,
+	// Record that record (the most recently failed among equals) and
+	// LastError its last error.
+	Attempts  int
+	Record    mend.RecordID
+	LastError string
+	// NextAttempt is the time until the soonest next attempt among them
+	// (negative: due now, by so much); LastFailed the time since the newest
+	// failure; OpenFor since the oldest of them was recorded.
+	NextAttempt, LastFailed, OpenFor time.Duration
+}
+
+// FailingQueues is the console's "failing now": the queues with failing
+// repairs, the most attempts first (then the most records, then by name).
+type FailingQueues struct {
+	Queues []FailingQueue
+	// Records is how many failing records were read; Truncated says an
+	// open state holds more records than were read (a queue whose last
+	// failure is older than those read may be missing; counts are lower
+	// bounds).
+	Records   int64
+	Truncated bool
+}
+
+// ConsoleFailingQueues reads at most read open records of each of the
+// pending and settled states, the most recently changed, and returns the
+// queues of the failing ones among them, with the last error of the worst record of the first show
+// queues (the others' LastError is empty).
+//
+// Returns ErrInvalid for a read below 1 or a negative show.
+func (d *DB) ConsoleFailingQueues(ctx context.Context, read, show int) (FailingQueues, error) {
+	var out FailingQueues
+	if read < 1 || show < 0 {
+		return out, &mend.ValidationError{Field: "limit", Reason: "read must be at least 1, show at least 0"}
+	}
+	var rows []struct {
+		Queue    []byte `db:"queue"`
+		RecordID []byte `db:"record_id"`
+		Attempts int    `db:"attempts"`
+		NextUS   int64  `db:"next_us"`
+		LastUS   int64  `db:"last_us"`
+		OpenUS   int64  `db:"open_us"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlConsoleFailing, read, read); err != nil {
+		return out, fmt.Errorf("storage: console failing: %w", translate(err))
+	}
+	// The open records read are not counted back; a read whose failing
+	// rows alone fill it certainly stopped at its bound. Open records
+	// beyond the limit are told by a second, index-only probe.
+	out.Records = int64(len(rows))
+	var beyond int
+	if err := d.db.GetContext(ctx, &beyond, sqlConsoleOpenBeyond, read, read); err != nil {
+		return out, fmt.Errorf("storage: console failing: %w", translate(err))
+	}
+	out.Truncated = beyond > 0
+	us := func(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+	by := map[string]int{}
+	for _, r := range rows {
+		q := string(r.Queue)
+		i, ok := by[q]
+		if !ok {
+			i = len(out.Queues)
+			by[q] = i
+			out.Queues = append(out.Queues, FailingQueue{Queue: q, NextAttempt: us(r.NextUS), LastFailed: us(r.LastUS), Attempts: -1})
+		}
+		f := &out.Queues[i]
+		f.Records++
+		f.NextAttempt = min(f.NextAttempt, us(r.NextUS))
+		f.OpenFor = max(f.OpenFor, us(r.OpenUS))
+		if r.Attempts > f.Attempts || (r.Attempts == f.Attempts && us(r.LastUS) < f.LastFailed) {
+			f.Attempts = r.Attempts
+			copy(f.Record[:], r.RecordID)
+		}
+		f.LastFailed = min(f.LastFailed, us(r.LastUS))
+	}
+	sort.Slice(out.Queues, func(i, j int) bool {
+		a, b := out.Queues[i], out.Queues[j]
+		switch {
+		case a.Attempts != b.Attempts:
+			return a.Attempts > b.Attempts
+		case a.Records != b.Records:
+			return a.Records > b.Records
+		}
+		return a.Queue < b.Queue
+	})
+	n := min(show, len(out.Queues))
+	if n == 0 {
+		return out, nil
+	}
+	args := make([]any, n)
+	idx := make(map[mend.RecordID]int, n)
+	for i := range n {
+		args[i] = out.Queues[i].Record[:]
+		idx[out.Queues[i].Record] = i
+	}
+	var errs []struct {
+		RecordID  []byte `db:"record_id"`
+		LastError string `db:"last_error"`
+	}
+	if err := d.db.SelectContext(ctx, &errs, fmt.Sprintf(sqlConsoleFailingErrors, placeholders(n)), args...); err != nil {
+		return out, fmt.Errorf("storage: console failing errors: %w", translate(err))
+	}
+	for _, e := range errs {
+		var id mend.RecordID
+		copy(id[:], e.RecordID)
+		if i, ok := idx[id]; ok {
+			out.Queues[i].LastError = e.LastError
+		}
+	}
+	return out, nil
+}
+
+// The parked records a reason filter searches, at most the scan's: their
+// IDs, last change and whether the reason matches, in the page's order.
+// LOCATE reads each one's last error (no index holds it), so the scan,
+// not the matches, is what is bounded.
+const sqlConsoleParkedScan = `-- name: ConsoleParkedScan
+SELECT record_id, updated_at, LOCATE(?, last_error) > 0 AS hit FROM mend_records
+WHERE state = 'parked' AND (? = '' OR queue = ?)
+	AND (updated_at > ? OR (updated_at = ? AND record_id > ?))
+ORDER BY updated_at, record_id
+LIMIT ?`
+
+const sqlConsoleParkedRows = `-- name: ConsoleParkedRows
+SELECT ` + recordColumns + ` FROM mend_records WHERE record_id IN (%s) ORDER BY updated_at, record_id`
+
+// ConsoleParkedScanDefault is how many parked records one page of a
+// reason filter searches.
+const ConsoleParkedScanDefault = 5000
+
+// ParkedMatches is one page of a reason filter over the parked records.
+type ParkedMatches struct {
+	Records []mend.Record
+	// Scanned is how many parked records were searched; Capped says the
+	// search stopped at its bound before the page filled, and Resume is
+	// where the next search starts (past every record searched).
+	Scanned int
+	Capped  bool
+	Resume  RecordCursor
+}
+
+// ConsoleParkedMatching is ConsoleParked for a filter with a reason: it
+// searches at most scan parked records (ConsoleParkedScanDefault when 0)
+// from f.After and returns up to f.Limit whose reason contains
+// f.ReasonContains. When the search reaches scan first, Capped is set and
+// Resume continues it.
+//
+// Returns ErrInvalid for a bad queue or limit, or an empty reason.
+func (d *DB) ConsoleParkedMatching(ctx context.Context, f ParkedFilter, scan int) (ParkedMatches, error) {
+	var out ParkedMatches
+	if f.ReasonContains == "" {
+		return out, &mend.ValidationError{Field: "reason", Reason: "must not be empty (ConsoleParked lists without one)"}
+	}
+	if f.Queue != "" {
+		if err := mend.ValidateIdentity("queue", f.Queue, true); err != nil {
+			return out, err
+		}
+	}
+	if f.Limit < 1 || f.Limit > 1000 {
+		return out, &mend.ValidationError{Field: "limit", Reason: "must be 1 to 1000"}
+	}
+	if scan <= 0 {
+		scan = ConsoleParkedScanDefault
+	}
+	from := f.After.CreatedAt.UTC()
+	if f.After.CreatedAt.IsZero() {
+		from = cursorFirst
+	}
+	var rows []struct {
+		RecordID  []byte    `db:"record_id"`
+		UpdatedAt time.Time `db:"updated_at"`
+		Hit       bool      `db:"hit"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlConsoleParkedScan, []byte(f.ReasonContains), f.Queue, f.Queue, from, from, f.After.ID[:], scan); err != nil {
+		return out, fmt.Errorf("storage: console parked scan: %w", translate(err))
+	}
+	var ids []any
+	for _, r := range rows {
+		out.Scanned++
+		copy(out.Resume.ID[:], r.RecordID)
+		out.Resume.CreatedAt = r.UpdatedAt.UTC()
+		if r.Hit {
+			ids = append(ids, r.RecordID)
+			if len(ids) == f.Limit {
+				break
+			}
+		}
+	}
+	out.Capped = len(ids) < f.Limit && len(rows) == scan
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var recs []recordRow
+	if err := d.db.SelectContext(ctx, &recs, fmt.Sprintf(sqlConsoleParkedRows, placeholders(len(ids))), ids...); err != nil {
+		return out, fmt.Errorf("storage: console parked rows: %w", translate(err))
+	}
+	var err error
+	out.Records, err = recordsOf(recs)
+	return out, err
+}

@@ -19,6 +19,10 @@ const (
 	SQLConsoleQueueRecords  = sqlConsoleQueueRecords
 	SQLConsoleParked        = sqlConsoleParked
 	SQLConsoleRecordEvents  = sqlConsoleRecordEvents
+	SQLConsoleFailing       = sqlConsoleFailing
+	SQLConsoleOpenBeyond    = sqlConsoleOpenBeyond
+	SQLConsoleFailingErrors = sqlConsoleFailingErrors
+	SQLConsoleParkedScan    = sqlConsoleParkedScan
 )
 
 // SetConsoleLimits lowers the console's read bounds for a test that must

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"regexp"
@@ -542,8 +543,8 @@ func planWorld(t *testing.T) *bundle {
 		next_attempt_at, last_error, epoch, created_at, updated_at, state_since)
 		SELECT UNHEX(LEFT(SHA2(CONCAT('r', seq), 256), 32)), CONCAT('q', seq MOD 30), UNHEX(SHA2(CONCAT('k', seq), 256)), 't', '', CONCAT('m', seq), '',
 			0, '', NOW(6) - INTERVAL seq SECOND - INTERVAL 1 MINUTE, '[]', '', 'failed',
-			CASE seq MOD 50 WHEN 0 THEN 'parked' WHEN 1 THEN 'pending' ELSE 'done' END, 3, 0,
-			CASE seq MOD 50 WHEN 1 THEN NOW(6) - INTERVAL seq SECOND END, '', 1,
+			CASE seq MOD 50 WHEN 0 THEN 'parked' WHEN 1 THEN 'pending' ELSE 'done' END, 3, IF(seq MOD 150 = 1, 2, 0),
+			CASE seq MOD 50 WHEN 1 THEN NOW(6) - INTERVAL seq SECOND END, IF(seq MOD 150 = 1, 'host: boom', ''), 1,
 			NOW(6) - INTERVAL seq SECOND - INTERVAL IF(seq MOD 3 = 0, 0, 1) DAY, NOW(6) - INTERVAL seq SECOND - INTERVAL IF(seq MOD 3 = 0, 0, 1) DAY,
 			NOW(6) - INTERVAL seq SECOND
 		FROM (SELECT a.n * 1000 + b.n * 100 + c.n * 10 + d.n AS seq
@@ -594,10 +595,18 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		{"ConsoleQueueLatency", in(storage.SQLConsoleQueueLatency), append([]any{3600}, append(page, lim)...), []string{queueState}, true},
 		{"ConsoleOverdue", storage.SQLConsoleOverdue, []any{int64(600_000_000), 1000}, []string{due}, true},
 		{"ConsoleParkedByQueue", storage.SQLConsoleParkedByQueue, []any{1000}, []string{recent}, true},
+		// Bounded by its LIMIT over the open states' recent range; it looks
+		// up attempts, which no index holds.
+		{"ConsoleFailing", storage.SQLConsoleFailing, []any{10_000, 10_000}, []string{recent, "mend_records_finished"}, false},
+		{"ConsoleOpenBeyond", storage.SQLConsoleOpenBeyond, []any{10_000, 10_000}, []string{recent, "mend_records_finished"}, true},
+		// Two of planWorld's records (record_id is the first half of SHA2 of 'r' and the sequence): MariaDB plans
+		// IDs that are not there as "Impossible WHERE", reading nothing.
+		{"ConsoleFailingErrors", fmt.Sprintf(storage.SQLConsoleFailingErrors, "?, ?"), []any{worldID(1), worldID(151)}, []string{"PRIMARY"}, false},
 		{"ConsoleSlowRepairs", storage.SQLConsoleSlowRepairs, []any{int64(900_000_000), int64(600_000_000), 1000}, []string{recent}, true},
 		// One queue's page and the parked page read the rows they show,
 		// through an index range.
 		{"ConsoleQueueRecords", storage.SQLConsoleQueueRecords, []any{"q1", "", "", from, from, id[:], 50}, []string{"mend_records_source", "mend_records_queue_due", queueState}, false},
+		{"ConsoleParkedScan", storage.SQLConsoleParkedScan, []any{[]byte("x"), "", "", from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 5000}, []string{recent, "mend_records_finished"}, false},
 		{"ConsoleParked", storage.SQLConsoleParked, []any{"", "", "", []byte(""), from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 50}, []string{recent, "mend_records_finished"}, false},
 	} {
 		var plan []string
@@ -623,4 +632,112 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		t.Logf("%s:\n%s", tc.name, strings.Join(plan, "\n"))
 	}
 	return out
+}
+
+// The failing repairs: pending and settled records with failed attempts,
+// by queue, the most attempts first; waiting records (whose attempts count
+// checks), parked and done ones are not failing.
+func TestConsoleFailingQueues(t *testing.T) {
+	b := setup(t)
+	db := b.db.SQL(t)
+	mk := func(q, msg string, state mend.State, attempts int, lastErr, next string) mend.Record {
+		t.Helper()
+		rec := b.create(t, src(q, msg))
+		if _, err := db.Exec("UPDATE mend_records SET state = ?, attempts = ?, last_error = ?, next_attempt_at = "+next+", updated_at = NOW(6) WHERE record_id = ?",
+			string(state), attempts, lastErr, rec.ID[:]); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	worst := mk("q/grant", "m1", mend.StatePending, 4, "host: Error 1142: SELECT command denied <b>", "NOW(6) + INTERVAL 30 SECOND")
+	mk("q/grant", "m2", mend.StatePending, 2, "host: Error 1142", "NOW(6) + INTERVAL 5 SECOND")
+	wake := mk("q/wake", "m1", mend.StateSettled, 1, "wake-up: broker down", "NOW(6) - INTERVAL 2 SECOND")
+	mk("q/fine", "m1", mend.StatePending, 0, "", "NOW(6)")
+	mk("q/waiting", "m1", mend.StateWaiting, 3, "batch not settled yet", "NOW(6) + INTERVAL 1 MINUTE")
+	mk("q/parked", "m1", mend.StateParked, 10, "gave up after 10 attempts", "NULL")
+	mk("q/done", "m1", mend.StateDone, 2, "", "NULL")
+
+	got, err := b.store.ConsoleFailingQueues(t.Context(), 100, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Queues) != 2 || got.Records != 3 || got.Truncated {
+		t.Fatalf("failing = %+v, want q/grant and q/wake from 3 records", got)
+	}
+	g, w := got.Queues[0], got.Queues[1]
+	if g.Queue != "q/grant" || g.Records != 2 || g.Attempts != 4 || g.Record != worst.ID || g.LastError != "host: Error 1142: SELECT command denied <b>" {
+		t.Errorf("first = %+v, want q/grant: 2 records, 4 attempts, record %s and its error", g, worst.ID)
+	}
+	if g.NextAttempt <= 0 || g.NextAttempt > 6*time.Second || g.OpenFor <= 0 || g.LastFailed < 0 {
+		t.Errorf("q/grant times: next %s (want the soonest, ~5s), open %s, last failed %s", g.NextAttempt, g.OpenFor, g.LastFailed)
+	}
+	if w.Queue != "q/wake" || w.Record != wake.ID || w.LastError != "" || w.NextAttempt >= 0 {
+		t.Errorf("second = %+v, want q/wake, its error not read (show 1), due (negative next attempt)", w)
+	}
+	// Reading 2 records of each open state: q/grant's two pending (the
+	// most recently changed) and q/wake's settled one; the other pending
+	// records (q/fine) are past the bound, which the read says.
+	if got, err := b.store.ConsoleFailingQueues(t.Context(), 1, 5); err != nil || !got.Truncated {
+		t.Errorf("read 1 per state: %+v %v, want truncated", got, err)
+	}
+}
+
+// The reason filter searches a bounded number of parked records a page
+// and says when it stopped there, with where to go on.
+func TestConsoleParkedMatching(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	var want []mend.RecordID
+	for i := range 7 {
+		rec := b.create(t, src("q/p", fmt.Sprintf("m%d", i)))
+		reason := "contradiction"
+		if i%3 == 0 {
+			reason = "wake-up failed: <b>broker</b>"
+			want = append(want, rec.ID)
+		}
+		if _, err := b.db.SQL(t).Exec("UPDATE mend_records SET state = 'parked', next_attempt_at = NULL, last_error = ?, updated_at = NOW(6) + INTERVAL ? SECOND WHERE record_id = ?",
+			reason, i, rec.ID[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := storage.ParkedFilter{ReasonContains: "wake-up failed", Limit: 10}
+	got, err := b.store.ConsoleParkedMatching(ctx, f, 0)
+	if err != nil || got.Capped || got.Scanned != 7 || len(got.Records) != 3 {
+		t.Fatalf("unbounded page: %+v %v", got, err)
+	}
+	for i, r := range got.Records {
+		if r.ID != want[i] {
+			t.Errorf("match %d = %s, want %s", i, r.ID, want[i])
+		}
+	}
+	// A scan of 2 a page: the pages together find the same 3, each capped
+	// page saying so.
+	var found []mend.RecordID
+	pages := 0
+	for {
+		pages++
+		got, err := b.store.ConsoleParkedMatching(ctx, f, 2)
+		if err != nil || got.Scanned > 2 {
+			t.Fatalf("page %d: %+v %v", pages, got, err)
+		}
+		for _, r := range got.Records {
+			found = append(found, r.ID)
+		}
+		if got.Scanned < 2 || pages > 10 {
+			break
+		}
+		if !got.Capped && len(got.Records) < f.Limit {
+			t.Errorf("page %d scanned its bound without saying it stopped there: %+v", pages, got)
+		}
+		f.After = got.Resume
+	}
+	if !slices.Equal(found, want) {
+		t.Errorf("capped pages found %v, want %v", found, want)
+	}
+}
+
+// worldID is planWorld's record_id of sequence number seq.
+func worldID(seq int) []byte {
+	h := sha256.Sum256([]byte(fmt.Sprintf("r%d", seq)))
+	return h[:16]
 }

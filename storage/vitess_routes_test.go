@@ -30,6 +30,8 @@ var scatterReads = []string{
 	"ConsoleDueQueues", "ConsoleLeaseQueues", "ConsoleOverdue", "ConsoleParked", "ConsoleParkedByQueue",
 	"ConsoleRecentDone", "ConsoleRecordQueues", "ConsoleRecordedOpen", "ConsoleSlowRepairs",
 	"ConsoleTotalDue", "ConsoleTotalOpen", "ConsoleTotalParked",
+	"ConsoleFailing", "ConsoleOpenBeyond", "ConsoleFailingErrors", // the overview's "failing now"
+	"ConsoleParkedScan", "ConsoleParkedRows", // the parked page's reason filter
 }
 
 // TestVitessEveryStatementRoute asks vtgate (VEXPLAIN PLAN) for the route of every named

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,6 +36,9 @@ func newConsoleCmd(a *app) *cobra.Command {
 	f.cmdLineOnly("allow-actions")
 	authFile := f.String("auth-file", "", "htpasswd file of bcrypt hashes (htpasswd -B): basic auth for every page")
 	authHeader := f.String("auth-header", "", "trust this header for the person's name (set by an authenticating proxy in front; loopback --listen only)")
+	authSecretFile := f.String("auth-secret-file", "", "with --auth-header: a file holding the secret the proxy sends in --auth-secret-header on every request (any local process reaches loopback; only the proxy knows it)")
+	authSecretHeader := f.String("auth-secret-header", console.ProxySecretHeaderDefault, "with --auth-header: the header carrying the proxy's secret")
+	external := f.StringArray("external-name", nil, "a host[:port] the console is reached by besides --listen (the name behind a proxy, as the browser's Host header says it); repeatable. Any other Host is refused (421)")
 	pageSize := f.Int("page-size", console.PageSizeDefault, "rows per page")
 	queueDSN := f.String("queue-dsn", "", "DSN of the host's queue database: also show the subscription's lag per dead-letter topic")
 	group := f.String("group", subscribe.GroupDefault, "the subscription's consumer group (with --queue-dsn)")
@@ -68,7 +73,18 @@ func newConsoleCmd(a *app) *cobra.Command {
 			}
 			auth = ba
 		case *authHeader != "":
-			auth = console.ProxyHeader{Name: *authHeader}
+			if *authSecretFile == "" {
+				return usagef("--auth-header needs --auth-secret-file: a secret the proxy adds to every request in %s, which another local process (or a web page whose name is rebound to loopback) does not know", *authSecretHeader)
+			}
+			b, err := os.ReadFile(*authSecretFile)
+			if err != nil {
+				return usagef("--auth-secret-file: %v", err)
+			}
+			secret := strings.TrimSpace(string(b))
+			if len(secret) < 16 {
+				return usagef("--auth-secret-file: the secret is %d bytes; give at least 16 random ones (openssl rand -hex 32)", len(secret))
+			}
+			auth = console.ProxyHeader{Name: *authHeader, SecretHeader: *authSecretHeader, Secret: secret}
 		}
 		if *allow && auth == nil {
 			return usagef("--allow-actions needs --auth-file or --auth-header: an action records who took it")
@@ -92,7 +108,8 @@ func newConsoleCmd(a *app) *cobra.Command {
 			return fmt.Errorf("open mend's database: %w", err)
 		}
 		defer store.Close()
-		cfg := console.Config{Store: store, AllowActions: *allow, Auth: auth, PageSize: *pageSize, Logger: log, Redact: a.scrub.clean}
+		cfg := console.Config{Store: store, AllowActions: *allow, Auth: auth, PageSize: *pageSize, Logger: log, Redact: a.scrub.clean,
+			Hosts: consoleHosts(*listen, *external)}
 		if *queueDSN != "" {
 			qdsn, grp := *queueDSN, *group
 			cfg.Lag = func(ctx context.Context) ([]console.TopicLag, error) {
@@ -120,6 +137,9 @@ func newConsoleCmd(a *app) *cobra.Command {
 		}
 		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 			WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		if ip := net.ParseIP(host); (host == "" || (ip != nil && ip.IsUnspecified())) && len(*external) == 0 {
+			log.Warn("--listen names no host: only requests whose Host is the --listen address literally are answered; give the names it is reached by with --external-name", "listen", *listen)
+		}
 		log.Info("console serving", "url", "http://"+ln.Addr().String()+"/", "actions", *allow)
 		done := make(chan error, 1)
 		go func() { done <- hs.Serve(ln) }()
@@ -132,4 +152,21 @@ func newConsoleCmd(a *app) *cobra.Command {
 		defer cancel()
 		return hs.Shutdown(sctx)
 	})
+}
+
+// consoleHosts is the Host values the console answers: the --listen
+// address (with localhost beside a loopback IP, and the reverse) and each
+// --external-name. A page whose DNS name is rebound to the address names
+// itself in Host and is refused.
+func consoleHosts(listen string, external []string) []string {
+	hosts := []string{listen}
+	if h, port, err := net.SplitHostPort(listen); err == nil {
+		if ip := net.ParseIP(h); h == "localhost" || (ip != nil && ip.IsLoopback()) {
+			hosts = append(hosts, net.JoinHostPort("localhost", port), net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("::1", port))
+		}
+		if port == "80" {
+			hosts = append(hosts, h)
+		}
+	}
+	return append(hosts, external...)
 }

@@ -13,9 +13,13 @@ import (
 // database is opened.
 func TestConsoleRefusesUnsafeSetups(t *testing.T) {
 	t.Parallel()
-	const dsn = "u:secret@tcp(127.0.0.1:1)/mend"
+	const dsn = "u:pw-7f3a9@tcp(127.0.0.1:1)/mend"
 	hashFile := filepath.Join(t.TempDir(), "htpasswd")
 	if err := os.WriteFile(hashFile, []byte("alice:plaintext\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shortSecret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(shortSecret, []byte("short\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -29,6 +33,9 @@ func TestConsoleRefusesUnsafeSetups(t *testing.T) {
 		{"both auth kinds", []string{"--auth-header", "X-User", "--auth-file", hashFile}, nil, "choose one"},
 		{"auth file without bcrypt", []string{"--auth-file", hashFile}, nil, "not a bcrypt hash"},
 		{"bad listen", []string{"--listen", "8089"}, nil, "want host:port"},
+		// Issue 46: any local process (or a rebound web page) reaches loopback and sets a header.
+		{"proxy header without its secret", []string{"--auth-header", "X-Forwarded-User"}, nil, "--auth-header needs --auth-secret-file"},
+		{"proxy secret too short", []string{"--auth-header", "X-Forwarded-User", "--auth-secret-file", shortSecret}, nil, "at least 16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -38,7 +45,7 @@ func TestConsoleRefusesUnsafeSetups(t *testing.T) {
 			if code != exitUsage || !strings.Contains(errOut.String(), tc.want) {
 				t.Errorf("mend %v: exit %d, stderr %q; want exit %d and %q", args, code, errOut.String(), exitUsage, tc.want)
 			}
-			if strings.Contains(errOut.String(), "secret") {
+			if strings.Contains(errOut.String(), "pw-7f3a9") {
 				t.Errorf("stderr shows the DSN's password: %q", errOut.String())
 			}
 		})
@@ -54,5 +61,18 @@ func TestConsoleRefusesUnsafeSetups(t *testing.T) {
 	}
 	if !strings.HasPrefix(consoleListenDefault, "127.0.0.1:") {
 		t.Errorf("the default listen address %q is not loopback", consoleListenDefault)
+	}
+}
+
+// The Host names mend console answers: the listen address, its loopback
+// spellings, and the external names.
+func TestConsoleHosts(t *testing.T) {
+	t.Parallel()
+	got := strings.Join(consoleHosts("127.0.0.1:8089", []string{"mend.example.com"}), " ")
+	if want := "127.0.0.1:8089 localhost:8089 127.0.0.1:8089 [::1]:8089 mend.example.com"; got != want {
+		t.Errorf("consoleHosts = %q, want %q", got, want)
+	}
+	if got := strings.Join(consoleHosts("10.0.0.5:8089", nil), " "); got != "10.0.0.5:8089" {
+		t.Errorf("consoleHosts(10.0.0.5:8089) = %q", got)
 	}
 }

@@ -229,6 +229,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		col := newSQLCollector(ctx, svc.store, clog)
 		col.onQueue = m.touchQueue
 		m.reg.MustRegister(col)
+		m.reg.MustRegister(newVerifyCollector(ctx, svc.store, clog)) // issue 46: the last mend verify run
 		hostPools, err := openHostPools(ctx, c)
 		defer func() {
 			for _, p := range hostPools {

@@ -38,7 +38,32 @@ const verifyLeaseTTLDefault = 30 * time.Second
 // and a summary with the rate, and with Rebuild and Yes rewrites the
 // divergent projections from the fold, fenced by each queue's lease.
 // Returns an error (exit 1) if a divergence remains.
+//
+// Every run that reads records is recorded in mend_verify_runs (what it
+// covered, what it found, how it ended) for mend console's overview; a
+// failure to record (a schema before migration 0015, no INSERT grant) is
+// said on w and does not change the run's outcome.
 func runVerify(ctx context.Context, store *storage.DB, c verifyConfig, w io.Writer) error {
+	run := storage.VerifyRun{Queue: c.Queue, Since: c.Since, Started: time.Now()}
+	run.Host, _ = os.Hostname()
+	read := false
+	err := verifyOnce(ctx, store, c, w, &run, &read)
+	if !read {
+		return err
+	}
+	run.Finished = time.Now()
+	if err != nil && run.Divergent == 0 {
+		run.Error = err.Error()
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if rerr := store.VerifyRunRecord(rctx, run); rerr != nil {
+		fmt.Fprintf(w, "this run is not recorded for mend console: %v\n", rerr)
+	}
+	return err
+}
+
+func verifyOnce(ctx context.Context, store *storage.DB, c verifyConfig, w io.Writer, run *storage.VerifyRun, read *bool) error {
 	p := storage.VerifyParams{Queue: c.Queue, Since: c.Since, PageSize: c.PageSize}
 	if c.Record != "" {
 		// A prefix of 4 or more hex characters, as every other --record.
@@ -50,12 +75,14 @@ func runVerify(ctx context.Context, store *storage.DB, c verifyConfig, w io.Writ
 			return schemaFix(err)
 		}
 		p.Record = rec.ID
+		run.Record = rec.ID
 	}
 	if c.Rebuild && c.Yes && c.Holder == "" {
 		return usagef("--holder must not be empty")
 	}
 	byQueue := map[string][]mend.RecordID{}
 	remembered, last := 0, mend.RecordID{}
+	*read = true
 	st, err := store.Verify(ctx, p, func(d storage.Divergence) error {
 		fmt.Fprintln(w, d.String())
 		if c.Rebuild && d.RecordID != last && remembered < maxRebuildRecords {
@@ -65,6 +92,7 @@ func runVerify(ctx context.Context, store *storage.DB, c verifyConfig, w io.Writ
 		}
 		return nil
 	})
+	run.Records, run.Events, run.Divergent, run.Legacy = int64(st.Records), int64(st.Events), int64(st.Divergent), int64(st.Legacy)
 	if err != nil {
 		return schemaFix(err)
 	}
@@ -85,12 +113,14 @@ func runVerify(ctx context.Context, store *storage.DB, c verifyConfig, w io.Writ
 			remembered, len(byQueue))
 		return fmt.Errorf("%d record(s) diverge from their events (dry run: nothing written)", st.Divergent)
 	}
-	return rebuild(ctx, store, c, byQueue, w)
+	fixed, err := rebuild(ctx, store, c, byQueue, w)
+	run.Rebuilt = int64(fixed)
+	return err
 }
 
 // rebuild rewrites the records of byQueue, queue by queue, under the
 // queue's lease.
-func rebuild(ctx context.Context, store *storage.DB, c verifyConfig, byQueue map[string][]mend.RecordID, w io.Writer) error {
+func rebuild(ctx context.Context, store *storage.DB, c verifyConfig, byQueue map[string][]mend.RecordID, w io.Writer) (int, error) {
 	queues := make([]string, 0, len(byQueue))
 	for q := range byQueue {
 		queues = append(queues, q)
@@ -126,9 +156,9 @@ func rebuild(ctx context.Context, store *storage.DB, c verifyConfig, byQueue map
 	}
 	fmt.Fprintf(w, "rebuilt %d record(s) from their events\n", fixed)
 	if len(errs) > 0 {
-		return fmt.Errorf("rebuild: %w", errors.Join(errs...))
+		return fixed, fmt.Errorf("rebuild: %w", errors.Join(errs...))
 	}
-	return nil
+	return fixed, nil
 }
 
 func newVerifyCmd(a *app) *cobra.Command {

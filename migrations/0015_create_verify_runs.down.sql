@@ -1,0 +1,1 @@
+DROP TABLE mend_verify_runs
