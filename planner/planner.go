@@ -184,11 +184,38 @@ type Stats struct {
 	// More reports that the run stopped at Config.RunLimit: records may
 	// still be due. Run the queue again after others have had a turn.
 	More bool
+
+	lastFailure error // the run's last failed host step, for HostFailingError
 }
 
 // ErrHostFailing is returned by Run when it stopped after
 // Config.MaxHostErrors host errors in a row. It matches mend.ErrUnavailable.
+// Run returns it inside a *HostFailingError, which names the last failure.
 var ErrHostFailing = fmt.Errorf("planner: host keeps failing; run stopped: %w", mend.ErrUnavailable)
+
+// HostFailingError is Run's error when it stopped after Config.MaxHostErrors
+// host errors in a row: it matches ErrHostFailing (so mend.ErrUnavailable)
+// and also the last failure, so a refused statement (mend.ErrDenied, with
+// its GRANT) is named as what it is, not as an unavailable database.
+type HostFailingError struct {
+	InARow int
+	Last   error // nil if the run recorded none (should not happen)
+}
+
+func (e *HostFailingError) Error() string {
+	if e.Last == nil {
+		return ErrHostFailing.Error()
+	}
+	return fmt.Sprintf("planner: host keeps failing (%d errors in a row); run stopped; last: %v", e.InARow, e.Last)
+}
+
+// Unwrap returns ErrHostFailing and the last failure.
+func (e *HostFailingError) Unwrap() []error {
+	if e.Last == nil {
+		return []error{ErrHostFailing}
+	}
+	return []error{ErrHostFailing, e.Last}
+}
 
 // Run repairs the lease's queue until no record is due, it has taken
 // RunLimit records (then Stats.More says more may be due), the lease is
@@ -267,8 +294,8 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 			}
 		}
 		if errors.Is(stop, ErrHostFailing) || (stop == nil && hostErrs >= p.cfg.MaxHostErrors) {
-			p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs)
-			return st, ErrHostFailing
+			p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs, "last", st.lastFailure)
+			return st, &HostFailingError{InARow: hostErrs, Last: st.lastFailure}
 		}
 		if stop != nil {
 			return st, stop
@@ -658,6 +685,7 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 	}
 	attempt := rec.Attempts + 1
 	msg := what + ": " + cause.Error()
+	st.lastFailure = fmt.Errorf("%s: %w", what, cause)
 	if p.cfg.Hooks.OnAttemptFailed != nil {
 		p.cfg.Hooks.OnAttemptFailed(rec.Source.Queue, rec.ID, what, cause)
 	}
@@ -669,6 +697,7 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 			return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("still waiting after %s and the batch cannot be read; last: %s", p.cfg.Grace, msg), data, st)
 		}
 	} else if attempt >= p.cfg.MaxAttempts {
+		rec.Attempts = attempt // the parked record's attempts (and failures) are the ones its reason counts
 		return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("gave up after %d attempts; last: %s", attempt, msg), data, st)
 	}
 	retry := p.cfg.BackoffFunc(attempt - 1)

@@ -60,12 +60,14 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 			return pubErr
 		}
 		st.WakeFailed++
+		st.lastFailure = pubErr
 		if p.cfg.Hooks.OnAttemptFailed != nil {
 			p.cfg.Hooks.OnAttemptFailed(queue, rec.ID, "publish wake-up", pubErr)
 		}
 		data.Error = pubErr.Error()
 		p.log.WarnContext(ctx, "wake-up publish failed; will re-send", "queue", queue, "record_id", rec.ID.String(), "message_id", w.MessageID, "err", pubErr)
 		if attempt >= p.cfg.MaxAttempts {
+			rec.Attempts = attempt // the parked record's attempts are the ones its reason counts
 			return p.park(ctx, lease, rec, fmt.Sprintf("wake-up failed %d times; last: %v", attempt, pubErr), data, st)
 		}
 		_, err := p.write(ctx, lease, rec, mend.EventWakeFailed, mend.StateSettled, attempt, pubErr.Error(),
@@ -184,12 +186,14 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 		p.log.WarnContext(ctx, "wake-up publish failed; will re-send", "queue", queue, "records", len(owed), "message_id", w.MessageID, "err", pubErr)
 		return each(func(rec mend.Record) error {
 			st.WakeFailed++
+			st.lastFailure = pubErr
 			if p.cfg.Hooks.OnAttemptFailed != nil {
 				p.cfg.Hooks.OnAttemptFailed(queue, rec.ID, "publish wake-up", pubErr)
 			}
 			attempt := rec.Attempts + 1
 			data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: attempt, Error: pubErr.Error(), Records: len(owed)}
 			if attempt >= p.cfg.MaxAttempts {
+				rec.Attempts = attempt // the parked record's attempts are the ones its reason counts
 				return p.park(ctx, lease, rec, fmt.Sprintf("wake-up failed %d times; last: %v", attempt, pubErr), data, st)
 			}
 			_, err := p.write(ctx, lease, rec, mend.EventWakeFailed, mend.StateSettled, attempt, pubErr.Error(), p.cfg.BackoffFunc(attempt-1), data)

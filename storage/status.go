@@ -31,16 +31,38 @@ type QueueStatus struct {
 	// backoff) has existed, as OldestOpen reports it; Status leaves it zero
 	// for the caller to fill (it is another query).
 	OldestOpen time.Duration
+	// Failing is how many records are failing: in a step (pending or
+	// settled) whose every attempt so far has failed, waiting out a backoff
+	// (FailingCondition).
+	Failing int64
+	// OldestFailing is how long the longest-failing of them has been in its
+	// step (since its state_since, by the database clock): the age
+	// mend_oldest_failing_seconds reports and MendRepairsFailing pages on,
+	// while the record backs off and before it is parked. Zero when none.
+	OldestFailing time.Duration
 	// Lease is the queue's lease row; nil if the queue was never leased.
 	Lease *LeaseStatus
 }
+
+// FailingCondition is the one definition of a failing record (issue 47):
+// in a step the planner retries with backoff (pending: settling the
+// batch; settled: publishing the wake-up) with at least one failed
+// attempt recorded since it entered the step (attempts restart at zero
+// on every state change and on mend retry, and only a failed attempt
+// raises them in these states). A waiting record counts its checks in
+// attempts and is bounded by --grace instead, so it is not failing; a
+// parked one is MendRecordsParked's. Its age is NOW(6) - state_since:
+// every attempt since then has failed.
+const FailingCondition = `state IN ('pending', 'settled') AND attempts > 0`
 
 // The GROUP BY reads every record of every queue: it is an operator and
 // metrics query, run at human or scrape rate, never on the repair path.
 const sqlStatusCounts = `-- name: StatusCounts
 SELECT queue, state, COUNT(*) AS n,
 	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
-	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us
+	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us,
+	COALESCE(SUM(` + FailingCondition + `), 0) AS failing,
+	COALESCE(MAX(CASE WHEN ` + FailingCondition + ` THEN TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) END), 0) AS oldest_failing_us
 FROM mend_records
 GROUP BY queue, state`
 
@@ -66,6 +88,8 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 		N           int64  `db:"n"`
 		Due         int64  `db:"due"`
 		OldestDueUS int64  `db:"oldest_due_us"`
+		Failing     int64  `db:"failing"`
+		FailingUS   int64  `db:"oldest_failing_us"`
 	}
 	if err := d.db.SelectContext(ctx, &counts, sqlStatusCounts); err != nil {
 		return nil, fmt.Errorf("storage: status: %w", translate(err))
@@ -76,6 +100,10 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 		s.Due += c.Due
 		if c.Due > 0 {
 			s.OldestDue = max(s.OldestDue, time.Duration(c.OldestDueUS)*time.Microsecond)
+		}
+		s.Failing += c.Failing
+		if c.Failing > 0 {
+			s.OldestFailing = max(s.OldestFailing, time.Duration(c.FailingUS)*time.Microsecond)
 		}
 	}
 	var leases []leaseRow
@@ -306,11 +334,14 @@ func (d *DB) RepairLatency(ctx context.Context, window time.Duration, worst int)
 }
 
 // sqlRecordFailures counts the events that record a failed attempt: a host
-// step that failed (attempt_failed) and a wake-up publish that failed
-// (wake_failed).
+// step that failed (attempt_failed), a wake-up publish that failed
+// (wake_failed), and the failed attempt that parked a record, which the
+// planner writes as the parked event itself with the attempt's number in
+// its data (so "gave up after 10 attempts" shows 10 failures, not 9).
 const sqlRecordFailures = `-- name: RecordFailures
 SELECT record_id, COUNT(*) FROM mend_events
-WHERE queue IN (%s) AND record_id IN (%s) AND kind IN ('attempt_failed', 'wake_failed')
+WHERE queue IN (%s) AND record_id IN (%s)
+	AND (kind IN ('attempt_failed', 'wake_failed') OR (kind = 'parked' AND JSON_EXTRACT(data, '$.attempt') IS NOT NULL))
 GROUP BY record_id`
 
 // recordFailuresChunk bounds one RecordFailures statement's IN lists.
