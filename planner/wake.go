@@ -43,7 +43,7 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 		_, err := p.write(ctx, lease, rec, mend.EventDone, mend.StateDone, rec.Attempts, "", 0, eventData{Reason: "no live batch: nothing to wake"})
 		if err == nil {
 			st.Done++
-			p.repaired(rec)
+			p.repaired(rec, st)
 		}
 		return err
 	}
@@ -78,7 +78,7 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 		return err
 	}
 	st.Woken++
-	p.repaired(rec)
+	p.repaired(rec, st)
 	p.log.InfoContext(ctx, "queue woken", "queue", queue, "record_id", rec.ID.String(), "batch_id", w.BatchID, "message_id", w.MessageID, "epoch", term.Epoch)
 	return nil
 }
@@ -140,7 +140,7 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 			_, err := p.write(ctx, lease, rec, mend.EventDone, mend.StateDone, rec.Attempts, "", 0, eventData{Reason: "no live batch: nothing to wake"})
 			if err == nil {
 				st.Done++
-				p.repaired(rec)
+				p.repaired(rec, st)
 			}
 			return err
 		})
@@ -209,7 +209,7 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 				return err
 			}
 			st.Woken++
-			p.repaired(rec)
+			p.repaired(rec, st)
 			return nil
 		})
 	}
@@ -342,7 +342,7 @@ func (p *Planner) wokenMany(ctx context.Context, am appendManyStore, lease Lease
 			continue
 		}
 		st.Woken++
-		p.repaired(owed[i].rec)
+		p.repaired(owed[i].rec, st)
 	}
 	return firstStop(errs)
 }

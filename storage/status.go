@@ -238,14 +238,84 @@ func jsonObject(m map[string]any) (json.RawMessage, error) {
 // latency over.
 const RepairLatencyWindowDefault = time.Hour
 
-// repairLatencyFrom is the repair latency of every record finished within
-// the window: from the dead letter's failed_at to the record's last event
-// (its woken event, or its done or resolved event), clamped at zero against
-// clock skew between the host that stamped failed_at and the database. It
-// reads the (state, updated_at) index's range for the window.
-const repairLatencyFrom = `(SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
-	FROM mend_records
-	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL)`
+// The repair SLO (issue 47): one definition, in these fragments, for mend
+// status (RepairLatency), the planner's histogram mend_repair_latency_seconds
+// (RepairLatencyOf, after the planner finished the records), and so the
+// alert rules; mend console should read the same (SLOLatencyUS, SLOCounted).
+//
+//   - From: the dead letter's failed_at (stamped by the host), or, for a
+//     record an operator retried after it was parked, the latest retried
+//     event: the time it sat parked is MendRecordsParked's, not the SLO's.
+//   - To: the record's finishing event by the planner (woken: its wake-up
+//     durable; done: nothing to wake), its updated_at.
+//   - Counted: records so finished whose dead letter carried a failure
+//     time. A record an operator closed by hand (resolved, say a letter
+//     with nothing to repair) is not a repair and never counts.
+//
+// Latencies are clamped at zero against clock skew between the host that
+// stamped failed_at and the database. The lookups are of the record's own
+// events by their primary key (record_id, seq), on the record's shard.
+
+// SLOStart is the instant a record's repair latency counts from (r is
+// mend_records).
+const SLOStart = `GREATEST(r.failed_at, COALESCE((SELECT MAX(e.created_at) FROM mend_events e
+		WHERE e.record_id = r.record_id AND e.queue = r.queue AND e.kind = 'retried'), r.failed_at))`
+
+// SLOLatencyUS is a counted record's repair latency in microseconds.
+const SLOLatencyUS = `GREATEST(TIMESTAMPDIFF(MICROSECOND, ` + SLOStart + `, r.updated_at), 0)`
+
+// SLOCounted holds for the records whose latency the SLO counts.
+const SLOCounted = `r.state = 'done' AND r.failed_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM mend_events e
+		WHERE e.record_id = r.record_id AND e.queue = r.queue AND e.seq = r.version AND e.kind = 'resolved')`
+
+// repairLatencyFrom is the SLO latency of every counted record finished
+// within the window. It reads the (state, updated_at) index's range for
+// the window.
+const repairLatencyFrom = `(SELECT r.queue, ` + SLOLatencyUS + ` AS us
+	FROM mend_records r
+	WHERE r.state = 'done' AND r.updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND ` + SLOCounted + `)`
+
+const sqlRepairLatencyOf = `-- name: RepairLatencyOf
+SELECT r.record_id, ` + SLOLatencyUS + ` AS us FROM mend_records r
+WHERE r.queue = ? AND r.record_id IN (%s) AND ` + SLOCounted
+
+// RepairLatencyOf returns the SLO latency of each of queue's records ids
+// that the SLO counts (finished by the planner, with a failure time), by
+// the same definition as RepairLatency; the others are absent. The planner
+// calls it for the records it just finished, so the histogram observes what
+// mend status reports. One statement per 500 records.
+func (d *DB) RepairLatencyOf(ctx context.Context, queue string, ids []mend.RecordID) (map[mend.RecordID]time.Duration, error) {
+	out := make(map[mend.RecordID]time.Duration, len(ids))
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), recordFailuresChunk)]
+		ids = ids[len(chunk):]
+		args := []any{queue}
+		for _, id := range chunk {
+			args = append(args, id[:])
+		}
+		rows, err := d.db.QueryContext(ctx, fmt.Sprintf(sqlRepairLatencyOf, placeholders(len(chunk))), args...)
+		if err != nil {
+			return nil, fmt.Errorf("storage: repair latency of records: %w", translate(err))
+		}
+		for rows.Next() {
+			var raw []byte
+			var us int64
+			if err := rows.Scan(&raw, &us); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("storage: repair latency of records: %w", err)
+			}
+			var id mend.RecordID
+			copy(id[:], raw)
+			out[id] = time.Duration(us) * time.Microsecond
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("storage: repair latency of records: %w", translate(err))
+		}
+	}
+	return out, nil
+}
 
 // The count and the maximum, then each percentile by the nearest-rank
 // method: the row at rank ceil(p*n) of the latencies in order, read with
@@ -269,10 +339,9 @@ type QueueLatency struct {
 	Max   time.Duration
 }
 
-// RepairLatency summarises how long repairs took over a window: from a
-// dead letter's failure (failed_at, stamped by the host) to its record
-// finishing (its wake-up durable, or done with nothing to wake, or closed
-// by an operator).
+// RepairLatency summarises how long repairs took over a window, by the
+// SLO's definition (SLOStart to the planner's finishing event; records an
+// operator resolved are not counted).
 type RepairLatency struct {
 	Window        time.Duration
 	Count         int64

@@ -110,7 +110,7 @@ func newMetrics() *metrics {
 		replicas: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mend_reconcile_working_replicas",
 			Help: "Working replicas (this one included) that replica's last pass with queues to share divided --cluster-concurrency among."}),
 		repairLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_repair_latency_seconds",
-			Help:    "Repair latency: from a dead letter's failed_at to its record finished (wake-up durable, or done with nothing to wake), observed by the planner that finished it.",
+			Help:    "Repair latency, the SLO's definition (storage.SLOStart): from a dead letter's failed_at, or its record's latest retry by an operator, to the record finished by the planner (wake-up durable, or done with nothing to wake); records an operator resolved are not repairs. Observed by the planner that finished it, computed by the database as mend status computes it.",
 			Buckets: repairLatencyBuckets}),
 		dangling: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_host_dangling_membership_rows_total",
 			Help: "Host membership rows (queue_batch_state) seen naming a batch that does not exist, by queue. The host's own planner fails on such a row; mend skips it, but an operator should delete it."},
