@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -191,6 +192,11 @@ func TestFailingRepairPages(t *testing.T) {
 	if got.State != mend.StatePending || got.Attempts < 2 || got.NextAttemptAt == nil || !grant.MatchString(got.LastError) {
 		t.Errorf("record = %s, %d attempts, next %v, last error %q; want pending, failing, backing off, naming %q",
 			got.State, got.Attempts, got.NextAttemptAt, got.LastError, grant)
+	}
+	var st []queueStatusJSON
+	if err := json.Unmarshal([]byte(opsMust(t, "status", "--dsn", mendDB.DSN, "--json").stdout), &st); err != nil || len(st) != 1 ||
+		st[0].Failing != 1 || st[0].OldestFailingSecs <= threshold {
+		t.Errorf("status --json = %+v, %v; want the one failing record, failing for over %v s, as the gauge", st, err, threshold)
 	}
 	if n, _ := scrapeGauge(page, "mend_records_failing", "q"); n != 1 {
 		t.Errorf("mend_records_failing{queue=q} = %v; want 1", n)

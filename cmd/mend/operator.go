@@ -457,7 +457,7 @@ func (a *app) printLeases(asJSON bool, o listOpts, leases []storage.LeaseStatus)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
 		if o.wide {
 			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%d", l.AcquiredAt.UTC().Format("2006-01-02 15:04:05.000"), l.RenewedAt.UTC().Format("2006-01-02 15:04:05.000"),
-				l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000"), l.Transitions)
+				leaseExpiresCell(l), l.Transitions)
 		}
 		kind := "queue"
 		if l.Internal() {

@@ -364,8 +364,10 @@ type queueStatusJSON struct {
 	Queue             string           `json:"queue"`
 	Counts            map[string]int64 `json:"counts"`
 	Due               int64            `json:"due"`
-	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
-	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
+	OldestDueSeconds  float64          `json:"oldest_due_seconds"`     // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
+	OldestOpenSeconds float64          `json:"oldest_open_seconds"`    // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
+	Failing           int64            `json:"failing"`                // as mend_records_failing: records whose every attempt in their step failed, backing off
+	OldestFailingSecs float64          `json:"oldest_failing_seconds"` // as mend_oldest_failing_seconds (MendRepairsFailing pages on it)
 	Lease             *leaseJSON       `json:"lease"`
 }
 
@@ -423,7 +425,7 @@ func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
 	out := make([]queueStatusJSON, 0, len(st))
 	for _, q := range st {
 		j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds(),
-			OldestOpenSeconds: q.OldestOpen.Seconds()}
+			OldestOpenSeconds: q.OldestOpen.Seconds(), Failing: q.Failing, OldestFailingSecs: q.OldestFailing.Seconds()}
 		for s, n := range q.Counts {
 			j.Counts[string(s)] = n
 		}
@@ -450,6 +452,17 @@ func leaseWord(l storage.LeaseStatus) string {
 	return cmp.Or(l.Ended, storage.LeaseEndedExpired)
 }
 
+// leaseExpiresCell is the EXPIRES column of a lease row: when a live or
+// expired term runs or ran out; a released term did not expire ("-": the
+// lease's status says who released it; issue 47: it showed its release
+// instant as an expiry).
+func leaseExpiresCell(l storage.LeaseStatus) string {
+	if !l.Live() && (l.Ended == storage.LeaseEndedHolder || l.Ended == storage.LeaseEndedOperator) {
+		return "-"
+	}
+	return l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000")
+}
+
 // printStatus prints status as a table for people.
 // With -o wide it adds the lease's holder, epoch and expiry as columns.
 func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
@@ -460,7 +473,7 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tOLDEST OPEN\tLEASE"
+	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tOLDEST OPEN\tFAILING\tLEASE"
 	if o.wide {
 		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
 	}
@@ -480,12 +493,18 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 		if q.Due > 0 {
 			oldestDue = fmtAge(q.OldestDue)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
-			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, oldestDue, fmtAge(q.OldestOpen), lease)
+		// FAILING: records whose every attempt in their step failed (they
+		// back off, so they are not due), and for how long the oldest has.
+		failing := "-"
+		if q.Failing > 0 {
+			failing = fmt.Sprintf("%d for %s", q.Failing, fmtAge(q.OldestFailing))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
+			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, oldestDue, fmtAge(q.OldestOpen), failing, lease)
 		if o.wide {
 			holder, epoch, expires := "-", "-", "-"
 			if l := q.Lease; l != nil && l.Term.Epoch > 0 {
-				holder, epoch, expires = l.Term.Holder, fmt.Sprint(l.Term.Epoch), l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000")
+				holder, epoch, expires = l.Term.Holder, fmt.Sprint(l.Term.Epoch), leaseExpiresCell(*l)
 			}
 			fmt.Fprintf(tw, "\t%s\t%s\t%s", holder, epoch, expires)
 		}
