@@ -117,5 +117,15 @@ func TestDestructiveCommandsRefuseByAccident(t *testing.T) {
 		if r := opsMust(t, append(args, "--force")...); !strings.Contains(r.stdout, "is resolved") {
 			t.Fatalf("resolve --yes --force = %s", r.stdout)
 		}
+		// Issue 47: without --actor the event named "operator", whoever
+		// ran the command; it names the OS user now.
+		recs, err := store.RecordsList(ctx, "q", 1)
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("RecordsList = %v, %v", recs, err)
+		}
+		evs, err := store.RecordHistory(ctx, "q", recs[0].ID)
+		if want := defaultActor(); err != nil || len(evs) == 0 || evs[len(evs)-1].Actor != want || want == "operator" {
+			t.Fatalf("resolve's event = %+v, %v; want the actor %q (operator/ and the OS user)", evs, err, want)
+		}
 	})
 }

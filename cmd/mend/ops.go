@@ -812,7 +812,7 @@ func newRecordCmd(a *app) *cobra.Command {
 	payload := f.String("payload", "", "the payload inline; - reads stdin (this or --payload-file is required)")
 	failures := f.Int("failure-count", 0, "how often the message failed")
 	lastErr := f.String("last-error", "", "the message's last error")
-	actor := f.String("actor", "operator", "who records it, kept in the event log")
+	actor := f.String("actor", defaultActor(), "who records it, kept in the event log; operator/<OS user> unless given")
 	f.completeValues("topic", dlqTopics()...)
 	f.setDefault("log-level", "warn") // the command prints what it did; the intake's info line would repeat it
 	return f.run(func(ctx context.Context, args []string) error {
