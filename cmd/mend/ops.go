@@ -125,12 +125,12 @@ func newMigrateCmd(a *app) *cobra.Command {
 				target = min(versionAfter(list, cur, num), latest)
 			}
 		case "down":
-			if !*yes {
-				return usagef("'migrate down' drops mend's tables and their data; add --yes to confirm")
-			}
 			target = 0
 			if num >= 0 {
 				target = versionBefore(list, cur, num)
+			}
+			if !*yes {
+				return usagef("'migrate down' %s; add --yes to confirm", revertSays(list, cur, target))
 			}
 		case "goto":
 			if uint(num) > latest {
@@ -141,7 +141,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 			}
 			target = uint(num)
 			if target < cur && !*yes {
-				return usagef("'migrate goto %d' reverts migrations above it, dropping mend's tables and data; add --yes to confirm", num)
+				return usagef("'migrate goto %d' %s; add --yes to confirm", num, revertSays(list, cur, target))
 			}
 		case "force":
 			if uint(num) > latest {
@@ -195,6 +195,20 @@ func newMigrateCmd(a *app) *cobra.Command {
 		}
 		return nil
 	})
+}
+
+// revertSays is what reverting from cur to target does, for the refusal
+// without --yes: the same verdict (revertDropsTables) that the run with
+// --yes reports (issue 47: without --yes, every revert "dropped mend's
+// tables", and the same revert with --yes "dropped no table").
+func revertSays(list []migrations.Migration, cur, target uint) string {
+	switch {
+	case target >= cur:
+		return fmt.Sprintf("reverts nothing (the schema is at %d)", cur)
+	case revertDropsTables(list, cur, target):
+		return fmt.Sprintf("reverts to %d, dropping mend's tables and their data (records, events, leases)", target)
+	}
+	return fmt.Sprintf("reverts to %d, which drops no table: records, events and leases stay", target)
 }
 
 // refuseIfAtRisk says what reverting from cur to target would lose, and
