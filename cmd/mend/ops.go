@@ -740,11 +740,18 @@ func (a *app) printRecordList(ctx context.Context, store *storage.DB, asJSON boo
 				r.Source.Partition, r.Source.MessageID, r.Target.BatchID, r.Version, r.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), next, oneLine(r.LastError))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, failures[r.ID], r.Source.Topic, r.Source.MessageID,
-			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
+		// Identities are clipped as the console clips them (issue 47: a
+		// 250-byte message ID ran the rows hundreds of columns wide);
+		// -o wide and -o json show them whole.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, clipLine(r.Source.Queue, listIdentityWidth), r.State, failures[r.ID], r.Source.Topic,
+			clipLine(r.Source.MessageID, listIdentityWidth), clipLine(r.Target.BatchID, listIdentityWidth), r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
 	}
 	return tw.Flush()
 }
+
+// listIdentityWidth is how many bytes of a queue, message ID or batch ID a
+// record listing's row shows (a clipped one ends in "…").
+const listIdentityWidth = 48
 
 // printRecord prints a record for people; failures is its failed attempts
 // over its whole life (see printRecordList).
@@ -780,8 +787,18 @@ func withFailures(j recordJSON, n int) recordJSON {
 func countFailures(evs []mend.Event) int {
 	n := 0
 	for _, e := range evs {
-		if e.Kind == mend.EventAttemptFailed || e.Kind == mend.EventWakeFailed {
+		switch e.Kind {
+		case mend.EventAttemptFailed, mend.EventWakeFailed:
 			n++
+		case mend.EventParked:
+			// The failed attempt that parked a record is its parked event,
+			// with the attempt's number (as RecordFailures counts it).
+			var d struct {
+				Attempt *int `json:"attempt"`
+			}
+			if json.Unmarshal(e.Data, &d) == nil && d.Attempt != nil {
+				n++
+			}
 		}
 	}
 	return n
