@@ -49,7 +49,7 @@ const (
 // deniedMessage parses the server's text of 1142 and 1143: MySQL names the
 // table 't' (8.0) or 'd.t' or `d`.`t`, MariaDB `d`.`t`.
 var (
-	deniedMessage   = regexp.MustCompile("^(\\w+) command denied to user '([^']*)'@'[^']*' for (?:column '([^']*)' in )?table (.+)$")
+	deniedMessage   = regexp.MustCompile(`^(\w+) command denied to user '([^']*)'@'[^']*' for (?:column '([^']*)' in )?table (.+)$`)
 	deniedDBMessage = regexp.MustCompile("^Access denied for user '([^']*)'@'[^']*' to database '([^']*)'")
 	quotedName      = regexp.MustCompile("^[`']([^`']*)[`']\\.[`']([^`']*)[`']$|^'([^'.]*)\\.([^']*)'$|^[`']([^`']*)[`']$")
 )
