@@ -487,10 +487,13 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tOLDEST OPEN\tFAILING\tLEASE"
+	cols := "QUEUE\tPENDING\tWAITING\tSETTLED\tPARKED\tDONE\tDUE\tOLDEST DUE\tOLDEST OPEN\tLEASE"
 	if o.wide {
 		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
 	}
+	// FAILING is last, so scripts reading the columns before it are
+	// unchanged.
+	cols += "\tFAILING"
 	o.header(tw, cols)
 	for _, q := range st {
 		lease := "never held"
@@ -513,8 +516,8 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 		if q.Failing > 0 {
 			failing = fmt.Sprintf("%d for %s", q.Failing, fmtAge(q.OldestFailing))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
-			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, oldestDue, fmtAge(q.OldestOpen), failing, lease)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
+			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, oldestDue, fmtAge(q.OldestOpen), lease)
 		if o.wide {
 			holder, epoch, expires := "-", "-", "-"
 			if l := q.Lease; l != nil && l.Term.Epoch > 0 {
@@ -522,7 +525,7 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 			}
 			fmt.Fprintf(tw, "\t%s\t%s\t%s", holder, epoch, expires)
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "\t%s\n", failing)
 	}
 	return tw.Flush()
 }
