@@ -40,6 +40,10 @@ type QueueStatus struct {
 	// mend_oldest_failing_seconds reports and MendRepairsFailing pages on,
 	// while the record backs off and before it is parked. Zero when none.
 	OldestFailing time.Duration
+	// FailingLastError is the last error of the queue's longest-failing
+	// record, as StatusFailing reads it; Status leaves it empty for the
+	// caller to fill (it is another query).
+	FailingLastError string
 	// Lease is the queue's lease row; nil if the queue was never leased.
 	Lease *LeaseStatus
 }
@@ -124,6 +128,47 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 		out = append(out, *s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
+	return out, nil
+}
+
+// The longest-failing records, oldest step first: the row lookups are for
+// the LIMIT only; the filter reads the (state, ...) index's pending and
+// settled ranges, as StatusCounts reads every record.
+const sqlStatusFailing = `-- name: StatusFailing
+SELECT queue, record_id, attempts, TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) AS us, last_error
+FROM mend_records WHERE ` + FailingCondition + `
+ORDER BY state_since, record_id LIMIT ?`
+
+// FailingRecord is a record whose every attempt in its step has failed
+// (FailingCondition), as mend status lists it.
+type FailingRecord struct {
+	Queue     string
+	ID        mend.RecordID
+	Attempts  int
+	For       time.Duration // since its state_since, by the database clock
+	LastError string        // a denied statement's names its GRANT
+}
+
+// StatusFailing returns up to limit failing records, longest-failing first.
+func (d *DB) StatusFailing(ctx context.Context, limit int) ([]FailingRecord, error) {
+	if limit < 1 {
+		return nil, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
+	}
+	var rows []struct {
+		Queue     []byte `db:"queue"`
+		ID        []byte `db:"record_id"`
+		Attempts  int    `db:"attempts"`
+		US        int64  `db:"us"`
+		LastError []byte `db:"last_error"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlStatusFailing, limit); err != nil {
+		return nil, fmt.Errorf("storage: failing records: %w", translate(err))
+	}
+	out := make([]FailingRecord, len(rows))
+	for i, r := range rows {
+		out[i] = FailingRecord{Queue: string(r.Queue), Attempts: r.Attempts, For: time.Duration(r.US) * time.Microsecond, LastError: string(r.LastError)}
+		copy(out[i].ID[:], r.ID)
+	}
 	return out, nil
 }
 

@@ -195,8 +195,11 @@ func TestFailingRepairPages(t *testing.T) {
 	}
 	var st []queueStatusJSON
 	if err := json.Unmarshal([]byte(opsMust(t, "status", "--dsn", mendDB.DSN, "--json").stdout), &st); err != nil || len(st) != 1 ||
-		st[0].Failing != 1 || st[0].OldestFailingSecs <= threshold {
-		t.Errorf("status --json = %+v, %v; want the one failing record, failing for over %v s, as the gauge", st, err, threshold)
+		st[0].Failing != 1 || st[0].OldestFailingSecs <= threshold || !grant.MatchString(st[0].FailingLastError) {
+		t.Errorf("status --json = %+v, %v; want the one failing record, failing for over %v s, as the gauge, its last error naming the GRANT", st, err, threshold)
+	}
+	if text := opsMust(t, "status", "--dsn", mendDB.DSN).stdout; !strings.Contains(text, "failing repairs") || !grant.MatchString(text) {
+		t.Errorf("status does not list the failing record with its GRANT:\n%s", text)
 	}
 	if n, _ := scrapeGauge(page, "mend_records_failing", "q"); n != 1 {
 		t.Errorf("mend_records_failing{queue=q} = %v; want 1", n)

@@ -378,10 +378,11 @@ type queueStatusJSON struct {
 	Queue             string           `json:"queue"`
 	Counts            map[string]int64 `json:"counts"`
 	Due               int64            `json:"due"`
-	OldestDueSeconds  float64          `json:"oldest_due_seconds"`     // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
-	OldestOpenSeconds float64          `json:"oldest_open_seconds"`    // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
-	Failing           int64            `json:"failing"`                // as mend_records_failing: records whose every attempt in their step failed, backing off
-	OldestFailingSecs float64          `json:"oldest_failing_seconds"` // as mend_oldest_failing_seconds (MendRepairsFailing pages on it)
+	OldestDueSeconds  float64          `json:"oldest_due_seconds"`           // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
+	OldestOpenSeconds float64          `json:"oldest_open_seconds"`          // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
+	Failing           int64            `json:"failing"`                      // as mend_records_failing: records whose every attempt in their step failed, backing off
+	OldestFailingSecs float64          `json:"oldest_failing_seconds"`       // as mend_oldest_failing_seconds (MendRepairsFailing pages on it)
+	FailingLastError  string           `json:"failing_last_error,omitempty"` // the longest-failing record's last error (a denied statement names its GRANT)
 	Lease             *leaseJSON       `json:"lease"`
 }
 
@@ -412,6 +413,10 @@ func newStatusCmd(a *app) *cobra.Command {
 			for i := range st {
 				st[i].OldestOpen = oldest[st[i].Queue]
 			}
+			failing, err := statusFailing(ctx, store, st)
+			if err != nil {
+				return err
+			}
 			if f.given("queue") {
 				st = slices.DeleteFunc(st, func(q storage.QueueStatus) bool { return q.Queue != *queue })
 			}
@@ -423,6 +428,9 @@ func newStatusCmd(a *app) *cobra.Command {
 			}
 			if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
 				return err
+			}
+			if !f.noHeaders {
+				printFailing(a.stdout, failing, st)
 			}
 			// The latency summary is across queues and for people: a
 			// filtered or headerless table (scripts) is the table alone.
@@ -439,7 +447,7 @@ func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
 	out := make([]queueStatusJSON, 0, len(st))
 	for _, q := range st {
 		j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds(),
-			OldestOpenSeconds: q.OldestOpen.Seconds(), Failing: q.Failing, OldestFailingSecs: q.OldestFailing.Seconds()}
+			OldestOpenSeconds: q.OldestOpen.Seconds(), Failing: q.Failing, OldestFailingSecs: q.OldestFailing.Seconds(), FailingLastError: q.FailingLastError}
 		for s, n := range q.Counts {
 			j.Counts[string(s)] = n
 		}
@@ -464,6 +472,49 @@ func leaseWord(l storage.LeaseStatus) string {
 		return "held"
 	}
 	return cmp.Or(l.Ended, storage.LeaseEndedExpired)
+}
+
+// failingShown is how many failing records mend status lists.
+const failingShown = 5
+
+// statusFailing reads the longest-failing records when a queue of st has
+// any (one more statement only then) and fills each queue's
+// FailingLastError from its longest-failing record among them.
+func statusFailing(ctx context.Context, store *storage.DB, st []storage.QueueStatus) ([]storage.FailingRecord, error) {
+	if !slices.ContainsFunc(st, func(q storage.QueueStatus) bool { return q.Failing > 0 }) {
+		return nil, nil
+	}
+	failing, err := store.StatusFailing(ctx, failingShown)
+	if err != nil {
+		return nil, err
+	}
+	for i := range st {
+		if j := slices.IndexFunc(failing, func(r storage.FailingRecord) bool { return r.Queue == st[i].Queue }); j >= 0 {
+			st[i].FailingLastError = failing[j].LastError
+		}
+	}
+	return failing, nil
+}
+
+// printFailing lists the failing records of the queues shown, longest
+// first, with their last error: what MendRepairsFailing pages on, and
+// for a denied statement the GRANT that fixes it.
+func printFailing(w io.Writer, failing []storage.FailingRecord, st []storage.QueueStatus) {
+	shown := map[string]bool{}
+	for _, q := range st {
+		shown[q.Queue] = true
+	}
+	first := true
+	for _, r := range failing {
+		if !shown[r.Queue] {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nfailing repairs (every attempt of the step failed so far; backing off, not due):")
+			first = false
+		}
+		fmt.Fprintf(w, "  %s  record %s  for %s, %d attempts: %s\n", clipLine(r.Queue, listIdentityWidth), r.ID, fmtAge(r.For), r.Attempts, clipLine(r.LastError, 400))
+	}
 }
 
 // leaseExpiresCell is the EXPIRES column of a lease row: when a live or
