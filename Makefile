@@ -34,9 +34,15 @@ endif
 help: ## List the documented targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# bin/mend says which source it was built from (mend version, mend_build_info) even when -buildvcs is off
+# (GOFLAGS=-buildvcs=false) or the Go tool cannot read the checkout: the version and revision are set explicitly.
+MEND_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+MEND_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+MEND_LDFLAGS := -X main.version=$(MEND_VERSION) -X main.revision=$(MEND_REVISION)
+
 build: ## Compile every package (and bin/mend when cmd/mend exists)
 	$(GO) build ./...
-	@if [[ -d cmd/mend ]]; then echo "$(GO) build -o bin/mend ./cmd/mend"; $(GO) build -o bin/mend ./cmd/mend; fi
+	@if [[ -d cmd/mend ]]; then echo "$(GO) build -ldflags '$(MEND_LDFLAGS)' -o bin/mend ./cmd/mend"; $(GO) build -ldflags '$(MEND_LDFLAGS)' -o bin/mend ./cmd/mend; fi
 
 demo: ## Run the stuck-queue demo on a throwaway server and print its timeline (start here)
 	@# A server is needed only when MEND_TEST_DSN names none (the demo never reads MEND_DSN): the script finds

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Every error mend returns matches at most one of these
@@ -150,3 +151,63 @@ func (e *SpellingError) Error() string {
 
 // Unwrap lets errors.Is(err, ErrNotFound) match.
 func (e *SpellingError) Unwrap() error { return ErrNotFound }
+
+// ErrDenied means the server refused a statement because the account mend
+// logs in as lacks a privilege (MySQL errors 1142, 1143, 1044). Nothing was
+// written. Retrying does not help until someone runs the GRANT that
+// DeniedError names; mend's records retry it with backoff meanwhile.
+var ErrDenied = errors.New("mend: statement denied (missing privilege)")
+
+// DeniedError is a statement the server refused for a missing privilege,
+// with what is needed to grant it. It matches ErrDenied and unwraps to the
+// driver's error.
+type DeniedError struct {
+	Privilege string // e.g. "UPDATE"; empty for a whole-database refusal (1044)
+	User      string // the user name the server refused
+	Database  string // empty when the server's message did not say
+	Table     string // empty for a whole-database refusal
+	Column    string // set for a column privilege (1143)
+	Err       error
+}
+
+// Grant is the statement that fixes the refusal, for the account named
+// User (TO 'user' is that user at any host, '%'; mend doctor prints the
+// exact account).
+func (e *DeniedError) Grant() string {
+	q := func(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+	// MySQL 8 and 9 name the table alone ("for table 'batch'"): then the
+	// GRANT names it alone too, which the server reads as that table of
+	// the session's database (the DSN's); MariaDB names both.
+	var on string
+	switch {
+	case e.Table == "":
+		on = q(e.Database) + ".*"
+	case e.Database == "":
+		on = q(e.Table)
+	default:
+		on = q(e.Database) + "." + q(e.Table)
+	}
+	priv := e.Privilege
+	switch {
+	case priv == "":
+		priv = "SELECT, INSERT, UPDATE, DELETE"
+	case e.Column != "":
+		priv += " (" + q(e.Column) + ")"
+	}
+	return fmt.Sprintf("GRANT %s ON %s TO '%s'", priv, on, strings.ReplaceAll(e.User, "'", `\'`))
+}
+
+func (e *DeniedError) Error() string {
+	what := "access"
+	if e.Privilege != "" {
+		what = e.Privilege
+	}
+	in := ""
+	if e.Database == "" {
+		in = ", in the database its DSN names"
+	}
+	return fmt.Sprintf("mend: %s denied to user %q (missing privilege; fix: %s%s): %v", what, e.User, e.Grant(), in, e.Err)
+}
+
+// Unwrap returns ErrDenied and the driver's error.
+func (e *DeniedError) Unwrap() []error { return []error{ErrDenied, e.Err} }

@@ -136,6 +136,36 @@ func TestBatchFinish(t *testing.T) {
 		}
 	})
 
+	// Issue 47, checked against the real DLQ controller (failRequest ->
+	// TerminateRequest, TerminationOutcomeAlreadyInTargetState): for a
+	// request already error it writes nothing and republishes its terminal
+	// log under publish.IntentID(request, "error"), "<request>/error", at
+	// the current version. mend's republish is that very message, so when
+	// the host already wrote its own, the store's dedupe keeps one row and
+	// readers see one entry, the host's.
+	t.Run("a request the host already failed and logged gets no second entry", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.seed(t, "q", "q/batch/1", "failed", "q/1")
+		if err := b.w.SetRequestState(ctx, "q", "q/1", "error"); err != nil {
+			t.Fatal(err)
+		}
+		hostsOwn := []byte(`{"request_id":"q/1","queue":"q","timestamp_ms":1,"type":"status","status":"error","event":"","request_version":2,"last_error":"the host's","metadata":{}}`)
+		if err := b.w.Publish(ctx, host.LogTopic, "q/1", "q/1/error", hostsOwn, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.h.BatchFinish(ctx, "q", "q/batch/1", deadLetter); err != nil {
+			t.Fatal(err)
+		}
+		if r := b.request(t, "q/1"); r.State != "error" || r.Version != 2 {
+			t.Errorf("request q/1 = %s v%d; want error v2 (no write)", r.State, r.Version)
+		}
+		msgs, err := b.w.Messages(ctx, host.LogTopic, "q/1")
+		if err != nil || len(msgs) != 1 || msgs[0].ID != "q/1/error" || string(msgs[0].Payload) != string(hostsOwn) {
+			t.Fatalf("log rows of q/1 = %+v, %v; want the host's one entry alone", msgs, err)
+		}
+	})
+
 	t.Run("succeeded lands and cancelled cancels, with no last error", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -87,12 +87,14 @@ type Hooks struct {
 	// BeforeWake runs after a record is settled and before its wake-up is
 	// published.
 	BeforeWake func(ctx context.Context, rec mend.Record)
-	// OnRepaired runs when a record's repair is finished and durable (its
-	// woken event, or its done event when there was nothing to wake), with
-	// the repair latency: from the dead letter's failed_at (its snapshot)
-	// to now on this process's clock. Not called for a dead letter that
-	// carried no failure time. The binary binds it to the
-	// mend_repair_latency_seconds histogram.
+	// OnRepaired runs for each record whose repair the run finished and
+	// made durable (its woken event, or its done event when there was
+	// nothing to wake), when the run ends, with the repair SLO's latency
+	// (storage.SLOStart: from the dead letter's failed_at, or the record's
+	// latest retry, to the finishing event), read from the Store when it
+	// has RepairLatencyOf, else failed_at to now on this process's clock.
+	// Not called for a dead letter that carried no failure time. The
+	// binary binds it to the mend_repair_latency_seconds histogram.
 	OnRepaired func(queue string, latency time.Duration)
 }
 
@@ -184,11 +186,39 @@ type Stats struct {
 	// More reports that the run stopped at Config.RunLimit: records may
 	// still be due. Run the queue again after others have had a turn.
 	More bool
+
+	lastFailure error         // the run's last failed host step, for HostFailingError
+	finished    []mend.Record // repairs finished, for Hooks.OnRepaired (reportRepaired)
 }
 
 // ErrHostFailing is returned by Run when it stopped after
 // Config.MaxHostErrors host errors in a row. It matches mend.ErrUnavailable.
+// Run returns it inside a *HostFailingError, which names the last failure.
 var ErrHostFailing = fmt.Errorf("planner: host keeps failing; run stopped: %w", mend.ErrUnavailable)
+
+// HostFailingError is Run's error when it stopped after Config.MaxHostErrors
+// host errors in a row: it matches ErrHostFailing (so mend.ErrUnavailable)
+// and also the last failure, so a refused statement (mend.ErrDenied, with
+// its GRANT) is named as what it is, not as an unavailable database.
+type HostFailingError struct {
+	InARow int
+	Last   error // nil if the run recorded none (should not happen)
+}
+
+func (e *HostFailingError) Error() string {
+	if e.Last == nil {
+		return ErrHostFailing.Error()
+	}
+	return fmt.Sprintf("planner: host keeps failing (%d errors in a row); run stopped; last: %v", e.InARow, e.Last)
+}
+
+// Unwrap returns ErrHostFailing and the last failure.
+func (e *HostFailingError) Unwrap() []error {
+	if e.Last == nil {
+		return []error{ErrHostFailing}
+	}
+	return []error{ErrHostFailing, e.Last}
+}
 
 // Run repairs the lease's queue until no record is due, it has taken
 // RunLimit records (then Stats.More says more may be due), the lease is
@@ -203,6 +233,7 @@ var ErrHostFailing = fmt.Errorf("planner: host keeps failing; run stopped: %w", 
 func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 	var st Stats
 	term := lease.Term()
+	defer p.reportRepaired(ctx, term.Queue, &st)
 	hostErrs := 0 // host errors in a row
 	taken := 0    // records this run has taken
 	full := false // the last read returned all it asked for: more may be due
@@ -267,8 +298,8 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 			}
 		}
 		if errors.Is(stop, ErrHostFailing) || (stop == nil && hostErrs >= p.cfg.MaxHostErrors) {
-			p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs)
-			return st, ErrHostFailing
+			p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs, "last", st.lastFailure)
+			return st, &HostFailingError{InARow: hostErrs, Last: st.lastFailure}
 		}
 		if stop != nil {
 			return st, stop
@@ -658,6 +689,7 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 	}
 	attempt := rec.Attempts + 1
 	msg := what + ": " + cause.Error()
+	st.lastFailure = fmt.Errorf("%s: %w", what, cause)
 	if p.cfg.Hooks.OnAttemptFailed != nil {
 		p.cfg.Hooks.OnAttemptFailed(rec.Source.Queue, rec.ID, what, cause)
 	}
@@ -669,6 +701,7 @@ func (p *Planner) attemptFailed(ctx context.Context, lease Lease, rec mend.Recor
 			return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("still waiting after %s and the batch cannot be read; last: %s", p.cfg.Grace, msg), data, st)
 		}
 	} else if attempt >= p.cfg.MaxAttempts {
+		rec.Attempts = attempt // the parked record's attempts (and failures) are the ones its reason counts
 		return rec, false, p.park(ctx, lease, rec, fmt.Sprintf("gave up after %d attempts; last: %s", attempt, msg), data, st)
 	}
 	retry := p.cfg.BackoffFunc(attempt - 1)
@@ -707,10 +740,52 @@ func (p *Planner) park(ctx context.Context, lease Lease, rec mend.Record, reason
 	return nil
 }
 
-// repaired reports a finished repair to Hooks.OnRepaired.
-func (p *Planner) repaired(rec mend.Record) {
+// repaired notes a finished repair for Hooks.OnRepaired, which
+// reportRepaired calls when the run ends.
+func (p *Planner) repaired(rec mend.Record, st *Stats) {
 	if p.cfg.Hooks.OnRepaired == nil || rec.Snapshot.FailedAt.IsZero() {
 		return
 	}
-	p.cfg.Hooks.OnRepaired(rec.Source.Queue, max(time.Since(rec.Snapshot.FailedAt), 0))
+	st.finished = append(st.finished, rec)
+}
+
+// repairLatencyStore is a Store that computes the repair SLO's latency of
+// records (storage.DB): the histogram then observes the very numbers mend
+// status reports (issue 47: one SLO, storage.SLOStart).
+type repairLatencyStore interface {
+	RepairLatencyOf(ctx context.Context, queue string, ids []mend.RecordID) (map[mend.RecordID]time.Duration, error)
+}
+
+// reportRepaired reports the run's finished repairs to Hooks.OnRepaired
+// with their SLO latency, read in one statement after the run (a record
+// resolved by an operator is never among them; a retried one counts from
+// its retry). A Store without RepairLatencyOf, or a failed read, falls
+// back to failed_at to now on this process's clock.
+func (p *Planner) reportRepaired(ctx context.Context, queue string, st *Stats) {
+	recs := st.finished
+	st.finished = nil
+	if len(recs) == 0 {
+		return
+	}
+	if ls, ok := p.cfg.Store.(repairLatencyStore); ok {
+		ids := make([]mend.RecordID, len(recs))
+		for i, r := range recs {
+			ids[i] = r.ID
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		lat, err := ls.RepairLatencyOf(ctx, queue, ids)
+		if err == nil {
+			for _, r := range recs {
+				if d, ok := lat[r.ID]; ok {
+					p.cfg.Hooks.OnRepaired(queue, d)
+				}
+			}
+			return
+		}
+		p.log.WarnContext(ctx, "read the repair latency of finished records; observing failed_at to now instead", "queue", queue, "err", err)
+	}
+	for _, r := range recs {
+		p.cfg.Hooks.OnRepaired(queue, max(time.Since(r.Snapshot.FailedAt), 0))
+	}
 }

@@ -221,6 +221,12 @@ func TestPoisonRecordIsParkedAndDoesNotBlockTheQueue(t *testing.T) {
 	if st.Parked != 1 || st.Failed != 2 {
 		t.Fatalf("stats = %+v; want 2 failed attempts then 1 park", st)
 	}
+	// Issue 47: "gave up after 3 attempts" showed attempts 2 and failures
+	// 2; the parking attempt is the third of both.
+	failures, err := b.store.RecordFailures(ctx, []mend.Record{gotPoison})
+	if err != nil || gotPoison.Attempts != 3 || failures[gotPoison.ID] != 3 {
+		t.Fatalf("parked poison record: attempts %d, failures %d (%v); want 3 and 3, as its reason says", gotPoison.Attempts, failures[gotPoison.ID], err)
+	}
 }
 
 // batches2 reads a batch without the Func override.

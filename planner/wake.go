@@ -43,7 +43,7 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 		_, err := p.write(ctx, lease, rec, mend.EventDone, mend.StateDone, rec.Attempts, "", 0, eventData{Reason: "no live batch: nothing to wake"})
 		if err == nil {
 			st.Done++
-			p.repaired(rec)
+			p.repaired(rec, st)
 		}
 		return err
 	}
@@ -60,12 +60,14 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 			return pubErr
 		}
 		st.WakeFailed++
+		st.lastFailure = pubErr
 		if p.cfg.Hooks.OnAttemptFailed != nil {
 			p.cfg.Hooks.OnAttemptFailed(queue, rec.ID, "publish wake-up", pubErr)
 		}
 		data.Error = pubErr.Error()
 		p.log.WarnContext(ctx, "wake-up publish failed; will re-send", "queue", queue, "record_id", rec.ID.String(), "message_id", w.MessageID, "err", pubErr)
 		if attempt >= p.cfg.MaxAttempts {
+			rec.Attempts = attempt // the parked record's attempts are the ones its reason counts
 			return p.park(ctx, lease, rec, fmt.Sprintf("wake-up failed %d times; last: %v", attempt, pubErr), data, st)
 		}
 		_, err := p.write(ctx, lease, rec, mend.EventWakeFailed, mend.StateSettled, attempt, pubErr.Error(),
@@ -76,7 +78,7 @@ func (p *Planner) wake(ctx context.Context, lease Lease, rec mend.Record, st *St
 		return err
 	}
 	st.Woken++
-	p.repaired(rec)
+	p.repaired(rec, st)
 	p.log.InfoContext(ctx, "queue woken", "queue", queue, "record_id", rec.ID.String(), "batch_id", w.BatchID, "message_id", w.MessageID, "epoch", term.Epoch)
 	return nil
 }
@@ -138,7 +140,7 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 			_, err := p.write(ctx, lease, rec, mend.EventDone, mend.StateDone, rec.Attempts, "", 0, eventData{Reason: "no live batch: nothing to wake"})
 			if err == nil {
 				st.Done++
-				p.repaired(rec)
+				p.repaired(rec, st)
 			}
 			return err
 		})
@@ -184,12 +186,14 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 		p.log.WarnContext(ctx, "wake-up publish failed; will re-send", "queue", queue, "records", len(owed), "message_id", w.MessageID, "err", pubErr)
 		return each(func(rec mend.Record) error {
 			st.WakeFailed++
+			st.lastFailure = pubErr
 			if p.cfg.Hooks.OnAttemptFailed != nil {
 				p.cfg.Hooks.OnAttemptFailed(queue, rec.ID, "publish wake-up", pubErr)
 			}
 			attempt := rec.Attempts + 1
 			data := eventData{BatchID: w.BatchID, MessageID: w.MessageID, Attempt: attempt, Error: pubErr.Error(), Records: len(owed)}
 			if attempt >= p.cfg.MaxAttempts {
+				rec.Attempts = attempt // the parked record's attempts are the ones its reason counts
 				return p.park(ctx, lease, rec, fmt.Sprintf("wake-up failed %d times; last: %v", attempt, pubErr), data, st)
 			}
 			_, err := p.write(ctx, lease, rec, mend.EventWakeFailed, mend.StateSettled, attempt, pubErr.Error(), p.cfg.BackoffFunc(attempt-1), data)
@@ -205,7 +209,7 @@ func (p *Planner) wakeAll(ctx context.Context, lease Lease, owed []owedRecord, s
 				return err
 			}
 			st.Woken++
-			p.repaired(rec)
+			p.repaired(rec, st)
 			return nil
 		})
 	}
@@ -338,7 +342,7 @@ func (p *Planner) wokenMany(ctx context.Context, am appendManyStore, lease Lease
 			continue
 		}
 		st.Woken++
-		p.repaired(owed[i].rec)
+		p.repaired(owed[i].rec, st)
 	}
 	return firstStop(errs)
 }

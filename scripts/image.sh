@@ -12,6 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 version="${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo devel)}"
+# The revision too: the image's build has no VCS stamp when -buildvcs is off (GOFLAGS=-buildvcs=false).
+revision="${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 tags=("${IMAGE:-mend:$version}")
 [[ -n "${IMAGE:-}" ]] || tags+=(mend:latest)
 ca=/etc/ssl/certs/ca-certificates.crt
@@ -20,7 +22,7 @@ ca=/etc/ssl/certs/ca-certificates.crt
 ctx="$(mktemp -d)"
 trap 'rm -rf "$ctx"' EXIT
 CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=readonly}" go build -trimpath \
-	-ldflags "-s -w -X main.version=$version" -o "$ctx/mend" ./cmd/mend
+	-ldflags "-s -w -X main.version=$version -X main.revision=$revision" -o "$ctx/mend" ./cmd/mend
 cp "$ca" "$ctx/ca-certificates.crt"
 cp deploy/image/Dockerfile "$ctx/"
 printf 'root:x:0:0:root:/:/sbin/nologin\nmend:x:65532:65532:mend:/:/sbin/nologin\n' >"$ctx/passwd"

@@ -31,16 +31,42 @@ type QueueStatus struct {
 	// backoff) has existed, as OldestOpen reports it; Status leaves it zero
 	// for the caller to fill (it is another query).
 	OldestOpen time.Duration
+	// Failing is how many records are failing: in a step (pending or
+	// settled) whose every attempt so far has failed, waiting out a backoff
+	// (FailingCondition).
+	Failing int64
+	// OldestFailing is how long the longest-failing of them has been in its
+	// step (since its state_since, by the database clock): the age
+	// mend_oldest_failing_seconds reports and MendRepairsFailing pages on,
+	// while the record backs off and before it is parked. Zero when none.
+	OldestFailing time.Duration
+	// FailingLastError is the last error of the queue's longest-failing
+	// record, as StatusFailing reads it; Status leaves it empty for the
+	// caller to fill (it is another query).
+	FailingLastError string
 	// Lease is the queue's lease row; nil if the queue was never leased.
 	Lease *LeaseStatus
 }
+
+// FailingCondition is the one definition of a failing record (issue 47):
+// in a step the planner retries with backoff (pending: settling the
+// batch; settled: publishing the wake-up) with at least one failed
+// attempt recorded since it entered the step (attempts restart at zero
+// on every state change and on mend retry, and only a failed attempt
+// raises them in these states). A waiting record counts its checks in
+// attempts and is bounded by --grace instead, so it is not failing; a
+// parked one is MendRecordsParked's. Its age is NOW(6) - state_since:
+// every attempt since then has failed.
+const FailingCondition = `state IN ('pending', 'settled') AND attempts > 0`
 
 // The GROUP BY reads every record of every queue: it is an operator and
 // metrics query, run at human or scrape rate, never on the repair path.
 const sqlStatusCounts = `-- name: StatusCounts
 SELECT queue, state, COUNT(*) AS n,
 	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
-	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us
+	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us,
+	COALESCE(SUM(` + FailingCondition + `), 0) AS failing,
+	COALESCE(MAX(CASE WHEN ` + FailingCondition + ` THEN TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) END), 0) AS oldest_failing_us
 FROM mend_records
 GROUP BY queue, state`
 
@@ -66,6 +92,8 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 		N           int64  `db:"n"`
 		Due         int64  `db:"due"`
 		OldestDueUS int64  `db:"oldest_due_us"`
+		Failing     int64  `db:"failing"`
+		FailingUS   int64  `db:"oldest_failing_us"`
 	}
 	if err := d.db.SelectContext(ctx, &counts, sqlStatusCounts); err != nil {
 		return nil, fmt.Errorf("storage: status: %w", translate(err))
@@ -76,6 +104,10 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 		s.Due += c.Due
 		if c.Due > 0 {
 			s.OldestDue = max(s.OldestDue, time.Duration(c.OldestDueUS)*time.Microsecond)
+		}
+		s.Failing += c.Failing
+		if c.Failing > 0 {
+			s.OldestFailing = max(s.OldestFailing, time.Duration(c.FailingUS)*time.Microsecond)
 		}
 	}
 	var leases []leaseRow
@@ -96,6 +128,47 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 		out = append(out, *s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
+	return out, nil
+}
+
+// The longest-failing records, oldest step first: the row lookups are for
+// the LIMIT only; the filter reads the (state, ...) index's pending and
+// settled ranges, as StatusCounts reads every record.
+const sqlStatusFailing = `-- name: StatusFailing
+SELECT queue, record_id, attempts, TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) AS us, last_error
+FROM mend_records WHERE ` + FailingCondition + `
+ORDER BY state_since, record_id LIMIT ?`
+
+// FailingRecord is a record whose every attempt in its step has failed
+// (FailingCondition), as mend status lists it.
+type FailingRecord struct {
+	Queue     string
+	ID        mend.RecordID
+	Attempts  int
+	For       time.Duration // since its state_since, by the database clock
+	LastError string        // a denied statement's names its GRANT
+}
+
+// StatusFailing returns up to limit failing records, longest-failing first.
+func (d *DB) StatusFailing(ctx context.Context, limit int) ([]FailingRecord, error) {
+	if limit < 1 {
+		return nil, &mend.ValidationError{Field: "limit", Reason: "must be at least 1"}
+	}
+	var rows []struct {
+		Queue     []byte `db:"queue"`
+		ID        []byte `db:"record_id"`
+		Attempts  int    `db:"attempts"`
+		US        int64  `db:"us"`
+		LastError []byte `db:"last_error"`
+	}
+	if err := d.db.SelectContext(ctx, &rows, sqlStatusFailing, limit); err != nil {
+		return nil, fmt.Errorf("storage: failing records: %w", translate(err))
+	}
+	out := make([]FailingRecord, len(rows))
+	for i, r := range rows {
+		out[i] = FailingRecord{Queue: string(r.Queue), Attempts: r.Attempts, For: time.Duration(r.US) * time.Microsecond, LastError: string(r.LastError)}
+		copy(out[i].ID[:], r.ID)
+	}
 	return out, nil
 }
 
@@ -210,14 +283,84 @@ func jsonObject(m map[string]any) (json.RawMessage, error) {
 // latency over.
 const RepairLatencyWindowDefault = time.Hour
 
-// repairLatencyFrom is the repair latency of every record finished within
-// the window: from the dead letter's failed_at to the record's last event
-// (its woken event, or its done or resolved event), clamped at zero against
-// clock skew between the host that stamped failed_at and the database. It
-// reads the (state, updated_at) index's range for the window.
-const repairLatencyFrom = `(SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
-	FROM mend_records
-	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL)`
+// The repair SLO (issue 47): one definition, in these fragments, for mend
+// status (RepairLatency), the planner's histogram mend_repair_latency_seconds
+// (RepairLatencyOf, after the planner finished the records), and so the
+// alert rules; mend console should read the same (SLOLatencyUS, SLOCounted).
+//
+//   - From: the dead letter's failed_at (stamped by the host), or, for a
+//     record an operator retried after it was parked, the latest retried
+//     event: the time it sat parked is MendRecordsParked's, not the SLO's.
+//   - To: the record's finishing event by the planner (woken: its wake-up
+//     durable; done: nothing to wake), its updated_at.
+//   - Counted: records so finished whose dead letter carried a failure
+//     time. A record an operator closed by hand (resolved, say a letter
+//     with nothing to repair) is not a repair and never counts.
+//
+// Latencies are clamped at zero against clock skew between the host that
+// stamped failed_at and the database. The lookups are of the record's own
+// events by their primary key (record_id, seq), on the record's shard.
+
+// SLOStart is the instant a record's repair latency counts from (r is
+// mend_records).
+const SLOStart = `GREATEST(r.failed_at, COALESCE((SELECT MAX(e.created_at) FROM mend_events e
+		WHERE e.record_id = r.record_id AND e.queue = r.queue AND e.kind = 'retried'), r.failed_at))`
+
+// SLOLatencyUS is a counted record's repair latency in microseconds.
+const SLOLatencyUS = `GREATEST(TIMESTAMPDIFF(MICROSECOND, ` + SLOStart + `, r.updated_at), 0)`
+
+// SLOCounted holds for the records whose latency the SLO counts.
+const SLOCounted = `r.state = 'done' AND r.failed_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM mend_events e
+		WHERE e.record_id = r.record_id AND e.queue = r.queue AND e.seq = r.version AND e.kind = 'resolved')`
+
+// repairLatencyFrom is the SLO latency of every counted record finished
+// within the window. It reads the (state, updated_at) index's range for
+// the window.
+const repairLatencyFrom = `(SELECT r.queue, ` + SLOLatencyUS + ` AS us
+	FROM mend_records r
+	WHERE r.state = 'done' AND r.updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND ` + SLOCounted + `)`
+
+const sqlRepairLatencyOf = `-- name: RepairLatencyOf
+SELECT r.record_id, ` + SLOLatencyUS + ` AS us FROM mend_records r
+WHERE r.queue = ? AND r.record_id IN (%s) AND ` + SLOCounted
+
+// RepairLatencyOf returns the SLO latency of each of queue's records ids
+// that the SLO counts (finished by the planner, with a failure time), by
+// the same definition as RepairLatency; the others are absent. The planner
+// calls it for the records it just finished, so the histogram observes what
+// mend status reports. One statement per 500 records.
+func (d *DB) RepairLatencyOf(ctx context.Context, queue string, ids []mend.RecordID) (map[mend.RecordID]time.Duration, error) {
+	out := make(map[mend.RecordID]time.Duration, len(ids))
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), recordFailuresChunk)]
+		ids = ids[len(chunk):]
+		args := []any{queue}
+		for _, id := range chunk {
+			args = append(args, id[:])
+		}
+		rows, err := d.db.QueryContext(ctx, fmt.Sprintf(sqlRepairLatencyOf, placeholders(len(chunk))), args...)
+		if err != nil {
+			return nil, fmt.Errorf("storage: repair latency of records: %w", translate(err))
+		}
+		for rows.Next() {
+			var raw []byte
+			var us int64
+			if err := rows.Scan(&raw, &us); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("storage: repair latency of records: %w", err)
+			}
+			var id mend.RecordID
+			copy(id[:], raw)
+			out[id] = time.Duration(us) * time.Microsecond
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("storage: repair latency of records: %w", translate(err))
+		}
+	}
+	return out, nil
+}
 
 // The count and the maximum, then each percentile by the nearest-rank
 // method: the row at rank ceil(p*n) of the latencies in order, read with
@@ -241,10 +384,9 @@ type QueueLatency struct {
 	Max   time.Duration
 }
 
-// RepairLatency summarises how long repairs took over a window: from a
-// dead letter's failure (failed_at, stamped by the host) to its record
-// finishing (its wake-up durable, or done with nothing to wake, or closed
-// by an operator).
+// RepairLatency summarises how long repairs took over a window, by the
+// SLO's definition (SLOStart to the planner's finishing event; records an
+// operator resolved are not counted).
 type RepairLatency struct {
 	Window        time.Duration
 	Count         int64
@@ -306,11 +448,14 @@ func (d *DB) RepairLatency(ctx context.Context, window time.Duration, worst int)
 }
 
 // sqlRecordFailures counts the events that record a failed attempt: a host
-// step that failed (attempt_failed) and a wake-up publish that failed
-// (wake_failed).
+// step that failed (attempt_failed), a wake-up publish that failed
+// (wake_failed), and the failed attempt that parked a record, which the
+// planner writes as the parked event itself with the attempt's number in
+// its data (so "gave up after 10 attempts" shows 10 failures, not 9).
 const sqlRecordFailures = `-- name: RecordFailures
 SELECT record_id, COUNT(*) FROM mend_events
-WHERE queue IN (%s) AND record_id IN (%s) AND kind IN ('attempt_failed', 'wake_failed')
+WHERE queue IN (%s) AND record_id IN (%s)
+	AND (kind IN ('attempt_failed', 'wake_failed') OR (kind = 'parked' AND JSON_EXTRACT(data, '$.attempt') IS NOT NULL))
 GROUP BY record_id`
 
 // recordFailuresChunk bounds one RecordFailures statement's IN lists.

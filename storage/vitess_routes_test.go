@@ -19,6 +19,7 @@ import (
 var scatterReads = []string{
 	"AtRiskLeases", "AtRiskRecords", // mend doctor and the at-risk report
 	"LeaseList", "StatusLeases", "StatusCounts", "OldestOpen", // mend status, leases and the metrics gauges
+	"StatusFailing",                                            // mend status's failing repairs
 	"RepairLatency", "RepairLatencyRank", "RepairLatencyWorst", // mend status's repair latency
 	"PruneCandidates",            // the reconciler's prune listing (the deletes name their queue)
 	"QueuesDue",                  // the reconciler's idle pass

@@ -65,11 +65,13 @@ func (f *flags) applyDBSecurity() error {
 			if f.given(name) {
 				return usagef("give --%s or --%s-file, not both", name, name)
 			}
-			dsn, err := mysqlx.ReadDSNFile(f.str(name+"-file"), name)
+			// The scrubber learns the DSN read now and every rotated one
+			// a later connect re-reads (issue 47: a rotated password was
+			// never added).
+			dsn, err := mysqlx.ReadDSNFile(f.str(name+"-file"), name, f.a.scrub.addDSN)
 			if err != nil {
 				return usagef("--%s-file: %v", name, err)
 			}
-			f.a.scrub.addDSN(dsn)
 			if err := fl.Value.Set(dsn); err != nil {
 				return err
 			}

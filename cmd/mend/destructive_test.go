@@ -96,6 +96,50 @@ func TestDestructiveCommandsRefuseByAccident(t *testing.T) {
 		}
 	})
 
+	// Issue 47: a replica's clean stop releases its lease; the at-risk read
+	// counted released leases as live, so migrate down was refused after
+	// any clean run.
+	t.Run("a released lease is not live", func(t *testing.T) {
+		t.Parallel()
+		db := mysqltest.NewDB(t, migrations.Up)
+		store, err := storage.Open(ctx, db.DSN, storage.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		term, err := store.LeaseAcquire(ctx, "q", "replica-1", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.LeaseRelease(ctx, term); err != nil {
+			t.Fatal(err)
+		}
+		r := opsRun(t, nil, "migrate", "down", "--yes", "--dsn", db.DSN)
+		if r.code != exitOK || !strings.Contains(r.stderr, "at stake: 0 live lease(s)") || hasRecords(t, db) {
+			t.Fatalf("migrate down --yes after a released lease = exit %d\n%s; want it done, no live lease at stake", r.code, r.stderr)
+		}
+	})
+
+	// Issue 47: the refusal without --yes says what the revert does, as the
+	// run with --yes then reports it.
+	t.Run("the refusal says what the revert drops", func(t *testing.T) {
+		t.Parallel()
+		db, _ := setup(t)
+		for _, tt := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"migrate", "down", "1"}, "which drops no table"},
+			{[]string{"migrate", "down"}, "dropping mend's tables"},
+			{[]string{"migrate", "goto", "3"}, "dropping mend's tables"},
+		} {
+			r := opsRun(t, nil, append(tt.args, "--dsn", db.DSN)...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "--yes") {
+				t.Errorf("%v without --yes = exit %d %q; want 2 saying %q", tt.args, r.code, r.stderr, tt.want)
+			}
+		}
+	})
+
 	t.Run("resolve of a selection with open records", func(t *testing.T) {
 		t.Parallel()
 		db, store := setup(t)
@@ -116,6 +160,16 @@ func TestDestructiveCommandsRefuseByAccident(t *testing.T) {
 		}
 		if r := opsMust(t, append(args, "--force")...); !strings.Contains(r.stdout, "is resolved") {
 			t.Fatalf("resolve --yes --force = %s", r.stdout)
+		}
+		// Issue 47: without --actor the event named "operator", whoever
+		// ran the command; it names the OS user now.
+		recs, err := store.RecordsList(ctx, "q", 1)
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("RecordsList = %v, %v", recs, err)
+		}
+		evs, err := store.RecordHistory(ctx, "q", recs[0].ID)
+		if want := defaultActor(); err != nil || len(evs) == 0 || evs[len(evs)-1].Actor != want || want == "operator" {
+			t.Fatalf("resolve's event = %+v, %v; want the actor %q (operator/ and the OS user)", evs, err, want)
 		}
 	})
 }

@@ -101,6 +101,12 @@ func TestGrantsDocPastesInOrder(t *testing.T) {
 	if r := opsRun(t, nil, "doctor", "--dsn", runtime, "--host-dsn", dsnAs(users["mend"], hostDB.DSN)); r.code != exitOK {
 		t.Fatalf("doctor as the documented runtime user = exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// Issue 47: the pasted grants left out PROCESS, and then every doctor
+	// and run warned about the subscription's view of open transactions.
+	r := opsRun(t, nil, "doctor", "--json", "--dsn", runtime, "--host-dsn", dsnAs(users["mend"], hostDB.DSN), "--queue-dsn", dsnAs(users["mend"], hostDB.DSN))
+	if !strings.Contains(r.stdout, `"subscription open transactions"`) || regexp.MustCompile(`(?s)"name": "subscription open transactions",\s*"status": "(warn|fail)`).MatchString(r.stdout) {
+		t.Errorf("doctor --queue-dsn as the documented runtime user: the open-transactions check is not OK:\n%s", r.stdout)
+	}
 	if r := opsRun(t, nil, "status", "--dsn", dsnAs(users["mend_read"], mendDB.DSN)); r.code != exitOK {
 		t.Fatalf("status as the documented read-only user = exit %d\n%s", r.code, r.stderr)
 	}

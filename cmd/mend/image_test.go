@@ -38,7 +38,8 @@ func TestImage(t *testing.T) {
 	tag := "mend-imagetest:" + strconv.Itoa(os.Getpid())
 	const version = "v0.0.0-imagetest"
 	build := exec.CommandContext(ctx, "bash", filepath.Join("..", "..", "scripts", "image.sh"))
-	build.Env = append(os.Environ(), "IMAGE="+tag, "VERSION="+version)
+	const revision = "0123456789abcdef0123456789abcdef01234567"
+	build.Env = append(os.Environ(), "IMAGE="+tag, "VERSION="+version, "REVISION="+revision, "GOFLAGS=-mod=readonly -buildvcs=false")
 	out, err := build.CombinedOutput()
 	if err != nil {
 		t.Fatalf("scripts/image.sh: %v\n%s", err, out)
@@ -59,8 +60,8 @@ func TestImage(t *testing.T) {
 			"--security-opt", "no-new-privileges", tag}, args...)...)
 	}
 	got, err := run("version")
-	if err != nil || !strings.Contains(got, "mend "+version) {
-		t.Fatalf("mend version in the image: %q (%v); want the baked-in %s", got, err, version)
+	if err != nil || !strings.Contains(got, "mend "+version+", revision "+revision) {
+		t.Fatalf("mend version in the image: %q (%v); want the baked-in %s and revision %s (issue 47: -buildvcs=false left it unknown)", got, err, version, revision)
 	}
 	db := mysqltest.NewDB(t, migrations.Up)
 	got, _ = run("doctor", "--json", "--dsn", db.DSN) // exit 1 on any problem; the report is what counts

@@ -22,10 +22,10 @@ func printRepairLatency(ctx context.Context, w io.Writer, store *storage.DB) err
 	}
 	fmt.Fprintln(w)
 	if l.Count == 0 {
-		fmt.Fprintf(w, "repair latency (dead letter failed_at to record done), last %s: no repairs finished\n", fmtAge(l.Window))
+		fmt.Fprintf(w, "repair latency (the SLO: dead letter failed_at, or its retry, to its repair; resolved records left out), last %s: no repairs finished\n", fmtAge(l.Window))
 		return nil
 	}
-	fmt.Fprintf(w, "repair latency (dead letter failed_at to record done), last %s: %d repairs, p50 %s, p99 %s, max %s\n",
+	fmt.Fprintf(w, "repair latency (the SLO: dead letter failed_at, or its retry, to its repair; resolved records left out), last %s: %d repairs, p50 %s, p99 %s, max %s\n",
 		fmtAge(l.Window), l.Count, fmtAge(l.P50), fmtAge(l.P99), fmtAge(l.Max))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOWEST QUEUE\tREPAIRS\tMAX")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,9 @@ import (
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
+
+// stampRE is a table's UTC timestamp.
+var stampRE = regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}`)
 
 // Issue 19, Why 2: a lease's last term was named differently by each
 // surface (lease list said expired for a term its holder released). Now
@@ -92,6 +97,25 @@ func TestLeaseEndingsOneVocabulary(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(opsMust(t, "status", "--dsn", db.DSN, "--json").stdout), &status); err != nil {
 		t.Fatal(err)
+	}
+	// Issue 47: a released term did not expire; -o wide's EXPIRES column
+	// said it did, at the release instant. Only live and run-out terms
+	// show an expiry.
+	for _, args := range [][]string{{"lease", "list"}, {"status"}} {
+		out := opsMust(t, append(args, "--dsn", db.DSN, "-o", "wide")...).stdout
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || (f[0] != "holder" && f[0] != "operator" && f[0] != "expired") {
+				continue
+			}
+			want := map[string]int{"lease": 2, "status": 0}[args[0]] // lease list: ACQUIRED and RENEWED
+			if f[0] == "expired" {
+				want++
+			}
+			if stamped := stampRE.FindAllString(line, -1); len(stamped) != want {
+				t.Errorf("%v -o wide, queue %s: %q; want an expiry only for the term that ran out", args, f[0], line)
+			}
+		}
 	}
 	for _, c := range cases {
 		surfaces := map[string]string{}

@@ -240,3 +240,28 @@ func indexOf(list []string, s string) int {
 	}
 	return len(list) // out of range: the caller's lookup fails loudly
 }
+
+// Issue 47: a 250-byte message ID ran inspect --queue's rows hundreds of
+// columns wide; the table clips identities as the console does, and -o
+// wide and -o json still show them whole.
+func TestInspectQueueClipsLongIdentities(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t, migrations.Up)
+	long := "q/batch/" + strings.Repeat("x", 242)
+	opsMust(t, recordArgs(db.DSN, long, speculatePayload)...)
+	out := opsMust(t, "inspect", "--dsn", db.DSN, "--queue", "q").stdout
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if len(line) > 250 || strings.Contains(line, long) {
+			t.Errorf("inspect --queue row is %d bytes wide, holding the whole message ID:\n%s", len(line), line)
+		}
+	}
+	if !strings.Contains(out, "…") {
+		t.Errorf("inspect --queue did not mark the clipped message ID:\n%s", out)
+	}
+	if wide := opsMust(t, "inspect", "--dsn", db.DSN, "--queue", "q", "-o", "wide").stdout; !strings.Contains(wide, long) {
+		t.Errorf("-o wide clipped the message ID:\n%s", wide)
+	}
+	if js := opsMust(t, "inspect", "--dsn", db.DSN, "--queue", "q", "-o", "json").stdout; !strings.Contains(js, long) {
+		t.Errorf("-o json clipped the message ID:\n%s", js)
+	}
+}

@@ -2,12 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/reconcile"
 )
 
@@ -80,5 +87,62 @@ func TestPassSummarySaysTheShare(t *testing.T) {
 		if got != c.want || (!c.want && strings.Contains(buf.String(), "share=")) {
 			t.Fatalf("pass summary = %s; want share shown: %v", buf.String(), c.want)
 		}
+	}
+}
+
+// Issue 47's planted slips: a DSN read from --dsn-file was not added to
+// the log scrubber, and a password rotated into the file was never added.
+// The first shows through mend run's refusal, which names the database
+// (here spelled as the password); the second by connecting after a
+// rotation (the pool re-reads the file before it dials, refused or not).
+func TestDSNFileSecretsAreScrubbed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "dsn")
+	write := func(dsn string) {
+		t.Helper()
+		if err := os.WriteFile(file+".new", []byte(dsn+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".new", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const first, rotated = "FirstSecret47", "RotatedSecret47"
+	// A port nothing listens on: every connect is refused after its dial.
+	write("u47:" + first + "@tcp(127.0.0.1:1)/" + first)
+
+	var out, errOut bytes.Buffer
+	Main(context.Background(), []string{"run", "--once", "--dsn-file", file, "--host-dsn", "same"}, &out, &errOut, func(string) string { return "" })
+	if all := out.String() + errOut.String(); strings.Contains(all, first) || !strings.Contains(all, redacted) {
+		t.Errorf("mend run --dsn-file printed the file's password (or scrubbed nothing):\n%s", all)
+	}
+
+	a := a0()
+	f := a.newCommand("x", "", "", withDSN|withLog)
+	f.addDBSecurityFlags()
+	if err := f.Parse([]string{"--dsn-file", file}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.applyEnv(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.applyDBSecurity(); err != nil {
+		t.Fatal(err)
+	}
+	write("u47:" + rotated + "@tcp(127.0.0.1:1)/" + first)
+	cfg, err := mysqlx.Config(f.str("dsn"), mysqlx.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := sql.OpenDB(conn)
+	defer pool.Close()
+	_ = pool.PingContext(context.Background()) // refused; the file was re-read first
+	if got := a.scrub.clean("password " + rotated); strings.Contains(got, rotated) {
+		t.Errorf("after a rotation the scrubber leaves the new password: %q", got)
 	}
 }

@@ -110,7 +110,7 @@ func newMetrics() *metrics {
 		replicas: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mend_reconcile_working_replicas",
 			Help: "Working replicas (this one included) that replica's last pass with queues to share divided --cluster-concurrency among."}),
 		repairLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mend_repair_latency_seconds",
-			Help:    "Repair latency: from a dead letter's failed_at to its record finished (wake-up durable, or done with nothing to wake), observed by the planner that finished it.",
+			Help:    "Repair latency, the SLO's definition (storage.SLOStart): from a dead letter's failed_at, or its record's latest retry by an operator, to the record finished by the planner (wake-up durable, or done with nothing to wake); records an operator resolved are not repairs. Observed by the planner that finished it, computed by the database as mend status computes it.",
 			Buckets: repairLatencyBuckets}),
 		dangling: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mend_host_dangling_membership_rows_total",
 			Help: "Host membership rows (queue_batch_state) seen naming a batch that does not exist, by queue. The host's own planner fails on such a row; mend skips it, but an operator should delete it."},
@@ -261,7 +261,7 @@ type sqlCollector struct {
 	log     *slog.Logger
 	onQueue func(queue string) // each queue the scrape saw (metrics.touchQueue)
 
-	up, records, due, oldestDue, oldestOpen, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
+	up, records, due, oldestDue, oldestOpen, failing, oldestFailing, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
 }
 
 func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) *sqlCollector {
@@ -275,14 +275,19 @@ func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) 
 		// grace or a backoff is open but not due, and must not page.
 		oldestDue:  prometheus.NewDesc("mend_oldest_due_seconds", "How long the queue's most overdue record has been due (its next attempt at or before now) without being repaired, by the database clock; 0 when nothing is due. Records waiting out a backoff or a merge's grace are not due.", []string{"queue"}, nil),
 		oldestOpen: prometheus.NewDesc("mend_oldest_open_seconds", "Age of the queue's oldest unfinished record (pending, waiting or settled; due or waiting out a backoff or a merge's grace), by the database clock; absent when the queue has none.", []string{"queue"}, nil),
-		leaseHeld:  prometheus.NewDesc("mend_lease_held", "1 if the queue's lease term is current by the database clock.", []string{"queue"}, nil),
-		leaseEpoch: prometheus.NewDesc("mend_lease_epoch", "The queue's latest lease epoch.", []string{"queue"}, nil),
-		leaseLeft:  prometheus.NewDesc("mend_lease_seconds_left", "Seconds until the queue's lease term expires by the database clock (negative: expired).", []string{"queue"}, nil),
+		// Issue 47: a record whose every attempt fails backs off, so it is
+		// not due and mend_oldest_due_seconds stays near 0; this is the age
+		// that pages on it (MendRepairsFailing), long before it is parked.
+		failing:       prometheus.NewDesc("mend_records_failing", "Records whose every attempt in their current step has failed so far (pending or settled, backing off), by queue.", []string{"queue"}, nil),
+		oldestFailing: prometheus.NewDesc("mend_oldest_failing_seconds", "How long the queue's longest-failing record has been in its step with every attempt failing (pending or settled, backing off; since its state_since, by the database clock); 0 when none is failing.", []string{"queue"}, nil),
+		leaseHeld:     prometheus.NewDesc("mend_lease_held", "1 if the queue's lease term is current by the database clock.", []string{"queue"}, nil),
+		leaseEpoch:    prometheus.NewDesc("mend_lease_epoch", "The queue's latest lease epoch.", []string{"queue"}, nil),
+		leaseLeft:     prometheus.NewDesc("mend_lease_seconds_left", "Seconds until the queue's lease term expires by the database clock (negative: expired).", []string{"queue"}, nil),
 	}
 }
 
 func (c *sqlCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.records, c.due, c.oldestDue, c.oldestOpen, c.leaseHeld, c.leaseEpoch, c.leaseLeft} {
+	for _, d := range []*prometheus.Desc{c.up, c.records, c.due, c.oldestDue, c.oldestOpen, c.failing, c.oldestFailing, c.leaseHeld, c.leaseEpoch, c.leaseLeft} {
 		ch <- d
 	}
 }
@@ -314,6 +319,8 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(q.Due), q.Queue)
 		ch <- prometheus.MustNewConstMetric(c.oldestDue, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Queue)
+		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(q.Failing), q.Queue)
+		ch <- prometheus.MustNewConstMetric(c.oldestFailing, prometheus.GaugeValue, q.OldestFailing.Seconds(), q.Queue)
 		if age, ok := oldest[q.Queue]; ok {
 			ch <- prometheus.MustNewConstMetric(c.oldestOpen, prometheus.GaugeValue, age.Seconds(), q.Queue)
 		}

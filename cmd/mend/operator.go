@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/user"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -155,12 +158,28 @@ func noTarget(r mend.Record) string {
 	return ""
 }
 
+// defaultActor is who an operator's command records as the actor when
+// --actor is not given: "operator/" and the OS user running it (issue 47:
+// every CLI action read "operator", whoever ran it), or "operator" when
+// the OS does not say. Audit, not authentication: --actor overrides it.
+func defaultActor() string {
+	name := ""
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	name = cmp.Or(name, os.Getenv("USER"), os.Getenv("USERNAME"))
+	if name == "" || len("operator/"+name) > 255 {
+		return "operator"
+	}
+	return "operator/" + name
+}
+
 func newRetryCmd(a *app) *cobra.Command {
 	f := a.newCommand("retry", "put parked records back to pending (one by --record, or a selection)", "Put parked records back to pending, due now; the next reconciler pass repairs them.\n"+
 		"A record whose dead letter names nothing to repair is refused: record a corrected copy, then mend resolve it.", withDSN|withLog|withJSON)
 	f.addTimeout(opTimeout)
 	sel := addSelection(f, "retry")
-	actor := f.String("actor", "operator", "who retries, kept in the event log")
+	actor := f.String("actor", defaultActor(), "who retries, kept in the event log; operator/<OS user> unless given")
 	reason := f.String("reason", "", "a note kept in the event log, e.g. what was fixed")
 	return f.run(func(ctx context.Context, _ []string) error {
 		dsn, err := f.needDSN()
@@ -203,7 +222,7 @@ func newResolveCmd(a *app) *cobra.Command {
 		"event saying who and why and becomes done, so it leaves the parked count and is pruned after --retention.", withDSN|withLog|withJSON)
 	f.addTimeout(opTimeout)
 	sel := addSelection(f, "resolve")
-	actor := f.String("actor", "operator", "who resolves, kept in the event log")
+	actor := f.String("actor", defaultActor(), "who resolves, kept in the event log; operator/<OS user> unless given")
 	reason := f.String("reason", "", "why the record is closed by hand (required to close; a listing needs none), kept in the event log")
 	force := f.Bool("force", false, "with a selection and --yes: resolve open records (pending, waiting, settled) too, although their repair is then never done")
 	f.cmdLineOnly("force")
@@ -457,7 +476,7 @@ func (a *app) printLeases(asJSON bool, o listOpts, leases []storage.LeaseStatus)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s", l.Term.Queue, status, l.Term.Holder, l.Term.Epoch, left)
 		if o.wide {
 			fmt.Fprintf(tw, "\t%s\t%s\t%s\t%d", l.AcquiredAt.UTC().Format("2006-01-02 15:04:05.000"), l.RenewedAt.UTC().Format("2006-01-02 15:04:05.000"),
-				l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000"), l.Transitions)
+				leaseExpiresCell(l), l.Transitions)
 		}
 		kind := "queue"
 		if l.Internal() {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -694,4 +695,20 @@ func TestDemoStopsCleanlyWhenItsOutputCloses(t *testing.T) {
 func a0() *app {
 	return &app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, scrub: &scrubber{},
 		getenv: func(string) string { return "" }, flagsOf: map[*cobra.Command]*flags{}}
+}
+
+// Issue 47: built with -buildvcs=false (as GOFLAGS here says) the Go tool
+// records no revision, and mend version printed "revision unknown"; make
+// build and scripts/image.sh set it with -ldflags -X main.revision.
+func TestVersionRevisionFromLdflags(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "mend")
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags", "-X main.version=v9.9.9 -X main.revision=feedface", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "mend v9.9.9, revision feedface,") {
+		t.Fatalf("mend version = %q, %v; want v9.9.9 and revision feedface", out, err)
+	}
 }

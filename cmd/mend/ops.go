@@ -125,12 +125,12 @@ func newMigrateCmd(a *app) *cobra.Command {
 				target = min(versionAfter(list, cur, num), latest)
 			}
 		case "down":
-			if !*yes {
-				return usagef("'migrate down' drops mend's tables and their data; add --yes to confirm")
-			}
 			target = 0
 			if num >= 0 {
 				target = versionBefore(list, cur, num)
+			}
+			if !*yes {
+				return usagef("'migrate down' %s; add --yes to confirm", revertSays(list, cur, target))
 			}
 		case "goto":
 			if uint(num) > latest {
@@ -141,7 +141,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 			}
 			target = uint(num)
 			if target < cur && !*yes {
-				return usagef("'migrate goto %d' reverts migrations above it, dropping mend's tables and data; add --yes to confirm", num)
+				return usagef("'migrate goto %d' %s; add --yes to confirm", num, revertSays(list, cur, target))
 			}
 		case "force":
 			if uint(num) > latest {
@@ -195,6 +195,20 @@ func newMigrateCmd(a *app) *cobra.Command {
 		}
 		return nil
 	})
+}
+
+// revertSays is what reverting from cur to target does, for the refusal
+// without --yes: the same verdict (revertDropsTables) that the run with
+// --yes reports (issue 47: without --yes, every revert "dropped mend's
+// tables", and the same revert with --yes "dropped no table").
+func revertSays(list []migrations.Migration, cur, target uint) string {
+	switch {
+	case target >= cur:
+		return fmt.Sprintf("reverts nothing (the schema is at %d)", cur)
+	case revertDropsTables(list, cur, target):
+		return fmt.Sprintf("reverts to %d, dropping mend's tables and their data (records, events, leases)", target)
+	}
+	return fmt.Sprintf("reverts to %d, which drops no table: records, events and leases stay", target)
 }
 
 // refuseIfAtRisk says what reverting from cur to target would lose, and
@@ -364,8 +378,11 @@ type queueStatusJSON struct {
 	Queue             string           `json:"queue"`
 	Counts            map[string]int64 `json:"counts"`
 	Due               int64            `json:"due"`
-	OldestDueSeconds  float64          `json:"oldest_due_seconds"`  // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
-	OldestOpenSeconds float64          `json:"oldest_open_seconds"` // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
+	OldestDueSeconds  float64          `json:"oldest_due_seconds"`           // as mend_oldest_due_seconds: the most overdue record's lateness (pages)
+	OldestOpenSeconds float64          `json:"oldest_open_seconds"`          // as mend_oldest_open_seconds: the oldest unfinished record's age, intended waits included
+	Failing           int64            `json:"failing"`                      // as mend_records_failing: records whose every attempt in their step failed, backing off
+	OldestFailingSecs float64          `json:"oldest_failing_seconds"`       // as mend_oldest_failing_seconds (MendRepairsFailing pages on it)
+	FailingLastError  string           `json:"failing_last_error,omitempty"` // the longest-failing record's last error (a denied statement names its GRANT)
 	Lease             *leaseJSON       `json:"lease"`
 	StuckWakes        *stuckWakesJSON  `json:"stuck_wakes,omitempty"` // the queue's stuck-queue records (stuck.go)
 }
@@ -397,6 +414,10 @@ func newStatusCmd(a *app) *cobra.Command {
 			for i := range st {
 				st[i].OldestOpen = oldest[st[i].Queue]
 			}
+			failing, err := statusFailing(ctx, store, st)
+			if err != nil {
+				return err
+			}
 			if f.given("queue") {
 				st = slices.DeleteFunc(st, func(q storage.QueueStatus) bool { return q.Queue != *queue })
 			}
@@ -412,6 +433,9 @@ func newStatusCmd(a *app) *cobra.Command {
 			}
 			if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
 				return err
+			}
+			if !f.noHeaders {
+				printFailing(a.stdout, failing, st)
 			}
 			// The latency summary is across queues and for people: a
 			// filtered or headerless table (scripts) is the table alone.
@@ -429,7 +453,7 @@ func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
 	out := make([]queueStatusJSON, 0, len(st))
 	for _, q := range st {
 		j := queueStatusJSON{Queue: q.Queue, Counts: map[string]int64{}, Due: q.Due, OldestDueSeconds: q.OldestDue.Seconds(),
-			OldestOpenSeconds: q.OldestOpen.Seconds()}
+			OldestOpenSeconds: q.OldestOpen.Seconds(), Failing: q.Failing, OldestFailingSecs: q.OldestFailing.Seconds(), FailingLastError: q.FailingLastError}
 		for s, n := range q.Counts {
 			j.Counts[string(s)] = n
 		}
@@ -456,6 +480,60 @@ func leaseWord(l storage.LeaseStatus) string {
 	return cmp.Or(l.Ended, storage.LeaseEndedExpired)
 }
 
+// failingShown is how many failing records mend status lists.
+const failingShown = 5
+
+// statusFailing reads the longest-failing records when a queue of st has
+// any (one more statement only then) and fills each queue's
+// FailingLastError from its longest-failing record among them.
+func statusFailing(ctx context.Context, store *storage.DB, st []storage.QueueStatus) ([]storage.FailingRecord, error) {
+	if !slices.ContainsFunc(st, func(q storage.QueueStatus) bool { return q.Failing > 0 }) {
+		return nil, nil
+	}
+	failing, err := store.StatusFailing(ctx, failingShown)
+	if err != nil {
+		return nil, err
+	}
+	for i := range st {
+		if j := slices.IndexFunc(failing, func(r storage.FailingRecord) bool { return r.Queue == st[i].Queue }); j >= 0 {
+			st[i].FailingLastError = failing[j].LastError
+		}
+	}
+	return failing, nil
+}
+
+// printFailing lists the failing records of the queues shown, longest
+// first, with their last error: what MendRepairsFailing pages on, and
+// for a denied statement the GRANT that fixes it.
+func printFailing(w io.Writer, failing []storage.FailingRecord, st []storage.QueueStatus) {
+	shown := map[string]bool{}
+	for _, q := range st {
+		shown[q.Queue] = true
+	}
+	first := true
+	for _, r := range failing {
+		if !shown[r.Queue] {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nfailing repairs (every attempt of the step failed so far; backing off, not due):")
+			first = false
+		}
+		fmt.Fprintf(w, "  %s  record %s  for %s, %d attempts: %s\n", clipLine(r.Queue, listIdentityWidth), r.ID, fmtAge(r.For), r.Attempts, clipLine(r.LastError, 400))
+	}
+}
+
+// leaseExpiresCell is the EXPIRES column of a lease row: when a live or
+// expired term runs or ran out; a released term did not expire ("-": the
+// lease's status says who released it; issue 47: it showed its release
+// instant as an expiry).
+func leaseExpiresCell(l storage.LeaseStatus) string {
+	if !l.Live() && (l.Ended == storage.LeaseEndedHolder || l.Ended == storage.LeaseEndedOperator) {
+		return "-"
+	}
+	return l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000")
+}
+
 // printStatus prints status as a table for people.
 // With -o wide it adds the lease's holder, epoch and expiry as columns.
 func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
@@ -470,6 +548,9 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 	if o.wide {
 		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
 	}
+	// FAILING is last, so scripts reading the columns before it are
+	// unchanged.
+	cols += "\tFAILING"
 	o.header(tw, cols)
 	for _, q := range st {
 		lease := "never held"
@@ -486,16 +567,22 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 		if q.Due > 0 {
 			oldestDue = fmtAge(q.OldestDue)
 		}
+		// FAILING: records whose every attempt in their step failed (they
+		// back off, so they are not due), and for how long the oldest has.
+		failing := "-"
+		if q.Failing > 0 {
+			failing = fmt.Sprintf("%d for %s", q.Failing, fmtAge(q.OldestFailing))
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", q.Queue, c[mend.StatePending], c[mend.StateWaiting],
 			c[mend.StateSettled], c[mend.StateParked], c[mend.StateDone], q.Due, oldestDue, fmtAge(q.OldestOpen), lease)
 		if o.wide {
 			holder, epoch, expires := "-", "-", "-"
 			if l := q.Lease; l != nil && l.Term.Epoch > 0 {
-				holder, epoch, expires = l.Term.Holder, fmt.Sprint(l.Term.Epoch), l.ExpiresAt.UTC().Format("2006-01-02 15:04:05.000")
+				holder, epoch, expires = l.Term.Holder, fmt.Sprint(l.Term.Epoch), leaseExpiresCell(*l)
 			}
 			fmt.Fprintf(tw, "\t%s\t%s\t%s", holder, epoch, expires)
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "\t%s\n", failing)
 	}
 	return tw.Flush()
 }
@@ -713,11 +800,18 @@ func (a *app) printRecordList(ctx context.Context, store *storage.DB, asJSON boo
 				r.Source.Partition, r.Source.MessageID, r.Target.BatchID, r.Version, r.CreatedAt.UTC().Format("2006-01-02 15:04:05.000"), next, oneLine(r.LastError))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Source.Queue, r.State, failures[r.ID], r.Source.Topic, r.Source.MessageID,
-			r.Target.BatchID, r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
+		// Identities are clipped as the console clips them (issue 47: a
+		// 250-byte message ID ran the rows hundreds of columns wide);
+		// -o wide and -o json show them whole.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, clipLine(r.Source.Queue, listIdentityWidth), r.State, failures[r.ID], r.Source.Topic,
+			clipLine(r.Source.MessageID, listIdentityWidth), clipLine(r.Target.BatchID, listIdentityWidth), r.CreatedAt.UTC().Format("2006-01-02 15:04:05"), clipLine(r.LastError, 80))
 	}
 	return tw.Flush()
 }
+
+// listIdentityWidth is how many bytes of a queue, message ID or batch ID a
+// record listing's row shows (a clipped one ends in "…").
+const listIdentityWidth = 48
 
 // printRecord prints a record for people; failures is its failed attempts
 // over its whole life (see printRecordList).
@@ -753,8 +847,18 @@ func withFailures(j recordJSON, n int) recordJSON {
 func countFailures(evs []mend.Event) int {
 	n := 0
 	for _, e := range evs {
-		if e.Kind == mend.EventAttemptFailed || e.Kind == mend.EventWakeFailed {
+		switch e.Kind {
+		case mend.EventAttemptFailed, mend.EventWakeFailed:
 			n++
+		case mend.EventParked:
+			// The failed attempt that parked a record is its parked event,
+			// with the attempt's number (as RecordFailures counts it).
+			var d struct {
+				Attempt *int `json:"attempt"`
+			}
+			if json.Unmarshal(e.Data, &d) == nil && d.Attempt != nil {
+				n++
+			}
 		}
 	}
 	return n
@@ -799,7 +903,7 @@ func newRecordCmd(a *app) *cobra.Command {
 	payload := f.String("payload", "", "the payload inline; - reads stdin (this or --payload-file is required)")
 	failures := f.Int("failure-count", 0, "how often the message failed")
 	lastErr := f.String("last-error", "", "the message's last error")
-	actor := f.String("actor", "operator", "who records it, kept in the event log")
+	actor := f.String("actor", defaultActor(), "who records it, kept in the event log; operator/<OS user> unless given")
 	f.completeValues("topic", dlqTopics()...)
 	f.setDefault("log-level", "warn") // the command prints what it did; the intake's info line would repeat it
 	return f.run(func(ctx context.Context, args []string) error {

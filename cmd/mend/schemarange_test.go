@@ -169,3 +169,28 @@ func TestJudgeBoundaries(t *testing.T) {
 		t.Errorf("Judge on a dirty newer schema without mend's tables = %+v; want a refusal naming them", got)
 	}
 }
+
+// Issue 47's planted slip: the "reverting drops tables" check skipped the
+// migration at cur (the newest one, on a one-step down), so reverting a
+// step that drops a table was reported as dropping none and not refused.
+func TestRevertDropsTablesCountsTheCurrentStep(t *testing.T) {
+	t.Parallel()
+	list := []migrations.Migration{
+		{Version: 1, Name: "create_a", Down: "DROP TABLE a"},
+		{Version: 2, Name: "add_b", Down: "ALTER TABLE a DROP COLUMN b"},
+		{Version: 3, Name: "create_c", Down: "DROP TABLE c"},
+	}
+	for _, tt := range []struct {
+		cur, target uint
+		want        bool
+	}{
+		{3, 2, true},  // the newest step alone drops c
+		{2, 1, false}, // an expand step
+		{2, 0, true},  // through 1
+		{3, 3, false}, // nothing reverted
+	} {
+		if got := revertDropsTables(list, tt.cur, tt.target); got != tt.want {
+			t.Errorf("revertDropsTables(%d to %d) = %v; want %v", tt.cur, tt.target, got, tt.want)
+		}
+	}
+}

@@ -14,6 +14,13 @@ import (
 // tool recorded, or "devel".
 var version = ""
 
+// revision is the VCS revision, set at build time with
+// -ldflags "-X main.revision=<commit>" (make build and scripts/image.sh do,
+// for builds with -buildvcs=false or outside a checkout, where the Go tool
+// records none); otherwise the vcs.revision the Go tool recorded, or
+// "unknown".
+var revision = ""
+
 // buildInfo is what `mend version` prints and mend_build_info labels.
 type buildInfo struct {
 	Version   string `json:"version"`
@@ -36,11 +43,16 @@ func readBuildInfo() buildInfo {
 		for _, s := range info.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				bi.Revision = s.Value
+				if revision == "" {
+					bi.Revision = s.Value
+				}
 			case "vcs.modified":
 				bi.Modified = s.Value == "true"
 			}
 		}
+	}
+	if revision != "" {
+		bi.Revision = revision
 	}
 	if bi.Version == "" {
 		bi.Version = "devel"

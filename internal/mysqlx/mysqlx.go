@@ -18,6 +18,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -38,7 +40,52 @@ const (
 	ErrBadString       = 1366
 	ErrDataTooLong     = 1406
 	ErrSignal          = 1644 // SIGNAL SQLSTATE '45000', e.g. from a trigger
+
+	ErrTableAccessDenied  = 1142 // "UPDATE command denied to user 'u'@'h' for table ..."
+	ErrColumnAccessDenied = 1143 // "... for column 'c' in table 't'"
+	ErrDBAccessDenied     = 1044 // "Access denied for user 'u'@'h' to database 'd'"
 )
+
+// deniedMessage parses the server's text of 1142 and 1143: MySQL names the
+// table 't' (8.0) or 'd.t' or `d`.`t`, MariaDB `d`.`t`.
+var (
+	deniedMessage   = regexp.MustCompile(`^(\w+) command denied to user '([^']*)'@'[^']*' for (?:column '([^']*)' in )?table (.+)$`)
+	deniedDBMessage = regexp.MustCompile("^Access denied for user '([^']*)'@'[^']*' to database '([^']*)'")
+	quotedName      = regexp.MustCompile("^[`']([^`']*)[`']\\.[`']([^`']*)[`']$|^'([^'.]*)\\.([^']*)'$|^[`']([^`']*)[`']$")
+)
+
+// Denied turns the server's refusal of a statement for a missing privilege
+// (1142, 1143, 1044) into a *mend.DeniedError naming the GRANT that fixes
+// it; any other error is returned as it is.
+func Denied(err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return err
+	}
+	d := &mend.DeniedError{Err: err}
+	switch me.Number {
+	case ErrTableAccessDenied, ErrColumnAccessDenied:
+		m := deniedMessage.FindStringSubmatch(me.Message)
+		if m == nil {
+			return fmt.Errorf("%w: %w", mend.ErrDenied, err)
+		}
+		d.Privilege, d.User, d.Column = strings.ToUpper(m[1]), m[2], m[3]
+		if n := quotedName.FindStringSubmatch(m[4]); n != nil {
+			d.Database, d.Table = n[1]+n[3], n[2]+n[4]+n[5]
+		} else {
+			d.Table = strings.Trim(m[4], "'`")
+		}
+	case ErrDBAccessDenied:
+		m := deniedDBMessage.FindStringSubmatch(me.Message)
+		if m == nil {
+			return fmt.Errorf("%w: %w", mend.ErrDenied, err)
+		}
+		d.User, d.Database = m[1], m[2]
+	default:
+		return err
+	}
+	return d
+}
 
 // IsolationVariables are the names the session's isolation level goes by:
 // MySQL 8 knows only transaction_isolation, MariaDB 10.6-10.11 only
@@ -78,6 +125,8 @@ func Translate(err error) error {
 		return fmt.Errorf("%w: lock wait timeout, transaction rolled back: %w", mend.ErrBusy, err)
 	case ErrDataTooLong, ErrBadString:
 		return fmt.Errorf("%w: the server refused a value: %w", mend.ErrInvalid, err)
+	case ErrTableAccessDenied, ErrColumnAccessDenied, ErrDBAccessDenied:
+		return Denied(err)
 	default:
 		return err
 	}

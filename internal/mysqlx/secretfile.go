@@ -32,6 +32,8 @@ type dsnFile struct {
 	raw        string // the file's last content that parsed
 	user, pass string
 	reads      int // how often the file was read on a connect (tests)
+
+	onRead []func(dsn string) // ReadDSNFile's callers: told each new content (a rotated password)
 }
 
 // dsnFiles maps a pool's identity (credKey) to its file. Config consults it.
@@ -49,8 +51,10 @@ func credKey(cfg *mysql.Config) string {
 // user, address and database then re-reads the file before each new
 // connection and connects with the user and password it holds then. The
 // DSN never appears in an error (it holds a password). field names the DSN
-// in errors.
-func ReadDSNFile(path, field string) (string, error) {
+// in errors. Each onRead is called with the DSN read now and with every
+// new content a later re-read finds, before it is used (the binary adds
+// each to its log scrubber, so a rotated password is never printed).
+func ReadDSNFile(path, field string, onRead ...func(dsn string)) (string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return "", &mend.ValidationError{Field: field + "-file", Reason: fmt.Sprintf("cannot be read: %v", err)}
@@ -60,7 +64,10 @@ func ReadDSNFile(path, field string) (string, error) {
 	if err != nil || dsn == "" {
 		return "", &mend.ValidationError{Field: field + "-file", Reason: fmt.Sprintf("%s does not hold a DSN; expected user:password@tcp(host:port)/database", path)}
 	}
-	dsnFiles.Store(credKey(cfg), &dsnFile{path: path, raw: dsn, user: cfg.User, pass: cfg.Passwd})
+	for _, f := range onRead {
+		f(dsn)
+	}
+	dsnFiles.Store(credKey(cfg), &dsnFile{path: path, raw: dsn, user: cfg.User, pass: cfg.Passwd, onRead: onRead})
 	return dsn, nil
 }
 
@@ -91,6 +98,9 @@ func (f *dsnFile) credentials() (user, pass string) {
 		dsn := strings.TrimSpace(string(raw))
 		if dsn != f.raw {
 			if cfg, err := mysql.ParseDSN(dsn); err == nil {
+				for _, on := range f.onRead {
+					on(dsn)
+				}
 				f.raw, f.user, f.pass = dsn, cfg.User, cfg.Passwd
 			}
 		}
