@@ -41,6 +41,12 @@ func (f *flags) addDBSecurityFlags() {
 		}
 		has = true
 		f.String(name+"-file", "", "read --"+name+" from this file (a mounted secret); re-read before every new connection, so a rotated\nuser or password is used without a restart (the address, database and parameters are read once)")
+		if !hasEnvTwin(f.Lookup(name)) {
+			// A flag kept off the environment (demo's --dsn: it drops
+			// databases) keeps its file off it too: an exported
+			// MEND_DSN_FILE must not send it to production either.
+			f.cmdLineOnly(name + "-file")
+		}
 		for _, s := range tlsFlagSuffixes {
 			f.String(name+s.suffix, "", s.help+" for --"+name)
 		}
@@ -73,6 +79,10 @@ func (f *flags) applyDBSecurity() error {
 			if err := fl.Value.Set(dsn); err != nil {
 				return err
 			}
+			if f.fromFile == nil {
+				f.fromFile = map[string]bool{}
+			}
+			f.fromFile[name] = true // given(name) from here on, as --name would be
 		}
 		t := mysqlx.TLSFiles{
 			CAFile: f.str(name + "-tls-ca"), CertFile: f.str(name + "-tls-cert"), KeyFile: f.str(name + "-tls-key"),
