@@ -52,7 +52,7 @@ func (f *flags) addDBSecurityFlags() {
 		}
 	}
 	if has {
-		f.Bool("require-tls", false, "refuse to start when a database connection would not be encrypted (no tls= in its DSN, tls=preferred,\nno TLS option): every DSN needs tls=true, tls=skip-verify, or a --*-tls-ca")
+		f.Bool("require-tls", false, "refuse to start when a database connection would not be encrypted and verified (no tls= in its DSN,\ntls=preferred, tls=skip-verify, no TLS option): every DSN needs tls=true or a --*-tls-ca")
 	}
 }
 
@@ -108,8 +108,17 @@ func (f *flags) applyDBSecurity() error {
 		if dsn == "" || dsn == hostDSNSame {
 			continue
 		}
-		if cfg, err := mysql.ParseDSN(dsn); err == nil && plainDeniedHint(cfg) != "" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			continue // the command reports an unparsable DSN itself
+		}
+		if plainDeniedHint(cfg) != "" {
 			f.a.plainDB = true
+		}
+		// With TLS configured, nothing may fall back to plain text,
+		// --require-tls or not (issue 45).
+		if err := mysqlx.RefuseDowngrade(cfg, name); err != nil {
+			return usagef("--%s %s", name, strings.TrimPrefix(err.Error(), "mend: TLS for "+name+": "))
 		}
 	}
 	if fl := f.Lookup("require-tls"); fl != nil && fl.Value.String() == "true" {

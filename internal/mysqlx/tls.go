@@ -114,6 +114,9 @@ func RegisterTLS(dsn, field string, t TLSFiles) (string, error) {
 	default:
 		return "", &TLSError{Field: field, Reason: fmt.Sprintf("the DSN says tls=%s, which the TLS options contradict; remove tls= from the DSN (the options imply a verified connection)", cfg.TLSConfig)}
 	}
+	if cfg.AllowFallbackToPlaintext {
+		return "", &TLSError{Field: field, Reason: fallbackReason}
+	}
 	sum := sha256.Sum256([]byte(strings.Join([]string{field, t.CAFile, t.CertFile, t.KeyFile, t.ServerName, t.MinVersion}, "\x00")))
 	name := "mend-" + field + "-" + hex.EncodeToString(sum[:6])
 	if err := mysql.RegisterTLSConfig(name, c); err != nil {
@@ -124,9 +127,10 @@ func RegisterTLS(dsn, field string, t TLSFiles) (string, error) {
 }
 
 // RequireTLS reports, without connecting, whether every connection made
-// through cfg is encrypted: TLS is configured (tls=true, skip-verify, a
-// registered name) and the driver may not fall back to plain text
-// (tls=preferred may). A Unix socket counts as secure, as the server's own
+// through cfg is encrypted and verified: TLS is configured (tls=true or a
+// registered name), the server's certificate is checked (not
+// tls=skip-verify) and the driver may not fall back to plain text
+// (tls=preferred or allowFallbackToPlaintext may). A Unix socket counts as secure, as the server's own
 // require_secure_transport counts it. field names the DSN in the error.
 func RequireTLS(cfg *mysql.Config, field string) error {
 	switch {
@@ -134,8 +138,30 @@ func RequireTLS(cfg *mysql.Config, field string) error {
 		return nil
 	case cfg.TLS == nil:
 		return &TLSError{Field: field, Reason: "connects without TLS; add tls=true to the DSN (system roots) or give its CA file"}
-	case cfg.AllowFallbackToPlaintext:
+	case cfg.AllowFallbackToPlaintext && cfg.TLSConfig == "preferred":
 		return &TLSError{Field: field, Reason: fmt.Sprintf("says tls=%s, which falls back to plain text; use tls=true or give its CA file", cfg.TLSConfig)}
+	case cfg.AllowFallbackToPlaintext:
+		return &TLSError{Field: field, Reason: fallbackReason}
+	case cfg.TLS.InsecureSkipVerify:
+		// Encrypted, but anyone on the path can present a certificate of
+		// their own: not what --require-tls promises.
+		return &TLSError{Field: field, Reason: fmt.Sprintf("says tls=%s, which does not verify the server's certificate; use tls=true or give its CA file", cfg.TLSConfig)}
+	}
+	return nil
+}
+
+// fallbackReason is why allowFallbackToPlaintext is refused with TLS.
+const fallbackReason = "has allowFallbackToPlaintext=true, which connects in plain text to a server (or anyone on the path) that offers no TLS; remove it from the DSN"
+
+// RefuseDowngrade reports a DSN whose TLS can be downgraded: TLS is
+// configured (tls=true, skip-verify, a registered name) and
+// allowFallbackToPlaintext=true lets a server that offers no TLS, which
+// is what a man in the middle presents, get the connection in plain text.
+// tls=preferred, which says so itself, is left to RequireTLS and doctor's
+// warning. field names the DSN in the error.
+func RefuseDowngrade(cfg *mysql.Config, field string) error {
+	if cfg.Net != "unix" && cfg.TLS != nil && cfg.AllowFallbackToPlaintext && cfg.TLSConfig != "preferred" {
+		return &TLSError{Field: field, Reason: fallbackReason}
 	}
 	return nil
 }

@@ -41,6 +41,8 @@ func TestTLSFilesRefusedBeforeConnecting(t *testing.T) {
 		{"min version", dsn, mysqlx.TLSFiles{CAFile: p.CA, MinVersion: "1.0"}, "1.2 or 1.3"},
 		{"contradicts tls=skip-verify", dsn + "?tls=skip-verify", mysqlx.TLSFiles{CAFile: p.CA}, "tls=skip-verify"},
 		{"contradicts tls=preferred", dsn + "?tls=preferred", mysqlx.TLSFiles{CAFile: p.CA}, "tls=preferred"},
+		{"falls back to plain text", dsn + "?allowFallbackToPlaintext=true", mysqlx.TLSFiles{CAFile: p.CA}, "allowFallbackToPlaintext"},
+		{"tls=true falls back to plain text", dsn + "?tls=true&allowFallbackToPlaintext=true", mysqlx.TLSFiles{CAFile: p.CA}, "allowFallbackToPlaintext"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := mysqlx.RegisterTLS(tt.dsn, "dsn", tt.t)
@@ -81,13 +83,14 @@ func TestRequireTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	for dsn, ok := range map[string]bool{
-		"u@tcp(h:1)/db":                 false,
-		"u@tcp(h:1)/db?tls=false":       false,
-		"u@tcp(h:1)/db?tls=preferred":   false,
-		"u@tcp(h:1)/db?tls=true":        true,
-		"u@tcp(h:1)/db?tls=skip-verify": true, // encrypted; doctor warns that it is not verified
-		"u@unix(/run/mysqld.sock)/db":   true,
-		registered:                      true,
+		"u@tcp(h:1)/db":                                        false,
+		"u@tcp(h:1)/db?tls=false":                              false,
+		"u@tcp(h:1)/db?tls=preferred":                          false,
+		"u@tcp(h:1)/db?tls=true":                               true,
+		"u@tcp(h:1)/db?tls=skip-verify":                        false, // encrypted but not verified
+		"u@tcp(h:1)/db?tls=true&allowFallbackToPlaintext=true": false,
+		"u@unix(/run/mysqld.sock)/db":                          true,
+		registered:                                             true,
 	} {
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
@@ -95,6 +98,30 @@ func TestRequireTLS(t *testing.T) {
 		}
 		if err := mysqlx.RequireTLS(cfg, "dsn"); (err == nil) != ok {
 			t.Errorf("RequireTLS(%s) = %v; want ok=%v", dsn, err, ok)
+		}
+	}
+}
+
+// A DSN with TLS configured and allowFallbackToPlaintext=true is refused:
+// against a server that offers no TLS (what a man in the middle presents)
+// the driver would connect in plain text.
+func TestRefuseDowngrade(t *testing.T) {
+	t.Parallel()
+	for dsn, refused := range map[string]bool{
+		"u@tcp(h:1)/db?tls=true&allowFallbackToPlaintext=true":               true,
+		"u@tcp(h:1)/db?tls=skip-verify&allowFallbackToPlaintext=true":        true,
+		"u@tcp(h:1)/db?tls=true":                                             false,
+		"u@tcp(h:1)/db?allowFallbackToPlaintext=true":                        false, // no TLS at all: RequireTLS's and doctor's
+		"u@tcp(h:1)/db?tls=preferred":                                        false, // says it falls back: RequireTLS's
+		"u@unix(/run/mysqld.sock)/db?tls=true&allowFallbackToPlaintext=true": false,
+	} {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = mysqlx.RefuseDowngrade(cfg, "dsn")
+		if (err != nil) != refused || (refused && !strings.Contains(err.Error(), "allowFallbackToPlaintext")) {
+			t.Errorf("RefuseDowngrade(%s) = %v; want refused=%v", dsn, err, refused)
 		}
 	}
 }
