@@ -36,6 +36,7 @@ type app struct {
 	flagsOf        map[*cobra.Command]*flags
 	ran            bool // a command's RunE started: errors before it are usage errors
 	plainDB        bool // some DSN connects without TLS (dbsecurity.go)
+	tlsNoCert      bool // some DSN connects with TLS and no client certificate (dbsecurity.go)
 }
 
 // Shared flags a command can ask newCommand for.

@@ -115,6 +115,9 @@ func (f *flags) applyDBSecurity() error {
 		if plainDeniedHint(cfg) != "" {
 			f.a.plainDB = true
 		}
+		if cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 {
+			f.a.tlsNoCert = true
+		}
 		// With TLS configured, nothing may fall back to plain text,
 		// --require-tls or not (issue 45).
 		if err := mysqlx.RefuseDowngrade(cfg, name); err != nil {
@@ -181,13 +184,44 @@ func plainDeniedHint(cfg *mysql.Config) string {
 }
 
 // explainTLS adds to a connection error what to change when the server
-// may have refused it for want of TLS.
+// may have refused it for want of TLS, or the TLS handshake failed (an
+// unknown CA, a name mismatch, an expired certificate, ...: the option or
+// file that fixes it).
 func (a *app) explainTLS(err error) error {
 	if e := mysqlx.ExplainTLS(err); e != err {
 		return e
 	}
+	if _, advice := mysqlx.TLSAdvice(err.Error(), ""); advice != "" {
+		return fmt.Errorf("%w (fix: %s)", err, advice)
+	}
 	if a.plainDB && mysqlErrNumber(err) == 1045 {
 		return fmt.Errorf("%w%s", err, plainDeniedHint(&mysql.Config{}))
 	}
+	if a.tlsNoCert && mysqlErrNumber(err) == 1045 {
+		return fmt.Errorf("%w%s", err, noCertHint("--dsn"))
+	}
 	return err
+}
+
+// noCertHint is what "access denied" may also mean on a TLS connection
+// without a client certificate: a user created REQUIRE X509 (SUBJECT,
+// ISSUER) is refused with the same error as a wrong password.
+func noCertHint(flag string) string {
+	hint := "; or the user requires a client certificate (REQUIRE X509, SUBJECT or ISSUER): give it with " + flag + "-tls-cert and " + flag + "-tls-key"
+	if flag == "--dsn" {
+		hint += " (--host-dsn-tls-…, --queue-dsn-tls-… for the host's databases)"
+	}
+	return hint
+}
+
+// connectFix is doctor's fix for a failed connection of the DSN flag
+// gives: for a TLS failure, the option or file that fixes it.
+func connectFix(err error, cfg *mysql.Config, flag string) string {
+	if _, advice := mysqlx.TLSAdvice(err.Error(), flag); advice != "" {
+		return advice
+	}
+	if mysqlErrNumber(err) == 1045 && cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetClientCertificate == nil {
+		return "check the user and password" + noCertHint(flag)
+	}
+	return "check the address, user, password and that the database exists"
 }
