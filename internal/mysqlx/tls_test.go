@@ -2,11 +2,13 @@ package mysqlx_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -177,5 +179,84 @@ func TestDSNFile(t *testing.T) {
 	}
 	if _, err := mysqlx.ReadDSNFile(filepath.Join(dir, "missing"), "dsn"); err == nil || !errors.Is(err, mend.ErrInvalid) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// copyFile writes src's content to dst, atomically (a rename, as the
+// kubelet and cert-manager swap files).
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The CA, certificate and key files are re-read before each new
+// connection of a running pool: a CA swapped for one that did not sign
+// the server's certificate fails the next connection (unknown authority),
+// swapped back it succeeds; a half-written key leaves the last good
+// certificate in use. No restart, the same *sql.DB.
+func TestTLSFilesReloaded(t *testing.T) {
+	t.Parallel()
+	srv := tlstest.Start(t, tlstest.NewPKI(t))
+	p := srv.PKI
+	srv.Admin(t,
+		"CREATE DATABASE reload",
+		"CREATE USER 'certuser'@'%' IDENTIFIED BY 'reload-pw' REQUIRE X509",
+		"GRANT ALL ON reload.* TO 'certuser'@'%'",
+	)
+	dir := t.TempDir()
+	ca, cert, key := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	copyFile(t, p.CA, ca)
+	copyFile(t, p.ClientCert, cert)
+	copyFile(t, p.ClientKey, key)
+	dsn, err := mysqlx.RegisterTLS(srv.DSN("certuser", "reload-pw", "reload"), "dsn",
+		mysqlx.TLSFiles{CAFile: ca, CertFile: cert, KeyFile: key, ServerName: tlstest.ServerName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysqlx.Config(dsn, mysqlx.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	db.SetMaxIdleConns(0) // every query a new connection, as after the server closed idle ones
+	ping := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return db.PingContext(ctx)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("with the right CA and certificate: %v", err)
+	}
+	copyFile(t, p.OtherCA, ca)
+	if err := ping(); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("after the CA file was swapped for another CA: %v; want unknown authority (the file re-read)", err)
+	}
+	copyFile(t, p.CA, ca)
+	if err := ping(); err != nil {
+		t.Fatalf("after the CA file was swapped back: %v", err)
+	}
+	if err := os.WriteFile(key, []byte("-----BEGIN PRIVATE KEY-----\nhalf"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("with a half-written key the last good certificate must stay in use: %v", err)
+	}
+	if n := mysqlx.TLSReloads(dsn); n != 2 {
+		t.Fatalf("TLS files loaded again %d times; want 2 (the other CA, the CA back)", n)
 	}
 }
