@@ -23,7 +23,7 @@ var dsnFlags = []string{"dsn", "host-dsn", "queue-dsn"}
 
 // tlsFlagSuffixes are each DSN flag's TLS companions, with their help.
 var tlsFlagSuffixes = []struct{ suffix, help string }{
-	{"-tls-ca", "PEM file of the CA that signed the server's certificate (implies a verified TLS connection)"},
+	{"-tls-ca", "PEM file of the CA that signed the server's certificate (implies a verified TLS connection; re-read when it changes)"},
 	{"-tls-cert", "PEM file of the client certificate, for a user created with REQUIRE X509 or REQUIRE SUBJECT"},
 	{"-tls-key", "PEM file of the client certificate's key"},
 	{"-tls-server-name", "name the server's certificate must carry (default: the DSN's host)"},
