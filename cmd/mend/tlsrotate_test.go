@@ -40,8 +40,9 @@ func readFile(t *testing.T, path string) []byte {
 // on a mounted Secret, and cuts every session so the pools must dial
 // again: first both CAs are trusted (the client's --dsn-tls-ca and the
 // server's ssl-ca hold both, the server and client certificates are the
-// new CA's), then the old CA is dropped everywhere. No pass fails, and
-// the last passes can only succeed if mend re-read its CA, certificate and
+// new CA's), then the old CA is dropped everywhere. No pass fails on TLS
+// (the cut itself may fail one in flight), and the last passes can only
+// succeed if mend re-read its CA, certificate and
 // key files (the server then trusts only the new CA, and presents only a
 // certificate the old CA did not sign).
 func TestTLSRotation(t *testing.T) {
@@ -134,15 +135,28 @@ func TestTLSRotation(t *testing.T) {
 		}
 	}
 	// settle drops the outcomes of passes begun before a step, then wants
-	// five good passes in a row, and no failed one.
+	// five good passes in a row. The cut may kill a session under a pass
+	// in flight ("invalid connection", as TestDSNFileRotation allows): at
+	// most two such failures, and none from TLS.
 	settle := func(step string) {
 		t.Helper()
 		for len(log.passes) > 0 {
 			<-log.passes
 		}
-		for good := 0; good < 5; good++ {
-			if !pass() {
-				t.Fatalf("%s: a pass failed:\n%s", step, log.String())
+		failed := 0
+		for good := 0; good < 5; {
+			if pass() {
+				good++
+				continue
+			}
+			good = 0
+			if failed++; failed > 2 {
+				t.Fatalf("%s: %d passes failed:\n%s", step, failed, log.String())
+			}
+		}
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, "pass failed") && (strings.Contains(line, "x509") || strings.Contains(line, "tls:")) {
+				t.Fatalf("%s: a pass failed on TLS: %s", step, line)
 			}
 		}
 	}
