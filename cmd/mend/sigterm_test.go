@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,12 +78,13 @@ func TestSIGTERMAfterKilledSessions(t *testing.T) {
 	_ = l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut bytes.Buffer
+	var out bytes.Buffer
+	errOut := &passLog{passes: make(chan bool, 1<<16)} // safe to read while run writes
 	done := make(chan int, 1)
 	go func() {
 		done <- Main(ctx, []string{"run", "--dsn-file", files["dsn"], "--host-dsn-file", files["host-dsn"], "--queue-dsn-file", files["queue-dsn"],
 			"--metrics-addr", addr, "--lease-ttl", "5s"},
-			&out, &errOut, func(string) string { return "" })
+			&out, errOut, func(string) string { return "" })
 	}()
 	ready := func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -90,7 +92,9 @@ func TestSIGTERMAfterKilledSessions(t *testing.T) {
 			return false
 		}
 		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		// Ready, and past start-up: the subscription is the last thing
+		// run opens before its passes.
+		return resp.StatusCode == http.StatusOK && strings.Contains(errOut.String(), "subscribing to the host's dead-letter topics")
 	}
 	if !until(60*time.Second, 100*time.Millisecond, ready) {
 		cancel()
