@@ -36,6 +36,7 @@ type app struct {
 	flagsOf        map[*cobra.Command]*flags
 	ran            bool // a command's RunE started: errors before it are usage errors
 	plainDB        bool // some DSN connects without TLS (dbsecurity.go)
+	tlsNoCert      bool // some DSN connects with TLS and no client certificate (dbsecurity.go)
 }
 
 // Shared flags a command can ask newCommand for.
@@ -333,6 +334,7 @@ type flags struct {
 	logLevel  string
 	json      bool
 	fromEnv   map[string]bool // flags set from their MEND_* twin
+	fromFile  map[string]bool // DSN flags set from their --X-file twin (dbsecurity.go)
 	list      bool            // has -o and --no-headers
 	output    string          // table, json or wide
 	noHeaders bool
@@ -365,10 +367,12 @@ func (o listOpts) header(w io.Writer, cols string) {
 	}
 }
 
-// given reports whether the flag was set on the command line or through
-// its environment twin.
+// given reports whether the flag was set on the command line, through its
+// environment twin, or (a DSN flag) through its --X-file twin or that
+// twin's environment twin: all four mean the same (issue 45: the
+// Deployment's MEND_QUEUE_DSN_FILE once left the subscription off).
 func (f *flags) given(name string) bool {
-	return f.Changed(name) || f.fromEnv[name]
+	return f.Changed(name) || f.fromEnv[name] || f.fromFile[name]
 }
 
 // setDefault changes a flag's default, as -h shows it too.

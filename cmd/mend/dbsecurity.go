@@ -23,7 +23,7 @@ var dsnFlags = []string{"dsn", "host-dsn", "queue-dsn"}
 
 // tlsFlagSuffixes are each DSN flag's TLS companions, with their help.
 var tlsFlagSuffixes = []struct{ suffix, help string }{
-	{"-tls-ca", "PEM file of the CA that signed the server's certificate (implies a verified TLS connection)"},
+	{"-tls-ca", "PEM file of the CA that signed the server's certificate (implies a verified TLS connection; re-read when it changes)"},
 	{"-tls-cert", "PEM file of the client certificate, for a user created with REQUIRE X509 or REQUIRE SUBJECT"},
 	{"-tls-key", "PEM file of the client certificate's key"},
 	{"-tls-server-name", "name the server's certificate must carry (default: the DSN's host)"},
@@ -41,12 +41,18 @@ func (f *flags) addDBSecurityFlags() {
 		}
 		has = true
 		f.String(name+"-file", "", "read --"+name+" from this file (a mounted secret); re-read before every new connection, so a rotated\nuser or password is used without a restart (the address, database and parameters are read once)")
+		if !hasEnvTwin(f.Lookup(name)) {
+			// A flag kept off the environment (demo's --dsn: it drops
+			// databases) keeps its file off it too: an exported
+			// MEND_DSN_FILE must not send it to production either.
+			f.cmdLineOnly(name + "-file")
+		}
 		for _, s := range tlsFlagSuffixes {
 			f.String(name+s.suffix, "", s.help+" for --"+name)
 		}
 	}
 	if has {
-		f.Bool("require-tls", false, "refuse to start when a database connection would not be encrypted (no tls= in its DSN, tls=preferred,\nno TLS option): every DSN needs tls=true, tls=skip-verify, or a --*-tls-ca")
+		f.Bool("require-tls", false, "refuse to start when a database connection would not be encrypted and verified (no tls= in its DSN,\ntls=preferred, tls=skip-verify, no TLS option): every DSN needs tls=true or a --*-tls-ca")
 	}
 }
 
@@ -75,6 +81,10 @@ func (f *flags) applyDBSecurity() error {
 			if err := fl.Value.Set(dsn); err != nil {
 				return err
 			}
+			if f.fromFile == nil {
+				f.fromFile = map[string]bool{}
+			}
+			f.fromFile[name] = true // given(name) from here on, as --name would be
 		}
 		t := mysqlx.TLSFiles{
 			CAFile: f.str(name + "-tls-ca"), CertFile: f.str(name + "-tls-cert"), KeyFile: f.str(name + "-tls-key"),
@@ -100,8 +110,20 @@ func (f *flags) applyDBSecurity() error {
 		if dsn == "" || dsn == hostDSNSame {
 			continue
 		}
-		if cfg, err := mysql.ParseDSN(dsn); err == nil && plainDeniedHint(cfg) != "" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			continue // the command reports an unparsable DSN itself
+		}
+		if plainDeniedHint(cfg) != "" {
 			f.a.plainDB = true
+		}
+		if cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 {
+			f.a.tlsNoCert = true
+		}
+		// With TLS configured, nothing may fall back to plain text,
+		// --require-tls or not (issue 45).
+		if err := mysqlx.RefuseDowngrade(cfg, name); err != nil {
+			return usagef("--%s %s", name, strings.TrimPrefix(err.Error(), "mend: TLS for "+name+": "))
 		}
 	}
 	if fl := f.Lookup("require-tls"); fl != nil && fl.Value.String() == "true" {
@@ -164,13 +186,44 @@ func plainDeniedHint(cfg *mysql.Config) string {
 }
 
 // explainTLS adds to a connection error what to change when the server
-// may have refused it for want of TLS.
+// may have refused it for want of TLS, or the TLS handshake failed (an
+// unknown CA, a name mismatch, an expired certificate, ...: the option or
+// file that fixes it).
 func (a *app) explainTLS(err error) error {
 	if e := mysqlx.ExplainTLS(err); e != err {
 		return e
 	}
+	if _, advice := mysqlx.TLSAdvice(err.Error(), ""); advice != "" {
+		return fmt.Errorf("%w (fix: %s)", err, advice)
+	}
 	if a.plainDB && mysqlErrNumber(err) == 1045 {
 		return fmt.Errorf("%w%s", err, plainDeniedHint(&mysql.Config{}))
 	}
+	if a.tlsNoCert && mysqlErrNumber(err) == 1045 {
+		return fmt.Errorf("%w%s", err, noCertHint("--dsn"))
+	}
 	return err
+}
+
+// noCertHint is what "access denied" may also mean on a TLS connection
+// without a client certificate: a user created REQUIRE X509 (SUBJECT,
+// ISSUER) is refused with the same error as a wrong password.
+func noCertHint(flag string) string {
+	hint := "; or the user requires a client certificate (REQUIRE X509, SUBJECT or ISSUER): give it with " + flag + "-tls-cert and " + flag + "-tls-key"
+	if flag == "--dsn" {
+		hint += " (--host-dsn-tls-…, --queue-dsn-tls-… for the host's databases)"
+	}
+	return hint
+}
+
+// connectFix is doctor's fix for a failed connection of the DSN flag
+// gives: for a TLS failure, the option or file that fixes it.
+func connectFix(err error, cfg *mysql.Config, flag string) string {
+	if _, advice := mysqlx.TLSAdvice(err.Error(), flag); advice != "" {
+		return advice
+	}
+	if mysqlErrNumber(err) == 1045 && cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetClientCertificate == nil {
+		return "check the user and password" + noCertHint(flag)
+	}
+	return "check the address, user, password and that the database exists"
 }

@@ -143,13 +143,13 @@ func TestTLS(t *testing.T) {
 	})
 
 	t.Run("require-tls refuses a pool that may be plain", func(t *testing.T) {
-		for _, d := range []string{dsn, dsn + "?tls=preferred", dsn + "?tls=false"} {
+		for _, d := range []string{dsn, dsn + "?tls=preferred", dsn + "?tls=false", dsn + "?tls=skip-verify"} {
 			code, _, errOut := mendCmd(t, "doctor", "--require-tls", "--dsn", d)
 			if code != exitUsage || !strings.Contains(errOut, "--require-tls: --dsn") {
 				t.Fatalf("--require-tls with %s: exit %d, %q; want exit 2 naming --dsn", d, code, errOut)
 			}
 		}
-		code, _, errOut := mendCmd(t, "run", "--once", "--require-tls", "--dsn", dsn+"?tls=skip-verify", "--host-dsn", dsn)
+		code, _, errOut := mendCmd(t, append([]string{"run", "--once", "--require-tls", "--host-dsn", dsn}, verified...)...)
 		if code != exitUsage || !strings.Contains(errOut, "--require-tls: --host-dsn") {
 			t.Fatalf("run --require-tls with a plain --host-dsn: exit %d, %q; want exit 2 naming --host-dsn", code, errOut)
 		}

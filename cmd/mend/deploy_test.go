@@ -38,12 +38,13 @@ type manifests struct {
 	pdb        *policyv1.PodDisruptionBudget
 	job        *batchv1.Job
 	cronJob    *batchv1.CronJob
-	secret     *corev1.Secret
-	imageUser  string // the USER line of deploy/image/Dockerfile
+	secrets    map[string]*corev1.Secret // by name
+	kustomized map[string]bool           // the files kustomization.yaml lists
+	imageUser  string                    // the USER line of deploy/image/Dockerfile
 }
 
 func loadManifests(files map[string][]byte) (manifests, error) {
-	var m manifests
+	m := manifests{secrets: map[string]*corev1.Secret{}, kustomized: map[string]bool{}}
 	for name, raw := range files {
 		var head struct{ Kind, APIVersion string }
 		if err := yaml.Unmarshal(raw, &head); err != nil {
@@ -64,8 +65,12 @@ func loadManifests(files map[string][]byte) (manifests, error) {
 			m.cronJob = &batchv1.CronJob{}
 			into = m.cronJob
 		case "v1 Secret":
-			m.secret = &corev1.Secret{}
-			into = m.secret
+			sec := &corev1.Secret{}
+			if err := yaml.UnmarshalStrict(raw, sec); err != nil {
+				return m, fmt.Errorf("%s: %w", name, err)
+			}
+			m.secrets[sec.Name] = sec
+			continue
 		case "kustomize.config.k8s.io/v1beta1 Kustomization":
 			var k struct {
 				APIVersion string   `json:"apiVersion"`
@@ -79,6 +84,7 @@ func loadManifests(files map[string][]byte) (manifests, error) {
 				if _, ok := files[r]; !ok {
 					return m, fmt.Errorf("%s lists %s, which is not in %s", name, r, manifestDir)
 				}
+				m.kustomized[r] = true
 			}
 			continue
 		default:
@@ -199,6 +205,72 @@ func checkPod(where string, spec corev1.PodSpec, imageUser string, problem func(
 	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || strconv.FormatInt(*sc.RunAsUser, 10) != uid {
 		problem("%s: the pod must run as non-root user %s, the image's USER", where, uid)
 	}
+	for _, v := range spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		// The kubelet projects a Secret's files owned by root, group root
+		// or, with fsGroup, group fsGroup (and then at least 0440); the
+		// files' mode is defaultMode (0644 if unset).
+		mode := int32(0o644)
+		if v.Secret.DefaultMode != nil {
+			mode = *v.Secret.DefaultMode
+		}
+		if (sc == nil || sc.FSGroup == nil) && mode&0o004 == 0 {
+			problem("%s: user %s cannot read the files of secret volume %s: they are root:root %#o; set the pod's fsGroup (or a world-readable defaultMode)", where, uid, v.Name, mode)
+		}
+	}
+}
+
+// imageTag is the tag of a container image reference, "" when it has none.
+func imageTag(image string) string {
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		return image[i+1:]
+	}
+	return ""
+}
+
+// checkRelease holds the manifests to one release: every container runs
+// the same tagged image (never latest, which IfNotPresent leaves stale on
+// nodes), the migrate Job's name carries that tag (a Job's template is
+// immutable and a finished Job never runs again, so each release needs
+// its own), the Job is applied before the kustomization (whose Deployment
+// must not start before it completes), and it migrates with a Secret of
+// its own (the DDL user), not the runtime pods' one.
+func checkRelease(m manifests, problem func(string, ...any)) {
+	tags := map[string]bool{}
+	for where, spec := range map[string]corev1.PodSpec{"deployment": m.deployment.Spec.Template.Spec, "job": m.job.Spec.Template.Spec,
+		"cronjob": m.cronJob.Spec.JobTemplate.Spec.Template.Spec} {
+		for _, c := range spec.Containers {
+			tag := imageTag(c.Image)
+			if tag == "" || tag == "latest" {
+				problem("%s: image %q: give the release's tag, not latest (IfNotPresent keeps an old latest on nodes)", where, c.Image)
+			}
+			tags[tag] = true
+		}
+	}
+	if len(tags) != 1 {
+		problem("the workloads run different image tags %v; one release, one tag", sortedKeys(tags))
+	}
+	for tag := range tags {
+		if want := "mend-migrate-" + tag; len(tags) == 1 && m.job.Name != want {
+			problem("job: named %q; want %q: each release needs its own migrate Job", m.job.Name, want)
+		}
+	}
+	if m.kustomized["migrate-job.yaml"] {
+		problem("kustomization: lists migrate-job.yaml, so the Deployment is applied with it and starts before the migration completes")
+	}
+	secretOf := func(spec corev1.PodSpec) string {
+		for _, v := range spec.Volumes {
+			if v.Secret != nil {
+				return v.Secret.SecretName
+			}
+		}
+		return ""
+	}
+	if js, ds := secretOf(m.job.Spec.Template.Spec), secretOf(m.deployment.Spec.Template.Spec); js == "" || js == ds {
+		problem("job: migrates with secret %q, the runtime pods' %q: give the DDL user a Secret of its own", js, ds)
+	}
 }
 
 // checkManifests returns every way m disagrees with the binary.
@@ -266,6 +338,7 @@ func checkManifests(m manifests) []string {
 		problem("pdb: minAvailable must be below the replicas, or no node could ever be drained")
 	}
 
+	checkRelease(m, problem)
 	checkPod("job", m.job.Spec.Template.Spec, m.imageUser, problem)
 	for _, jc := range m.job.Spec.Template.Spec.Containers {
 		if f := checkContainer("job", jc, problem); f != nil && (f.cmd.Name() != "migrate" || f.Arg(0) != "up") {
@@ -332,6 +405,13 @@ func TestManifests(t *testing.T) {
 		{"cronjob without --once", "cronjob.yaml", "args: [run, --once,", "args: [run,", "run --once"},
 		{"job flag", "migrate-job.yaml", "args: [migrate, up, --require-tls]", "args: [migrate, up, --require-tlss]", "unknown flag"},
 		{"pdb blocks drains", "pdb.yaml", "minAvailable: 1", "minAvailable: 2", "minAvailable"},
+		{"no fsGroup", "deployment.yaml", "fsGroup: 65532", "", "cannot read the files of secret volume"},
+		{"no fsGroup in the job", "migrate-job.yaml", "fsGroup: 65532", "", "job: user 65532 cannot read"},
+		{"latest", "deployment.yaml", "image: mend:v0.1.0", "image: mend:latest", "not latest"},
+		{"one tag", "cronjob.yaml", "image: mend:v0.1.0", "image: mend:v0.0.9", "different image tags"},
+		{"job name", "migrate-job.yaml", "name: mend-migrate-v0.1.0", "name: mend-migrate", "each release needs its own"},
+		{"job kustomized", "kustomization.yaml", "resources:\n", "resources:\n  - migrate-job.yaml\n", "starts before the migration"},
+		{"job with the runtime secret", "migrate-job.yaml", "secretName: mend-db-migrate", "secretName: mend-db", "a Secret of its own"},
 	} {
 		t.Run("control/"+tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -146,7 +146,7 @@ func diagnose(ctx context.Context, dsn string, ttl time.Duration) ([]check, stri
 	asGiven, _ := hostDoctorConfig("--dsn", noCFR) // mend's session without the store's lock waits
 	raw, err := openConfig(ctx, asGiven)
 	if err != nil {
-		add("connect", checkFail, connectDetail(err, cfg), "check the address, user, password and that the database exists")
+		add("connect", checkFail, connectDetail(err, cfg), connectFix(err, cfg, "--dsn"))
 		return checks, target
 	}
 	defer raw.Close()

@@ -120,7 +120,7 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 	}
 	db, err := openConfig(ctx, c)
 	if err != nil {
-		return fail(connectDetail(err, cfg), "check the address, user, password and that the database exists")
+		return fail(connectDetail(err, cfg), connectFix(err, cfg, flagName))
 	}
 	defer db.Close()
 	var user string

@@ -72,15 +72,22 @@ func ReadDSNFile(path, field string, onRead ...func(dsn string)) (string, error)
 }
 
 // applyDSNFile makes cfg re-read its DSN file on every connect, when its
-// DSN came from one (ReadDSNFile).
+// DSN came from one (ReadDSNFile), and its TLS files (tls.go's
+// reloadTLS), when its TLS came from --*-tls-* files: one hook, since the
+// driver keeps only one.
 func applyDSNFile(cfg *mysql.Config) {
 	v, ok := dsnFiles.Load(credKey(cfg))
-	if !ok {
+	tlsHook := reloadTLS(cfg)
+	if !ok && tlsHook == nil {
 		return
 	}
-	f := v.(*dsnFile)
 	_ = cfg.Apply(mysql.BeforeConnect(func(_ context.Context, c *mysql.Config) error {
-		c.User, c.Passwd = f.credentials()
+		if ok {
+			c.User, c.Passwd = v.(*dsnFile).credentials()
+		}
+		if tlsHook != nil {
+			tlsHook(c)
+		}
 		return nil
 	}))
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -114,19 +115,28 @@ func RegisterTLS(dsn, field string, t TLSFiles) (string, error) {
 	default:
 		return "", &TLSError{Field: field, Reason: fmt.Sprintf("the DSN says tls=%s, which the TLS options contradict; remove tls= from the DSN (the options imply a verified connection)", cfg.TLSConfig)}
 	}
+	if cfg.AllowFallbackToPlaintext {
+		return "", &TLSError{Field: field, Reason: fallbackReason}
+	}
 	sum := sha256.Sum256([]byte(strings.Join([]string{field, t.CAFile, t.CertFile, t.KeyFile, t.ServerName, t.MinVersion}, "\x00")))
 	name := "mend-" + field + "-" + hex.EncodeToString(sum[:6])
 	if err := mysql.RegisterTLSConfig(name, c); err != nil {
 		return "", &TLSError{Field: field, Reason: err.Error()}
+	}
+	if t.CAFile != "" || t.CertFile != "" {
+		r := &tlsReloader{files: t, field: field, cfg: c}
+		r.sum, _ = t.contentSum()
+		tlsReloaders.Store(name, r)
 	}
 	cfg.TLSConfig, cfg.TLS = name, nil
 	return cfg.FormatDSN(), nil
 }
 
 // RequireTLS reports, without connecting, whether every connection made
-// through cfg is encrypted: TLS is configured (tls=true, skip-verify, a
-// registered name) and the driver may not fall back to plain text
-// (tls=preferred may). A Unix socket counts as secure, as the server's own
+// through cfg is encrypted and verified: TLS is configured (tls=true or a
+// registered name), the server's certificate is checked (not
+// tls=skip-verify) and the driver may not fall back to plain text
+// (tls=preferred or allowFallbackToPlaintext may). A Unix socket counts as secure, as the server's own
 // require_secure_transport counts it. field names the DSN in the error.
 func RequireTLS(cfg *mysql.Config, field string) error {
 	switch {
@@ -134,8 +144,30 @@ func RequireTLS(cfg *mysql.Config, field string) error {
 		return nil
 	case cfg.TLS == nil:
 		return &TLSError{Field: field, Reason: "connects without TLS; add tls=true to the DSN (system roots) or give its CA file"}
-	case cfg.AllowFallbackToPlaintext:
+	case cfg.AllowFallbackToPlaintext && cfg.TLSConfig == "preferred":
 		return &TLSError{Field: field, Reason: fmt.Sprintf("says tls=%s, which falls back to plain text; use tls=true or give its CA file", cfg.TLSConfig)}
+	case cfg.AllowFallbackToPlaintext:
+		return &TLSError{Field: field, Reason: fallbackReason}
+	case cfg.TLS.InsecureSkipVerify:
+		// Encrypted, but anyone on the path can present a certificate of
+		// their own: not what --require-tls promises.
+		return &TLSError{Field: field, Reason: fmt.Sprintf("says tls=%s, which does not verify the server's certificate; use tls=true or give its CA file", cfg.TLSConfig)}
+	}
+	return nil
+}
+
+// fallbackReason is why allowFallbackToPlaintext is refused with TLS.
+const fallbackReason = "has allowFallbackToPlaintext=true, which connects in plain text to a server (or anyone on the path) that offers no TLS; remove it from the DSN"
+
+// RefuseDowngrade reports a DSN whose TLS can be downgraded: TLS is
+// configured (tls=true, skip-verify, a registered name) and
+// allowFallbackToPlaintext=true lets a server that offers no TLS, which
+// is what a man in the middle presents, get the connection in plain text.
+// tls=preferred, which says so itself, is left to RequireTLS and doctor's
+// warning. field names the DSN in the error.
+func RefuseDowngrade(cfg *mysql.Config, field string) error {
+	if cfg.Net != "unix" && cfg.TLS != nil && cfg.AllowFallbackToPlaintext && cfg.TLSConfig != "preferred" {
+		return &TLSError{Field: field, Reason: fallbackReason}
 	}
 	return nil
 }
@@ -185,4 +217,98 @@ func ExplainTLS(err error) error {
 		return &TLSRequiredError{Err: err}
 	}
 	return err
+}
+
+// A CA, certificate or key file is re-read before every new connection
+// (cert-manager renews them on the same mount; a rotated server CA or an
+// expiring client certificate would otherwise fail every new connection
+// until a restart). Connections already open keep the TLS they made.
+
+// tlsReloader is one registered TLS configuration and its files.
+type tlsReloader struct {
+	files TLSFiles
+	field string
+
+	mu    sync.Mutex
+	sum   [32]byte    // of the files' content cfg was built from
+	cfg   *tls.Config // the last configuration that built
+	loads int         // how often the files changed and were loaded (tests)
+}
+
+// tlsReloaders maps a registered TLS name (RegisterTLS) to its files.
+var tlsReloaders sync.Map // string -> *tlsReloader
+
+// contentSum hashes the files' content.
+func (t TLSFiles) contentSum() ([32]byte, error) {
+	h := sha256.New()
+	for _, p := range []string{t.CAFile, t.CertFile, t.KeyFile} {
+		if p == "" {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return [32]byte{}, err
+		}
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+// current returns the configuration for a new connection: rebuilt when
+// the files' content changed, else the last one. Files that cannot be read
+// or do not build right now (a writer that does not swap them atomically)
+// leave the last good configuration in use.
+func (r *tlsReloader) current() *tls.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sum, err := r.files.contentSum()
+	if err != nil || sum == r.sum {
+		return r.cfg
+	}
+	if c, err := r.files.Config(r.field); err == nil {
+		r.cfg, r.sum = c, sum
+		r.loads++
+	}
+	return r.cfg
+}
+
+// TLSReloads reports how often the TLS files registered under dsn's tls=
+// name changed and were loaded again (for tests); -1 when none is.
+func TLSReloads(dsn string) int {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return -1
+	}
+	v, ok := tlsReloaders.Load(cfg.TLSConfig)
+	if !ok {
+		return -1
+	}
+	r := v.(*tlsReloader)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.loads
+}
+
+// reloadTLS is the part of a connect hook that gives the connection the
+// current TLS files' configuration; nil when cfg's TLS has no files.
+func reloadTLS(cfg *mysql.Config) func(*mysql.Config) {
+	v, ok := tlsReloaders.Load(cfg.TLSConfig)
+	if !ok {
+		return nil
+	}
+	r := v.(*tlsReloader)
+	return func(c *mysql.Config) {
+		fresh := r.current()
+		if c.TLS == nil || fresh == nil {
+			return
+		}
+		name := c.TLS.ServerName // the DSN's host, as the driver set it, unless the options name one
+		c.TLS = fresh.Clone()
+		if c.TLS.ServerName == "" {
+			c.TLS.ServerName = name
+		}
+	}
 }

@@ -2,11 +2,13 @@ package mysqlx_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -41,6 +43,8 @@ func TestTLSFilesRefusedBeforeConnecting(t *testing.T) {
 		{"min version", dsn, mysqlx.TLSFiles{CAFile: p.CA, MinVersion: "1.0"}, "1.2 or 1.3"},
 		{"contradicts tls=skip-verify", dsn + "?tls=skip-verify", mysqlx.TLSFiles{CAFile: p.CA}, "tls=skip-verify"},
 		{"contradicts tls=preferred", dsn + "?tls=preferred", mysqlx.TLSFiles{CAFile: p.CA}, "tls=preferred"},
+		{"falls back to plain text", dsn + "?allowFallbackToPlaintext=true", mysqlx.TLSFiles{CAFile: p.CA}, "allowFallbackToPlaintext"},
+		{"tls=true falls back to plain text", dsn + "?tls=true&allowFallbackToPlaintext=true", mysqlx.TLSFiles{CAFile: p.CA}, "allowFallbackToPlaintext"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := mysqlx.RegisterTLS(tt.dsn, "dsn", tt.t)
@@ -81,13 +85,14 @@ func TestRequireTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	for dsn, ok := range map[string]bool{
-		"u@tcp(h:1)/db":                 false,
-		"u@tcp(h:1)/db?tls=false":       false,
-		"u@tcp(h:1)/db?tls=preferred":   false,
-		"u@tcp(h:1)/db?tls=true":        true,
-		"u@tcp(h:1)/db?tls=skip-verify": true, // encrypted; doctor warns that it is not verified
-		"u@unix(/run/mysqld.sock)/db":   true,
-		registered:                      true,
+		"u@tcp(h:1)/db":                                        false,
+		"u@tcp(h:1)/db?tls=false":                              false,
+		"u@tcp(h:1)/db?tls=preferred":                          false,
+		"u@tcp(h:1)/db?tls=true":                               true,
+		"u@tcp(h:1)/db?tls=skip-verify":                        false, // encrypted but not verified
+		"u@tcp(h:1)/db?tls=true&allowFallbackToPlaintext=true": false,
+		"u@unix(/run/mysqld.sock)/db":                          true,
+		registered:                                             true,
 	} {
 		cfg, err := mysql.ParseDSN(dsn)
 		if err != nil {
@@ -95,6 +100,30 @@ func TestRequireTLS(t *testing.T) {
 		}
 		if err := mysqlx.RequireTLS(cfg, "dsn"); (err == nil) != ok {
 			t.Errorf("RequireTLS(%s) = %v; want ok=%v", dsn, err, ok)
+		}
+	}
+}
+
+// A DSN with TLS configured and allowFallbackToPlaintext=true is refused:
+// against a server that offers no TLS (what a man in the middle presents)
+// the driver would connect in plain text.
+func TestRefuseDowngrade(t *testing.T) {
+	t.Parallel()
+	for dsn, refused := range map[string]bool{
+		"u@tcp(h:1)/db?tls=true&allowFallbackToPlaintext=true":               true,
+		"u@tcp(h:1)/db?tls=skip-verify&allowFallbackToPlaintext=true":        true,
+		"u@tcp(h:1)/db?tls=true":                                             false,
+		"u@tcp(h:1)/db?allowFallbackToPlaintext=true":                        false, // no TLS at all: RequireTLS's and doctor's
+		"u@tcp(h:1)/db?tls=preferred":                                        false, // says it falls back: RequireTLS's
+		"u@unix(/run/mysqld.sock)/db?tls=true&allowFallbackToPlaintext=true": false,
+	} {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = mysqlx.RefuseDowngrade(cfg, "dsn")
+		if (err != nil) != refused || (refused && !strings.Contains(err.Error(), "allowFallbackToPlaintext")) {
+			t.Errorf("RefuseDowngrade(%s) = %v; want refused=%v", dsn, err, refused)
 		}
 	}
 }
@@ -150,5 +179,84 @@ func TestDSNFile(t *testing.T) {
 	}
 	if _, err := mysqlx.ReadDSNFile(filepath.Join(dir, "missing"), "dsn"); err == nil || !errors.Is(err, mend.ErrInvalid) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// copyFile writes src's content to dst, atomically (a rename, as the
+// kubelet and cert-manager swap files).
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The CA, certificate and key files are re-read before each new
+// connection of a running pool: a CA swapped for one that did not sign
+// the server's certificate fails the next connection (unknown authority),
+// swapped back it succeeds; a half-written key leaves the last good
+// certificate in use. No restart, the same *sql.DB.
+func TestTLSFilesReloaded(t *testing.T) {
+	t.Parallel()
+	srv := tlstest.Start(t, tlstest.NewPKI(t))
+	p := srv.PKI
+	srv.Admin(t,
+		"CREATE DATABASE reload",
+		"CREATE USER 'certuser'@'%' IDENTIFIED BY 'reload-pw' REQUIRE X509",
+		"GRANT ALL ON reload.* TO 'certuser'@'%'",
+	)
+	dir := t.TempDir()
+	ca, cert, key := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	copyFile(t, p.CA, ca)
+	copyFile(t, p.ClientCert, cert)
+	copyFile(t, p.ClientKey, key)
+	dsn, err := mysqlx.RegisterTLS(srv.DSN("certuser", "reload-pw", "reload"), "dsn",
+		mysqlx.TLSFiles{CAFile: ca, CertFile: cert, KeyFile: key, ServerName: tlstest.ServerName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysqlx.Config(dsn, mysqlx.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	db.SetMaxIdleConns(0) // every query a new connection, as after the server closed idle ones
+	ping := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return db.PingContext(ctx)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("with the right CA and certificate: %v", err)
+	}
+	copyFile(t, p.OtherCA, ca)
+	if err := ping(); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("after the CA file was swapped for another CA: %v; want unknown authority (the file re-read)", err)
+	}
+	copyFile(t, p.CA, ca)
+	if err := ping(); err != nil {
+		t.Fatalf("after the CA file was swapped back: %v", err)
+	}
+	if err := os.WriteFile(key, []byte("-----BEGIN PRIVATE KEY-----\nhalf"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("with a half-written key the last good certificate must stay in use: %v", err)
+	}
+	if n := mysqlx.TLSReloads(dsn); n != 2 {
+		t.Fatalf("TLS files loaded again %d times; want 2 (the other CA, the CA back)", n)
 	}
 }
