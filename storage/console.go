@@ -29,6 +29,11 @@ var consoleCountLimit = 100_000
 // chart read: the newest of the window's.
 var consoleRepairsLimit = 100_000
 
+// consoleSLOExactAbove: the console's chart reads the repair SLO's exact
+// latency (retries, resolves) for the repairs slower than this from their
+// failed_at (see sqlConsoleRecentDone).
+const consoleSLOExactAbove = time.Minute
+
 // The DISTINCT reads the (queue, source_key) index's first column only (a
 // loose index scan), from the page's first name on. Every queue with
 // records is a queue, whatever its name, as for mend status.
@@ -299,12 +304,23 @@ func sortAges(qs []QueueAge) {
 // limit's: one index-only pass over the mend_records_recent range that
 // gives the chart's finished and recorded counts and the repair latencies
 // (us is -1 for a record whose dead letter carried no failure time).
+//
+// The latency is the repair SLO's (storage/status.go: SLOLatencyUS where
+// SLOCounted holds, else -1), as mend status and the histogram compute it,
+// for every repair that took over consoleSLOExactAbove from its failed_at:
+// those are the ones a page is about, and few. Below it the latency from
+// failed_at is kept as it is read from the index (an operator's resolve or
+// retry within that time still counts there), so the chart's read of up to
+// consoleRepairsLimit rows stays index-only rather than paying two reads of
+// mend_events per row.
 const sqlConsoleRecentDone = `-- name: ConsoleRecentDone
-SELECT TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS fin_s, TIMESTAMPDIFF(SECOND, created_at, NOW(6)) AS rec_s,
-	COALESCE(GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0), -1) AS us
-FROM mend_records
-WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND
-ORDER BY updated_at DESC LIMIT ?`
+SELECT TIMESTAMPDIFF(SECOND, r.updated_at, NOW(6)) AS fin_s, TIMESTAMPDIFF(SECOND, r.created_at, NOW(6)) AS rec_s,
+	CASE WHEN r.failed_at IS NULL THEN -1
+		WHEN TIMESTAMPDIFF(MICROSECOND, r.failed_at, r.updated_at) <= ? THEN GREATEST(TIMESTAMPDIFF(MICROSECOND, r.failed_at, r.updated_at), 0)
+		WHEN ` + SLOCounted + ` THEN ` + SLOLatencyUS + ` ELSE -1 END AS us
+FROM mend_records r
+WHERE r.state = 'done' AND r.updated_at >= NOW(6) - INTERVAL ? SECOND
+ORDER BY r.updated_at DESC LIMIT ?`
 
 // Records recorded within the window that are not finished were last
 // updated within it too (updated_at >= created_at): the open and parked
@@ -319,11 +335,13 @@ GROUP BY ago`
 
 // The named queues' repairs within the window: for each queue, the
 // mend_records_queue_state range (queue, 'done', updated_at), index-only.
+// Their latencies are the repair SLO's, as in ConsoleRecentDone.
 const sqlConsoleQueueLatency = `-- name: ConsoleQueueLatency
-SELECT queue, GREATEST(TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at), 0) AS us
-FROM mend_records
-WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? SECOND AND failed_at IS NOT NULL AND queue IN (%s)
-ORDER BY updated_at DESC
+SELECT r.queue, ` + SLOLatencyUS + ` AS us
+FROM mend_records r
+WHERE r.state = 'done' AND r.updated_at >= NOW(6) - INTERVAL ? SECOND AND r.failed_at IS NOT NULL AND r.queue IN (%s)
+	AND ` + SLOCounted + `
+ORDER BY r.updated_at DESC
 LIMIT ?`
 
 // QueueLatencySummary is one queue's repair latency over a window.
@@ -399,7 +417,7 @@ func (d *DB) ConsoleActivity(ctx context.Context, minutes int, queues []string) 
 		RecS int64 `db:"rec_s"`
 		US   int64 `db:"us"`
 	}
-	if err := d.db.SelectContext(ctx, &done, sqlConsoleRecentDone, secs, lim); err != nil {
+	if err := d.db.SelectContext(ctx, &done, sqlConsoleRecentDone, consoleSLOExactAbove.Microseconds(), secs, lim); err != nil {
 		return out, fmt.Errorf("storage: console activity: %w", translate(err))
 	}
 	out.Truncated = len(done) >= lim
@@ -502,12 +520,17 @@ GROUP BY queue`
 
 // Repairs finished within the window that took longer than the bound, the
 // window's newest at most the limit's (mend_records_recent, index-only).
+// Slow by the repair SLO (SLOLatencyUS where SLOCounted holds, as mend
+// status and MendRepairSLO judge): a repair never counts from before its
+// dead letter's failed_at, so only rows slower than the bound from failed_at
+// (the index's own columns) are looked at further.
 const sqlConsoleSlowRepairs = `-- name: ConsoleSlowRepairs
 SELECT queue, COUNT(*) AS n, MAX(us) AS us
-FROM (SELECT queue, TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at) AS us FROM mend_records
-	WHERE state = 'done' AND updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND failed_at IS NOT NULL
-		AND TIMESTAMPDIFF(MICROSECOND, failed_at, updated_at) > ?
-	ORDER BY updated_at DESC LIMIT ?) s
+FROM (SELECT r.queue, ` + SLOLatencyUS + ` AS us FROM mend_records r
+	WHERE r.state = 'done' AND r.updated_at >= NOW(6) - INTERVAL ? MICROSECOND AND r.failed_at IS NOT NULL
+		AND TIMESTAMPDIFF(MICROSECOND, r.failed_at, r.updated_at) > ? AND ` + SLOCounted + `
+	ORDER BY r.updated_at DESC LIMIT ?) s
+WHERE us > ?
 GROUP BY queue`
 
 // QueueAge is a queue with a count and the largest age of its rows that
@@ -590,7 +613,7 @@ func (d *DB) ConsoleAlerts(ctx context.Context, p ConsoleAlertParams) (ConsoleAl
 	if out.Parked, err = grouped("parked", sqlConsoleParkedByQueue, p.Limit); err != nil {
 		return out, err
 	}
-	if out.SlowRepairs, err = grouped("slow repairs", sqlConsoleSlowRepairs, p.SLOWindow.Microseconds(), p.SLOBound.Microseconds(), p.Limit); err != nil {
+	if out.SlowRepairs, err = grouped("slow repairs", sqlConsoleSlowRepairs, p.SLOWindow.Microseconds(), p.SLOBound.Microseconds(), p.Limit, p.SLOBound.Microseconds()); err != nil {
 		return out, err
 	}
 	return out, nil

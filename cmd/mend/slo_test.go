@@ -138,6 +138,24 @@ func TestOneSLO(t *testing.T) {
 		t.Errorf("mend status does not report the 2 repairs:\n%s", out)
 	}
 
+	// The console (issue 46 beside 47): its latency for the queue and the
+	// hour, and its MendRepairSLO condition (slower than 10 minutes), read
+	// the same definition: two repairs, none slow.
+	act, err := store.ConsoleActivity(ctx, 60, []string{"q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ql := act.Latency.Queues["q"]; act.Latency.Count != 2 || act.Latency.Max > time.Minute || ql.Count != 2 || ql.P99 > time.Minute {
+		t.Errorf("console latency = %+v, queue q %+v; want 2 repairs, none over a minute, as the histogram", act.Latency, ql)
+	}
+	alerts, err := store.ConsoleAlerts(ctx, storage.ConsoleAlertParams{OverdueAfter: 10 * time.Minute, SLOWindow: time.Hour, SLOBound: 10 * time.Minute, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(alerts.SlowRepairs) != 0 {
+		t.Errorf("the console's MendRepairSLO condition lists %+v; want none (the resolved letter is no repair, the retried one counts from its retry)", alerts.SlowRepairs)
+	}
+
 	// The negative control: the pre-change status read on the same store.
 	var n int64
 	var maxUS int64
