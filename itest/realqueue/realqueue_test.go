@@ -3,7 +3,6 @@ package realqueue
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -81,16 +80,17 @@ func TestLostWakeupLinked(t *testing.T) {
 // TestStuckBeforeAdoption is the control of TestLostWakeupSubscription carried on: the queue stuck before
 // mend came, its dead letters acknowledged by the host and collected by its GC, so neither mend import nor
 // the subscription can see them. mend is then adopted as operations.md says (migrate, doctor, mend adopt,
-// mend run): the stuck-queue scan must find the queue and wake it, and the dependent land. Its control is
-// TestLostWakeupSubscription/control (the same without mend stays stuck).
-//
-// Needs issue 42's branch stuck42 (the stuck-queue scan and mend adopt); MEND_TEST_REALQUEUE_ISSUE42=1
-// runs it before that merge.
+// mend run): the stuck-queue scan must find the queue and wake it, and the dependent land. The first half
+// is the control, run in the same test: without mend the queue stays stuck (as
+// TestLostWakeupSubscription/control). mend adopt runs with --stuck-bound 15s (adoptBound), not the
+// default 3 minutes, to keep the suite short: the scan's two looks are then 16 s apart.
 func TestStuckBeforeAdoption(t *testing.T) {
 	requireOptIn(t)
-	pendingIssue42(t, "stuck42 (the stuck-queue scan, mend adopt)")
 	lostWakeup(t, modeAdopt)
 }
+
+// adoptBound is the --stuck-bound TestStuckBeforeAdoption gives mend adopt (the default is 3 minutes).
+const adoptBound = "15s"
 
 // How a lost-wake-up scenario runs mend.
 const (
@@ -199,8 +199,14 @@ func lostWakeup(t *testing.T, mode int) {
 	})
 	m = newMend(t, s)
 	m.doctor(t, s)
-	if out, code := sqreal.Run(t, time.Minute, nil, m.bin, "adopt", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN); code != 0 {
-		t.Fatalf("mend adopt: exit %d\n%s", code, out)
+	out, code := sqreal.Run(t, 2*time.Minute, nil, m.bin, "adopt", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
+		"--stuck-bound", adoptBound)
+	if code != 0 || !strings.Contains(out, queue+": woken") {
+		t.Fatalf("mend adopt: exit %d, want 0 and %s woken\n%s", code, queue, out)
+	}
+	t.Logf("mend adopt:\n%s", out)
+	if n := m.stuckRecords(t, queue); n != 1 {
+		t.Fatalf("mend adopt left %d stuck-queue records of %s, want 1", n, queue)
 	}
 	m.run.Start(t)
 	s.WaitRequests(t, landTimeout, queue, []string{dependent}, "landed")
@@ -297,25 +303,14 @@ func TestDeadLetterWhileMendDown(t *testing.T) {
 // TestRestartAfterQuietSpell is TestDeadLetterWhileMendDown with the host quiet for longer than 2 × its
 // lease duration before mend starts again: the orchestrator has released speculate/<queue> (no
 // queue_offsets row of any host group is left on it), the state every lost wake-up leads to. mend doctor
-// must pass there and the restarted mend must wake the queue within one pass. Control: the same without
+// must pass there and the restarted mend must wake the queue within one pass; a typo'd wake topic
+// (--wake-topic speculat) is still refused there by doctor and run (the rule: a live subscriber heartbeat
+// on the topic, or a group's queue_offsets row on it; host.CheckWakeTopic). Control: the same without
 // mend stays stuck.
-//
-// Today's mend refuses to start there ("no consumer group of the host has joined speculate"): issue 42's
-// branch wake42 changes that rule. Set MEND_TEST_REALQUEUE_ISSUE42=1 to run it before that merge.
 func TestRestartAfterQuietSpell(t *testing.T) {
 	requireOptIn(t)
-	pendingIssue42(t, "wake42 (the wake-topic rule on a quiet host)")
 	t.Run("mend", func(t *testing.T) { deadLetterWhileDown(t, true, true) })
 	t.Run("control", func(t *testing.T) { deadLetterWhileDown(t, false, true) })
-}
-
-// pendingIssue42 skips a scenario that needs another branch of issue 42, unless MEND_TEST_REALQUEUE_ISSUE42
-// is set (to show today's failure, or once the branch is merged: then delete the call).
-func pendingIssue42(t *testing.T, branch string) {
-	t.Helper()
-	if os.Getenv("MEND_TEST_REALQUEUE_ISSUE42") == "" {
-		t.Skipf("issue 42: passes only with branch %s merged; MEND_TEST_REALQUEUE_ISSUE42=1 runs it anyway", branch)
-	}
 }
 
 func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
@@ -398,6 +393,7 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 		t.Fatalf("the dependent is %q before mend restarts, want it stuck at batched\n%s", st, s.Snapshot(t, queue))
 	}
 	if quiet {
+		refuseTypo(t, s, m)
 		m.doctor(t, s)
 	}
 	m.run.Start(t)
@@ -423,4 +419,29 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 		}
 		t.Logf("speculate rows seen: %s", strings.Join(ids, ", "))
 	}
+}
+
+// typoTopic is issue 30's typo of the wake topic: no group of the host reads it.
+const typoTopic = "speculat"
+
+// refuseTypo checks, on the quiet host, that mend doctor fails and mend run refuses to start with
+// --wake-topic speculat (the same flags as m's run otherwise), naming the topic.
+func refuseTypo(t *testing.T, s *sqreal.Stack, m *mendProc) {
+	t.Helper()
+	out, code := sqreal.Run(t, time.Minute, nil, m.bin, "doctor", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
+		"--wake-topic", typoTopic)
+	if code == 0 || !strings.Contains(out, typoTopic) {
+		t.Fatalf("mend doctor --wake-topic %s on the quiet host: exit %d, want a failure naming the topic\n%s", typoTopic, code, out)
+	}
+	args := append(append([]string{}, m.run.Args...), "--wake-topic", typoTopic)
+	out, code = sqreal.Run(t, time.Minute, nil, m.bin, args...)
+	if code <= 0 || !strings.Contains(out, typoTopic) {
+		t.Fatalf("mend run --wake-topic %s on the quiet host: exit %d, want it refused naming the topic\n%s", typoTopic, code, out)
+	}
+	t.Logf("--wake-topic %s refused on the quiet host by doctor and run (run exit %d): %s", typoTopic, code, lastLine(out))
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
