@@ -44,6 +44,20 @@ func batchOf(t *testing.T, s *sqreal.Stack, id string) string {
 	return batch
 }
 
+// builtAndWaiting reports whether every build of batch has succeeded and its signal has been read on
+// speculate, the batch speculating and speculate/<queue> all acknowledged: the batch then waits on the
+// outcome of the one it depends on, and only a wake-up moves it.
+func builtAndWaiting(t *testing.T, s *sqreal.Stack, batch string) (bool, string) {
+	t.Helper()
+	builds := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+".build WHERE queue = ? AND batch_id = ?", queue, batch)
+	unsignalled := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+`.build b WHERE b.queue = ? AND b.batch_id = ? AND (b.status <> 'succeeded'
+		OR NOT EXISTS (SELECT 1 FROM realq_speculate_log l WHERE l.partition_key = ? AND l.id = CONCAT(?, '/build-signal/', CONVERT(b.id USING utf8mb4) COLLATE utf8mb4_bin, '/succeeded')))`,
+		queue, batch, queue, batch)
+	ok := builds > 0 && unsignalled == 0 && s.BatchState(t, queue, batch) == "speculating" &&
+		acked(t, s, sqreal.GroupOrchestrator, "speculate", queue)
+	return ok, fmt.Sprintf("%d builds of %s, %d not succeeded or not signalled\n%s", builds, batch, unsignalled, s.Snapshot(t, queue))
+}
+
 // acked reports whether group has acknowledged every row of topic/partition (true when there are none).
 func acked(t *testing.T, s *sqreal.Stack, group, topic, partition string) bool {
 	t.Helper()
@@ -141,13 +155,8 @@ func lostWakeup(t *testing.T, mode int) {
 			return true, "" // mend repaired while the host's DLQ consumers were held
 		}
 		dead := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'build_dlq' AND partition_key = ?", culpritBatch)
-		builds := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+".build WHERE queue = ? AND batch_id = ?", queue, dependentBatch)
-		unsignalled := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+`.build b WHERE b.queue = ? AND b.batch_id = ? AND (b.status <> 'succeeded'
-			OR NOT EXISTS (SELECT 1 FROM realq_speculate_log l WHERE l.partition_key = ? AND l.id = CONCAT(?, '/build-signal/', CONVERT(b.id USING utf8mb4) COLLATE utf8mb4_bin, '/succeeded')))`,
-			queue, dependentBatch, queue, dependentBatch)
-		ok := dead > 0 && builds > 0 && unsignalled == 0 && s.BatchState(t, queue, dependentBatch) == "speculating" &&
-			acked(t, s, sqreal.GroupOrchestrator, "speculate", queue)
-		return ok, fmt.Sprintf("%d build_dlq rows, %d builds of the dependent, %d not succeeded or not signalled\n%s", dead, builds, unsignalled, s.Snapshot(t, queue))
+		built, desc := builtAndWaiting(t, s, dependentBatch)
+		return dead > 0 && built, fmt.Sprintf("%d build_dlq rows, %s", dead, desc)
 	}
 	s.Eventually(t, landTimeout, "the culprit's dead letter and the dependent's builds", settled)
 	hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
@@ -357,12 +366,30 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 		END`, culpritID)); err != nil {
 		t.Fatal(err)
 	}
+	// The host's DLQ consumers are held until the dependent has built and waits on the culprit: a
+	// dependent whose build signal came after the culprit failed would re-speculate by itself (seen on a
+	// loaded machine), and nothing would be lost.
+	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
 	culprit := s.Land(t, queue, "fake://realq/culprit")
 	if culprit != culpritID {
 		t.Fatalf("the culprit is %s, want %s (the trigger names it)", culprit, culpritID)
 	}
 	dependent := s.Land(t, queue, "fake://realq/dependent")
-	culpritBatch := batchOf(t, s, culprit)
+	culpritBatch, dependentBatch := batchOf(t, s, culprit), batchOf(t, s, dependent)
+	settled := func() (bool, string) {
+		dead := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'merge-signal_dlq' AND partition_key = ?", queue)
+		built, desc := builtAndWaiting(t, s, dependentBatch)
+		return dead > 0 && built, fmt.Sprintf("%d merge-signal_dlq rows, %s", dead, desc)
+	}
+	s.Eventually(t, landTimeout, "the culprit's dead letter and the dependent's builds", settled)
+	hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
+	s.Eventually(t, time.Minute, "a heartbeat of the orchestrator", func() (bool, string) {
+		return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") > hb, "waiting"
+	})
+	if ok, desc := settled(); !ok {
+		t.Fatalf("the dependent did not stay settled for a heartbeat: %s", desc)
+	}
+	s.OpenGate(t, sqreal.GroupDLQ, "")
 	s.WaitRequests(t, landTimeout, queue, []string{culprit}, "error")
 	if st := s.BatchState(t, queue, culpritBatch); st != "failed" {
 		t.Fatalf("the culprit's batch is %q, want failed by the host's merge-signal_dlq controller\n%s", st, s.Snapshot(t, queue))
