@@ -185,6 +185,7 @@ func (a *app) newRoot() *cobra.Command {
 		newInspectCmd(a),
 		newRecordCmd(a),
 		newImportCmd(a),
+		newAdoptCmd(a),
 		newSubscribeCmd(a),
 		newRetryCmd(a),
 		newResolveCmd(a),

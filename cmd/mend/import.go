@@ -59,6 +59,13 @@ func newImportCmd(a *app) *cobra.Command {
 			"Idempotent: a row already recorded is left as it is, so running it again records nothing new.\n"+
 			"Progress goes to stderr, the summary to stdout.", withDSN|withLog)
 	var c importConfig
+	addImportFlags(f, &c, true)
+	return f.run(func(ctx context.Context, args []string) error { return c.runCmd(ctx, a, f, "mend import") })
+}
+
+// addImportFlags registers mend import's flags (mend adopt's too; stuckFlag:
+// --stuck, which adopt always does).
+func addImportFlags(f *flags, c *importConfig, stuckFlag bool) {
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of the host's queue database (queue_messages) (required)")
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of the host's application database, to find a buildsignal's batch in table build;\nwithout it buildsignal dead letters are recorded parked")
 	f.StringVar(&c.Topic, "topic", "", "only this dead-letter topic, e.g. speculate_dlq (the _dlq suffix may be left out)")
@@ -66,35 +73,39 @@ func newImportCmd(a *app) *cobra.Command {
 	f.DurationVar(&c.Since, "since", 0, "only dead letters whose failed_at is within this long of now, e.g. 72h (0: all)")
 	f.IntVar(&c.PageSize, "page-size", importPageDefault, "rows read per query")
 	f.StringVar(&c.Actor, "actor", "import", "who records them, kept in the event log")
-	f.BoolVar(&c.StuckScan, "stuck", false, "then find queues stuck without a dead letter (live batches, nothing in flight that will wake the host's planner)\nand record their wake-ups for mend run: two scans --stuck-bound apart (needs --host-dsn)")
+	if stuckFlag {
+		f.BoolVar(&c.StuckScan, "stuck", false, "then find queues stuck without a dead letter (live batches, nothing in flight that will wake the host's planner)\nand record their wake-ups for mend run: two scans --stuck-bound apart (needs --host-dsn)")
+	}
 	addStuckFlags(f, &c.Stuck, false)
 	f.completeValues("topic", dlqTopics()...)
 	f.addTimeout(0)
 	f.setDefault("log-level", "warn") // one intake line per row would drown the progress lines
-	var err error
-	return f.run(func(ctx context.Context, args []string) error {
-		if c.DSN, err = f.needDSN(); err != nil {
-			return err
-		}
-		if err := c.check(); err != nil {
-			return err
-		}
-		counts, err := runImportWith(ctx, a, f, c)
-		fmt.Fprintf(a.stdout, "mend import: %s\n", counts.summary())
-		if err != nil {
-			return err
-		}
-		if counts.refused > 0 {
-			return fmt.Errorf("%d dead letter(s) were refused by the intake (see the lines above); they stay in the DLQ", counts.refused)
-		}
-		if !c.StuckScan {
-			return nil
-		}
-		r, err := runStuckImport(ctx, a, f, c)
-		fmt.Fprintf(a.stdout, "mend import --stuck: %s\n", summarizeStuck(r))
-		printStuckReport(a.stdout, r)
+}
+
+// runCmd is mend import's (and mend adopt's) action: the dead letters, then
+// with c.StuckScan the stuck-queue scan. name prefixes the summary lines.
+func (c importConfig) runCmd(ctx context.Context, a *app, f *flags, name string) (err error) {
+	if c.DSN, err = f.needDSN(); err != nil {
 		return err
-	})
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	counts, err := runImportWith(ctx, a, f, c)
+	fmt.Fprintf(a.stdout, "%s: %s\n", name, counts.summary())
+	if err != nil {
+		return err
+	}
+	if counts.refused > 0 {
+		return fmt.Errorf("%d dead letter(s) were refused by the intake (see the lines above); they stay in the DLQ", counts.refused)
+	}
+	if !c.StuckScan {
+		return nil
+	}
+	r, err := runStuckImport(ctx, a, f, c)
+	fmt.Fprintf(a.stdout, "%s --stuck: %s\n", name, summarizeStuck(r))
+	printStuckReport(a.stdout, r)
+	return err
 }
 
 // check validates the flags and normalises --topic.

@@ -54,6 +54,7 @@ type stuckMetrics struct {
 	wakes  *prometheus.CounterVec
 	queues *prometheus.GaugeVec
 	errors prometheus.Counter
+	scans  prometheus.Counter
 }
 
 // newStuckMetrics registers the scan's metrics on reg.
@@ -65,8 +66,10 @@ func newStuckMetrics(reg *prometheus.Registry) *stuckMetrics {
 			Help: "Queues with live batches in the last stuck-queue scan, by verdict: busy (something in flight), quiet (not yet for the bound), woken (recorded this scan), recorded (woken before in this state)."}, []string{"verdict"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "mend_stuck_scan_errors_total",
 			Help: "Stuck-queue scans that failed (retried next period)."}),
+		scans: prometheus.NewCounter(prometheus.CounterOpts{Name: "mend_stuck_scans_total",
+			Help: "Stuck-queue scans that completed (one per --stuck-every)."}),
 	}
-	reg.MustRegister(s.wakes, s.queues, s.errors)
+	reg.MustRegister(s.wakes, s.queues, s.errors, s.scans)
 	return s
 }
 
@@ -74,6 +77,7 @@ func (s *stuckMetrics) hooks() stuck.Hooks {
 	return stuck.Hooks{
 		OnWake: func(queue string, _ mend.Record) { s.wakes.WithLabelValues(queue).Inc() },
 		OnScan: func(r stuck.Report) {
+			s.scans.Inc()
 			for _, v := range []stuck.Verdict{stuck.Busy, stuck.Quiet, stuck.Woken, stuck.Recorded} {
 				s.queues.WithLabelValues(string(v)).Set(float64(r.Count(v)))
 			}

@@ -418,3 +418,13 @@ func (s *Stack) gatePath(group, partition string) string {
 	}
 	return filepath.Join(s.GateDir, "gates", group, name)
 }
+
+// AppInt runs a query returning one integer on the application database.
+func (s *Stack) AppInt(t testing.TB, query string, args ...any) int64 {
+	t.Helper()
+	var n sql.NullInt64
+	if err := s.AppSQL.QueryRowContext(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("sqreal: %s: %v", query, err)
+	}
+	return n.Int64
+}

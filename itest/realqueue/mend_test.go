@@ -217,3 +217,14 @@ func freeAddr(t *testing.T) string {
 	// The same as the stack's: a loopback port free at the time of the call.
 	return sqreal.FreeAddr(t)
 }
+
+// stuckRecords counts mend's stuck-queue records of queue (topic mend/stuck: the scan's own source).
+func (m *mendProc) stuckRecords(t *testing.T, queue string) int64 {
+	t.Helper()
+	var n int64
+	if err := m.db.SQL(t).QueryRowContext(context.Background(),
+		"SELECT COUNT(*) FROM mend_records WHERE queue = ? AND topic = 'mend/stuck'", queue).Scan(&n); err != nil {
+		t.Fatalf("count stuck-queue records: %v", err)
+	}
+	return n
+}

@@ -44,6 +44,20 @@ func batchOf(t *testing.T, s *sqreal.Stack, id string) string {
 	return batch
 }
 
+// builtAndWaiting reports whether every build of batch has succeeded and its signal has been read on
+// speculate, the batch speculating and speculate/<queue> all acknowledged: the batch then waits on the
+// outcome of the one it depends on, and only a wake-up moves it.
+func builtAndWaiting(t *testing.T, s *sqreal.Stack, batch string) (bool, string) {
+	t.Helper()
+	builds := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+".build WHERE queue = ? AND batch_id = ?", queue, batch)
+	unsignalled := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+`.build b WHERE b.queue = ? AND b.batch_id = ? AND (b.status <> 'succeeded'
+		OR NOT EXISTS (SELECT 1 FROM realq_speculate_log l WHERE l.partition_key = ? AND l.id = CONCAT(?, '/build-signal/', CONVERT(b.id USING utf8mb4) COLLATE utf8mb4_bin, '/succeeded')))`,
+		queue, batch, queue, batch)
+	ok := builds > 0 && unsignalled == 0 && s.BatchState(t, queue, batch) == "speculating" &&
+		acked(t, s, sqreal.GroupOrchestrator, "speculate", queue)
+	return ok, fmt.Sprintf("%d builds of %s, %d not succeeded or not signalled\n%s", builds, batch, unsignalled, s.Snapshot(t, queue))
+}
+
 // acked reports whether group has acknowledged every row of topic/partition (true when there are none).
 func acked(t *testing.T, s *sqreal.Stack, group, topic, partition string) bool {
 	t.Helper()
@@ -81,16 +95,17 @@ func TestLostWakeupLinked(t *testing.T) {
 // TestStuckBeforeAdoption is the control of TestLostWakeupSubscription carried on: the queue stuck before
 // mend came, its dead letters acknowledged by the host and collected by its GC, so neither mend import nor
 // the subscription can see them. mend is then adopted as operations.md says (migrate, doctor, mend adopt,
-// mend run): the stuck-queue scan must find the queue and wake it, and the dependent land. Its control is
-// TestLostWakeupSubscription/control (the same without mend stays stuck).
-//
-// Needs issue 42's branch stuck42 (the stuck-queue scan and mend adopt); MEND_TEST_REALQUEUE_ISSUE42=1
-// runs it before that merge.
+// mend run): the stuck-queue scan must find the queue and wake it, and the dependent land. The first half
+// is the control, run in the same test: without mend the queue stays stuck (as
+// TestLostWakeupSubscription/control). mend adopt runs with --stuck-bound 15s (adoptBound), not the
+// default 3 minutes, to keep the suite short: the scan's two looks are then 16 s apart.
 func TestStuckBeforeAdoption(t *testing.T) {
 	requireOptIn(t)
-	pendingIssue42(t, "stuck42 (the stuck-queue scan, mend adopt)")
 	lostWakeup(t, modeAdopt)
 }
+
+// adoptBound is the --stuck-bound TestStuckBeforeAdoption gives mend adopt (the default is 3 minutes).
+const adoptBound = "15s"
 
 // How a lost-wake-up scenario runs mend.
 const (
@@ -140,13 +155,8 @@ func lostWakeup(t *testing.T, mode int) {
 			return true, "" // mend repaired while the host's DLQ consumers were held
 		}
 		dead := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'build_dlq' AND partition_key = ?", culpritBatch)
-		builds := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+".build WHERE queue = ? AND batch_id = ?", queue, dependentBatch)
-		unsignalled := s.QueueInt(t, "SELECT COUNT(*) FROM "+"`"+s.App.Name+"`"+`.build b WHERE b.queue = ? AND b.batch_id = ? AND (b.status <> 'succeeded'
-			OR NOT EXISTS (SELECT 1 FROM realq_speculate_log l WHERE l.partition_key = ? AND l.id = CONCAT(?, '/build-signal/', CONVERT(b.id USING utf8mb4) COLLATE utf8mb4_bin, '/succeeded')))`,
-			queue, dependentBatch, queue, dependentBatch)
-		ok := dead > 0 && builds > 0 && unsignalled == 0 && s.BatchState(t, queue, dependentBatch) == "speculating" &&
-			acked(t, s, sqreal.GroupOrchestrator, "speculate", queue)
-		return ok, fmt.Sprintf("%d build_dlq rows, %d builds of the dependent, %d not succeeded or not signalled\n%s", dead, builds, unsignalled, s.Snapshot(t, queue))
+		built, desc := builtAndWaiting(t, s, dependentBatch)
+		return dead > 0 && built, fmt.Sprintf("%d build_dlq rows, %s", dead, desc)
 	}
 	s.Eventually(t, landTimeout, "the culprit's dead letter and the dependent's builds", settled)
 	hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
@@ -199,8 +209,14 @@ func lostWakeup(t *testing.T, mode int) {
 	})
 	m = newMend(t, s)
 	m.doctor(t, s)
-	if out, code := sqreal.Run(t, time.Minute, nil, m.bin, "adopt", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN); code != 0 {
-		t.Fatalf("mend adopt: exit %d\n%s", code, out)
+	out, code := sqreal.Run(t, 2*time.Minute, nil, m.bin, "adopt", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
+		"--stuck-bound", adoptBound)
+	if code != 0 || !strings.Contains(out, queue+": woken") {
+		t.Fatalf("mend adopt: exit %d, want 0 and %s woken\n%s", code, queue, out)
+	}
+	t.Logf("mend adopt:\n%s", out)
+	if n := m.stuckRecords(t, queue); n != 1 {
+		t.Fatalf("mend adopt left %d stuck-queue records of %s, want 1", n, queue)
 	}
 	m.run.Start(t)
 	s.WaitRequests(t, landTimeout, queue, []string{dependent}, "landed")
@@ -290,35 +306,39 @@ func hostFactsQuiet(t *testing.T, s *sqreal.Stack, liveBatch, stuckRequest strin
 // wake-up, the dependent lands. Control: without mend the dead letter is collected and the queue stays stuck.
 func TestDeadLetterWhileMendDown(t *testing.T) {
 	requireOptIn(t)
-	t.Run("mend", func(t *testing.T) { deadLetterWhileDown(t, true, false) })
-	t.Run("control", func(t *testing.T) { deadLetterWhileDown(t, false, false) })
+	t.Run("mend", func(t *testing.T) { deadLetterWhileDown(t, true, false, 0) })
+	t.Run("control", func(t *testing.T) { deadLetterWhileDown(t, false, false, 0) })
 }
 
 // TestRestartAfterQuietSpell is TestDeadLetterWhileMendDown with the host quiet for longer than 2 × its
 // lease duration before mend starts again: the orchestrator has released speculate/<queue> (no
 // queue_offsets row of any host group is left on it), the state every lost wake-up leads to. mend doctor
-// must pass there and the restarted mend must wake the queue within one pass. Control: the same without
+// must pass there and the restarted mend must wake the queue within one pass; a typo'd wake topic
+// (--wake-topic speculat) is still refused there by doctor and run (the rule: a live subscriber heartbeat
+// on the topic, or a group's queue_offsets row on it; host.CheckWakeTopic). Control: the same without
 // mend stays stuck.
 //
-// Today's mend refuses to start there ("no consumer group of the host has joined speculate"): issue 42's
-// branch wake42 changes that rule. Set MEND_TEST_REALQUEUE_ISSUE42=1 to run it before that merge.
+// The quiet spell is the release (about 75 s after the last acknowledgement on speculate/<queue>) by
+// default; MEND_TEST_REALQUEUE_QUIET=3m holds the host quiet for at least that long from the dead
+// letter's acknowledgement (issue 42: "a queue quiet for 3 minutes"). The two halves run in parallel,
+// each on a stack of its own: both are dominated by that wait.
 func TestRestartAfterQuietSpell(t *testing.T) {
 	requireOptIn(t)
-	pendingIssue42(t, "wake42 (the wake-topic rule on a quiet host)")
-	t.Run("mend", func(t *testing.T) { deadLetterWhileDown(t, true, true) })
-	t.Run("control", func(t *testing.T) { deadLetterWhileDown(t, false, true) })
-}
-
-// pendingIssue42 skips a scenario that needs another branch of issue 42, unless MEND_TEST_REALQUEUE_ISSUE42
-// is set (to show today's failure, or once the branch is merged: then delete the call).
-func pendingIssue42(t *testing.T, branch string) {
-	t.Helper()
-	if os.Getenv("MEND_TEST_REALQUEUE_ISSUE42") == "" {
-		t.Skipf("issue 42: passes only with branch %s merged; MEND_TEST_REALQUEUE_ISSUE42=1 runs it anyway", branch)
+	quiet := time.Duration(0)
+	if v := os.Getenv(envQuiet); v != "" {
+		var err error
+		if quiet, err = time.ParseDuration(v); err != nil || quiet < 0 {
+			t.Fatalf("%s=%q: want a Go duration", envQuiet, v)
+		}
 	}
+	t.Run("mend", func(t *testing.T) { t.Parallel(); deadLetterWhileDown(t, true, true, quiet) })
+	t.Run("control", func(t *testing.T) { t.Parallel(); deadLetterWhileDown(t, false, true, quiet) })
 }
 
-func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
+// envQuiet sets TestRestartAfterQuietSpell's least quiet spell (a Go duration; unset: until the release).
+const envQuiet = "MEND_TEST_REALQUEUE_QUIET"
+
+func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Duration) {
 	ctx := context.Background()
 	s := sqreal.Start(t, sqreal.Options{Queues: []string{queue}})
 	observeSpeculate(t, s)
@@ -346,12 +366,30 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 		END`, culpritID)); err != nil {
 		t.Fatal(err)
 	}
+	// The host's DLQ consumers are held until the dependent has built and waits on the culprit: a
+	// dependent whose build signal came after the culprit failed would re-speculate by itself (seen on a
+	// loaded machine), and nothing would be lost.
+	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
 	culprit := s.Land(t, queue, "fake://realq/culprit")
 	if culprit != culpritID {
 		t.Fatalf("the culprit is %s, want %s (the trigger names it)", culprit, culpritID)
 	}
 	dependent := s.Land(t, queue, "fake://realq/dependent")
-	culpritBatch := batchOf(t, s, culprit)
+	culpritBatch, dependentBatch := batchOf(t, s, culprit), batchOf(t, s, dependent)
+	settled := func() (bool, string) {
+		dead := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'merge-signal_dlq' AND partition_key = ?", queue)
+		built, desc := builtAndWaiting(t, s, dependentBatch)
+		return dead > 0 && built, fmt.Sprintf("%d merge-signal_dlq rows, %s", dead, desc)
+	}
+	s.Eventually(t, landTimeout, "the culprit's dead letter and the dependent's builds", settled)
+	hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
+	s.Eventually(t, time.Minute, "a heartbeat of the orchestrator", func() (bool, string) {
+		return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") > hb, "waiting"
+	})
+	if ok, desc := settled(); !ok {
+		t.Fatalf("the dependent did not stay settled for a heartbeat: %s", desc)
+	}
+	s.OpenGate(t, sqreal.GroupDLQ, "")
 	s.WaitRequests(t, landTimeout, queue, []string{culprit}, "error")
 	if st := s.BatchState(t, queue, culpritBatch); st != "failed" {
 		t.Fatalf("the culprit's batch is %q, want failed by the host's merge-signal_dlq controller\n%s", st, s.Snapshot(t, queue))
@@ -362,6 +400,7 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 	s.Eventually(t, landTimeout, "the host's DLQ group to acknowledge the dead letter", func() (bool, string) {
 		return acked(t, s, sqreal.GroupDLQ, "merge-signal_dlq", queue), s.Snapshot(t, queue)
 	})
+	quietFrom := time.Now()
 
 	dlqRows := func() int64 {
 		return s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'merge-signal_dlq' AND partition_key = ?", queue)
@@ -372,6 +411,20 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 		if n := s.QueueInt(t, "SELECT COUNT(*) FROM queue_offsets WHERE topic = 'speculate' AND partition_key = ?", queue); n != 0 {
 			t.Fatalf("%d queue_offsets rows left on speculate/%s after the release", n, queue)
 		}
+		if rest := quietFor - time.Since(quietFrom); rest > 0 {
+			// The longer quiet spell: the queue must not move, nor a host group come back to speculate/<queue>.
+			before := s.Snapshot(t, queue)
+			s.Eventually(t, rest+time.Minute, fmt.Sprintf("%v of quiet", quietFor), func() (bool, string) {
+				if now := s.Snapshot(t, queue); now != before {
+					t.Fatalf("the queue moved in its quiet spell:\nbefore:\n%s\nnow:\n%s", before, now)
+				}
+				if n := s.QueueInt(t, "SELECT COUNT(*) FROM queue_offsets WHERE topic = 'speculate' AND partition_key = ?", queue); n != 0 {
+					t.Fatalf("%d queue_offsets rows came back on speculate/%s in the quiet spell", n, queue)
+				}
+				return time.Since(quietFrom) >= quietFor, "quiet"
+			})
+		}
+		t.Logf("the host was quiet %v (since the dead letter's acknowledgement)", time.Since(quietFrom).Round(time.Second))
 	}
 	if !withMend {
 		// The host's GC deletes an acknowledged partition's rows after about 10 s idle.
@@ -386,11 +439,14 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 		return
 	}
 
-	// Give the host's GC two heartbeats (20 s: twice its 10 s idle) to try, then check mend's row held it.
-	hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
-	s.Eventually(t, time.Minute, "two heartbeats of the orchestrator", func() (bool, string) {
-		return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") >= hb+15000, "waiting"
-	})
+	// Give the host's GC two heartbeats (20 s: twice its 10 s idle) to try, then check mend's row held it
+	// (after a quiet spell it had longer than that already).
+	if !quiet {
+		hb := s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate")
+		s.Eventually(t, time.Minute, "two heartbeats of the orchestrator", func() (bool, string) {
+			return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") >= hb+15000, "waiting"
+		})
+	}
 	if n := dlqRows(); n != 1 {
 		t.Fatalf("%d merge-signal_dlq rows of %s left while mend was down, want 1 (held by mend's group)", n, queue)
 	}
@@ -398,6 +454,7 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 		t.Fatalf("the dependent is %q before mend restarts, want it stuck at batched\n%s", st, s.Snapshot(t, queue))
 	}
 	if quiet {
+		refuseTypo(t, s, m)
 		m.doctor(t, s)
 	}
 	m.run.Start(t)
@@ -423,4 +480,29 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool) {
 		}
 		t.Logf("speculate rows seen: %s", strings.Join(ids, ", "))
 	}
+}
+
+// typoTopic is issue 30's typo of the wake topic: no group of the host reads it.
+const typoTopic = "speculat"
+
+// refuseTypo checks, on the quiet host, that mend doctor fails and mend run refuses to start with
+// --wake-topic speculat (the same flags as m's run otherwise), naming the topic.
+func refuseTypo(t *testing.T, s *sqreal.Stack, m *mendProc) {
+	t.Helper()
+	out, code := sqreal.Run(t, time.Minute, nil, m.bin, "doctor", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
+		"--wake-topic", typoTopic)
+	if code == 0 || !strings.Contains(out, typoTopic) {
+		t.Fatalf("mend doctor --wake-topic %s on the quiet host: exit %d, want a failure naming the topic\n%s", typoTopic, code, out)
+	}
+	args := append(append([]string{}, m.run.Args...), "--wake-topic", typoTopic)
+	out, code = sqreal.Run(t, time.Minute, nil, m.bin, args...)
+	if code <= 0 || !strings.Contains(out, typoTopic) {
+		t.Fatalf("mend run --wake-topic %s on the quiet host: exit %d, want it refused naming the topic\n%s", typoTopic, code, out)
+	}
+	t.Logf("--wake-topic %s refused on the quiet host by doctor and run (run exit %d): %s", typoTopic, code, lastLine(out))
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
