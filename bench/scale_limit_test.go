@@ -574,19 +574,9 @@ func limitScaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, workers int,
 	reportProcCPU(b, cpuDuring, procDuring)
 
 	st.mu.Lock()
-	var firstWake []time.Duration
-	missing := 0
-	for q := range cfg.StormQueues {
-		w, ok := st.firstW[stormQueue(prefix, q)]
-		if !ok {
-			missing++
-			continue
-		}
-		firstWake = append(firstWake, w.Sub(time.Unix(0, firstD[q].Load())))
-	}
+	firstWake, missing := firstWakes(st.firstW, firstD, cfg, prefix)
 	lastW, woken := st.lastW, st.woken
 	st.mu.Unlock()
-	slices.Sort(firstWake)
 	if drained {
 		b.ReportMetric(lastW.Sub(stormStart).Seconds(), "storm-drain-s")
 	}
@@ -834,4 +824,20 @@ func reportPhases(b *testing.B, mix map[string]int64, records float64) {
 	for _, ph := range []string{"fence", "records", "settle", "wake", "txn"} {
 		b.ReportMetric(float64(by[ph])/records, "storm-rt-"+ph+"/record")
 	}
+}
+
+// firstWakes returns, sorted, each storm queue's time from its first
+// delivery (firstD, unix nanos) to its first wake-up (firstW), and how many
+// queues were never woken. The caller holds the lock firstW needs.
+func firstWakes(firstW map[string]time.Time, firstD []atomic.Int64, cfg scaleConfig, prefix string) (out []time.Duration, missing int) {
+	for q := range cfg.StormQueues {
+		w, ok := firstW[stormQueue(prefix, q)]
+		if !ok {
+			missing++
+			continue
+		}
+		out = append(out, w.Sub(time.Unix(0, firstD[q].Load())))
+	}
+	slices.Sort(out)
+	return out, missing
 }

@@ -702,19 +702,9 @@ wait:
 	b.ReportMetric(float64(st.empty.Load()-emptyBefore), "storm-empty-runs")
 
 	st.mu.Lock()
-	var firstWake []time.Duration
-	missing := 0
-	for q := range cfg.StormQueues {
-		w, ok := st.firstW[stormQueue(prefix, q)]
-		if !ok {
-			missing++
-			continue
-		}
-		firstWake = append(firstWake, w.Sub(time.Unix(0, firstD[q].Load())))
-	}
+	firstWake, missing := firstWakes(st.firstW, firstD, cfg, prefix)
 	lastW, woken := st.lastW, st.woken
 	st.mu.Unlock()
-	slices.Sort(firstWake)
 	sec := func(d time.Duration) float64 { return d.Seconds() }
 	within := 0.0
 	if missing == 0 && len(firstWake) > 0 && firstWake[len(firstWake)-1] <= cfg.Deadline {
