@@ -25,16 +25,10 @@ import (
 func TestWakeTopicNobodyReadsIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	type world struct {
-		mendDB, appDB, queueDB *mysqltest.DB
-		w                      sqtest.World
-		store                  *storage.DB
-		rec                    mend.Record
-	}
+	type world = wakeWorld
 	setup := func(t *testing.T) *world {
 		t.Helper()
-		x := &world{mendDB: mysqltest.NewDB(t, migrations.Up), appDB: mysqltest.NewDB(t, onDSN(sqtest.CreateApp)), queueDB: mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))}
-		x.w = sqtest.World{App: x.appDB.SQL(t), Queue: x.queueDB.SQL(t)}
+		x := newWakeWorld(t)
 		for _, seed := range []func() error{
 			func() error { return x.w.SeedBatch(ctx, "q", "q/batch/1", "speculating", "q/1") },
 			func() error { return x.w.SeedBatch(ctx, "q", "q/batch/2", "created", "q/2") },
@@ -47,46 +41,13 @@ func TestWakeTopicNobodyReadsIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var err error
-		if x.store, err = storage.Open(ctx, x.mendDB.DSN, storage.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = x.store.Close() })
-		x.rec, _, err = x.store.RecordCreate(ctx, mend.CreateParams{
-			Source:   mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"},
-			Snapshot: mend.Snapshot{Payload: []byte(`{"id":"q/batch/1","queue":"q"}`), FailureCount: 3, LastError: "boom"},
-			Target:   mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeFailed},
-			OpID:     mend.NewOpID(), Actor: "test",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		x.recordDeadLetter(t)
 		return x
 	}
-	mendCmd := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := Main(ctx, args, &out, &errOut, func(string) string { return "" })
-		return code, out.String(), errOut.String()
-	}
-	runArgs := func(x *world, extra ...string) []string {
-		return append([]string{"run", "--once", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe=false"}, extra...)
-	}
-	state := func(t *testing.T, x *world) mend.State {
-		t.Helper()
-		got, err := x.store.RecordGetByID(ctx, "q", x.rec.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.State
-	}
-	published := func(t *testing.T, x *world, topic string) int {
-		t.Helper()
-		var n int
-		if err := x.queueDB.SQL(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_messages WHERE topic = ?", topic).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	mendCmd := func(args ...string) (int, string, string) { return wakeMain(ctx, args...) }
+	runArgs := (*wakeWorld).runArgs
+	state := func(t *testing.T, x *world) mend.State { return x.state(t) }
+	published := func(t *testing.T, x *world, topic string) int { return x.published(t, topic) }
 
 	t.Run("run refuses the typo, naming the fix", func(t *testing.T) {
 		t.Parallel()
@@ -156,16 +117,10 @@ func TestWakeTopicNobodyReadsIsRefused(t *testing.T) {
 func TestWakeTopicOnAQuietHost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	type world struct {
-		mendDB, appDB, queueDB *mysqltest.DB
-		w                      sqtest.World
-		store                  *storage.DB
-		rec                    mend.Record
-	}
+	type world = wakeWorld
 	setup := func(t *testing.T, stale bool) *world {
 		t.Helper()
-		x := &world{mendDB: mysqltest.NewDB(t, migrations.Up), appDB: mysqltest.NewDB(t, onDSN(sqtest.CreateApp)), queueDB: mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))}
-		x.w = sqtest.World{App: x.appDB.SQL(t), Queue: x.queueDB.SQL(t)}
+		x := newWakeWorld(t)
 		now, err := x.w.DBNowMS(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -193,45 +148,13 @@ func TestWakeTopicOnAQuietHost(t *testing.T) {
 		if old, err := host.TopicConsumers(ctx, x.queueDB.SQL(t), "speculate", "mend"); err != nil || len(old) != 0 {
 			t.Fatalf("negative control: the old rule's query finds %q, %v; want nobody on a quiet host", old, err)
 		}
-		if x.store, err = storage.Open(ctx, x.mendDB.DSN, storage.Options{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = x.store.Close() })
-		x.rec, _, err = x.store.RecordCreate(ctx, mend.CreateParams{
-			Source:   mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"},
-			Snapshot: mend.Snapshot{Payload: []byte(`{"id":"q/batch/1","queue":"q"}`), FailureCount: 3, LastError: "boom"},
-			Target:   mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeFailed},
-			OpID:     mend.NewOpID(), Actor: "test",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		x.recordDeadLetter(t)
 		return x
 	}
-	mendCmd := func(args ...string) (int, string, string) {
-		var out, errOut bytes.Buffer
-		code := Main(ctx, args, &out, &errOut, func(string) string { return "" })
-		return code, out.String(), errOut.String()
-	}
-	runArgs := func(x *world, extra ...string) []string {
-		return append([]string{"run", "--once", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe=false"}, extra...)
-	}
-	state := func(t *testing.T, x *world) mend.State {
-		t.Helper()
-		got, err := x.store.RecordGetByID(ctx, "q", x.rec.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got.State
-	}
-	published := func(t *testing.T, x *world, topic string) int {
-		t.Helper()
-		var n int
-		if err := x.queueDB.SQL(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_messages WHERE topic = ?", topic).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	mendCmd := func(args ...string) (int, string, string) { return wakeMain(ctx, args...) }
+	runArgs := (*wakeWorld).runArgs
+	state := func(t *testing.T, x *world) mend.State { return x.state(t) }
+	published := func(t *testing.T, x *world, topic string) int { return x.published(t, topic) }
 
 	t.Run("doctor passes on a quiet host, naming the heartbeating group", func(t *testing.T) {
 		t.Parallel()
@@ -309,4 +232,70 @@ func TestWakeTopicOnAQuietHost(t *testing.T) {
 			t.Errorf("record %s, %d wake-up(s); want done, 1", s, n)
 		}
 	})
+}
+
+// wakeWorld is the wake-topic tests' world: mend's database, the host's
+// application and queue databases with the real tables, and one recorded
+// dead letter of speculate for q/batch/1.
+type wakeWorld struct {
+	mendDB, appDB, queueDB *mysqltest.DB
+	w                      sqtest.World
+	store                  *storage.DB
+	rec                    mend.Record
+}
+
+func newWakeWorld(t *testing.T) *wakeWorld {
+	t.Helper()
+	x := &wakeWorld{mendDB: mysqltest.NewDB(t, migrations.Up), appDB: mysqltest.NewDB(t, onDSN(sqtest.CreateApp)), queueDB: mysqltest.NewDB(t, onDSN(sqtest.CreateQueue))}
+	x.w = sqtest.World{App: x.appDB.SQL(t), Queue: x.queueDB.SQL(t)}
+	return x
+}
+
+// recordDeadLetter opens mend's store and records the world's dead letter.
+func (x *wakeWorld) recordDeadLetter(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if x.store, err = storage.Open(ctx, x.mendDB.DSN, storage.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.store.Close() })
+	x.rec, _, err = x.store.RecordCreate(ctx, mend.CreateParams{
+		Source:   mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"},
+		Snapshot: mend.Snapshot{Payload: []byte(`{"id":"q/batch/1","queue":"q"}`), FailureCount: 3, LastError: "boom"},
+		Target:   mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeFailed},
+		OpID:     mend.NewOpID(), Actor: "test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wakeMain runs mend with args and no environment.
+func wakeMain(ctx context.Context, args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := Main(ctx, args, &out, &errOut, func(string) string { return "" })
+	return code, out.String(), errOut.String()
+}
+
+func (x *wakeWorld) runArgs(extra ...string) []string {
+	return append([]string{"run", "--once", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe=false"}, extra...)
+}
+
+func (x *wakeWorld) state(t *testing.T) mend.State {
+	t.Helper()
+	got, err := x.store.RecordGetByID(context.Background(), "q", x.rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.State
+}
+
+func (x *wakeWorld) published(t *testing.T, topic string) int {
+	t.Helper()
+	var n int
+	if err := x.queueDB.SQL(t).QueryRowContext(context.Background(), "SELECT COUNT(*) FROM queue_messages WHERE topic = ?", topic).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
