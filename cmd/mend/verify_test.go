@@ -19,20 +19,7 @@ import (
 func TestVerifyCatchesAndRebuilds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := mysqltest.NewDB(t, migrations.Up)
-	store, err := storage.Open(ctx, db.DSN, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	rec, _, err := store.RecordCreate(ctx, mend.CreateParams{
-		Source: mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"},
-		Target: mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeFailed},
-		OpID:   mend.NewOpID(), Actor: "test",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, _, rec := verifyWorld(t)
 	verify := func(extra ...string) (int, string) {
 		t.Helper()
 		var out, errOut bytes.Buffer
@@ -63,4 +50,26 @@ func TestVerifyCatchesAndRebuilds(t *testing.T) {
 	if code, _ := verify("--record", "nothex"); code != exitUsage {
 		t.Fatalf("verify --record nothex: exit %d; want 2", code)
 	}
+}
+
+// verifyWorld is a fresh mend database with one recorded dead letter, and a
+// store on it, closed when the test ends.
+func verifyWorld(t *testing.T) (*mysqltest.DB, *storage.DB, mend.Record) {
+	t.Helper()
+	ctx := context.Background()
+	db := mysqltest.NewDB(t, migrations.Up)
+	store, err := storage.Open(ctx, db.DSN, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	rec, _, err := store.RecordCreate(ctx, mend.CreateParams{
+		Source: mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"},
+		Target: mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeFailed},
+		OpID:   mend.NewOpID(), Actor: "test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, store, rec
 }

@@ -5,9 +5,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/mendq/mend"
-	"github.com/mendq/mend/internal/mysqltest"
-	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
 
@@ -16,20 +13,7 @@ import (
 func TestVerifyRecordsRuns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := mysqltest.NewDB(t, migrations.Up)
-	store, err := storage.Open(ctx, db.DSN, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	rec, _, err := store.RecordCreate(ctx, mend.CreateParams{
-		Source: mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"},
-		Target: mend.Target{BatchID: "q/batch/1", Desired: mend.OutcomeFailed},
-		OpID:   mend.NewOpID(), Actor: "test",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, store, rec := verifyWorld(t)
 	verify := func(extra ...string) storage.VerifyRun {
 		t.Helper()
 		var out bytes.Buffer
