@@ -136,18 +136,7 @@ func TestDSNFileRotation(t *testing.T) {
 					t.Errorf("a password was printed:\n%s", out)
 				}
 			}()
-			next := func() bool {
-				t.Helper()
-				select {
-				case ok := <-log.passes:
-					return ok
-				case code := <-exited:
-					t.Fatalf("mend run exited %d:\n%s", code, log.String())
-				case <-time.After(time.Minute): // a hang, not a timing assertion
-					t.Fatalf("no pass within a minute:\n%s", log.String())
-				}
-				return false
-			}
+			next := func() bool { t.Helper(); return log.next(t, exited) }
 			for !next() { // the first good pass on the old password
 			}
 
@@ -204,4 +193,20 @@ func TestDSNFileRotation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// next waits for the run's next pass and reports whether it succeeded,
+// failing t if the run exits first or no pass comes within a minute (a
+// hang, not a timing assertion).
+func (l *passLog) next(t *testing.T, exited <-chan int) bool {
+	t.Helper()
+	select {
+	case ok := <-l.passes:
+		return ok
+	case code := <-exited:
+		t.Fatalf("mend run exited %d:\n%s", code, l.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("no pass within a minute:\n%s", l.String())
+	}
+	return false
 }
