@@ -10,6 +10,12 @@ func SetAfterMembersRead(d *DB, f func()) { d.afterMembersRead = f }
 // it named, and reports every batch moved.
 func SetTrustRowCount(d *DB, on bool) { d.trustRowCount = on }
 
+// PlantSeenBeforeCheck breaks Wake's hold on purpose (the planted slip of
+// issue 47): "a consumer of the wake topic was seen" is remembered before
+// the check, so the first held wake-up lets every later one go out to a
+// topic nobody was seen reading.
+func PlantSeenBeforeCheck(d *DB) { d.seenBeforeCheck = true }
+
 // SQLStuckLive is the stuck-queue scan's live-batch statement, for its
 // EXPLAIN test.
 const SQLStuckLive = sqlStuckLive

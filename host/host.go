@@ -142,6 +142,11 @@ type DB struct {
 	// BatchTransitionMany), takes a batched compare-and-set's changed-row
 	// count as every batch moved, without reading them again.
 	trustRowCount bool
+	// seenBeforeCheck, when set (tests only: the planted slip of issue
+	// 47), remembers that a consumer of the wake topic was seen before
+	// the check that would have seen one, so every later wake-up goes out
+	// unchecked.
+	seenBeforeCheck bool
 }
 
 // Open connects to the submit queue's application database (appDSN) and its

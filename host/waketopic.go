@@ -307,6 +307,9 @@ func (d *DB) wakeTopicJoined(ctx context.Context) error {
 	if !d.requireConsumer || d.consumerSeen.Load() {
 		return nil
 	}
+	if d.seenBeforeCheck {
+		d.consumerSeen.Store(true)
+	}
 	if err := CheckWakeTopic(ctx, d.queue, d.wakeTopic, d.consumerIgnore...); err != nil {
 		return err
 	}

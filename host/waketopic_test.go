@@ -344,6 +344,92 @@ func TestWakeOnAQuietHost(t *testing.T) {
 	})
 }
 
+// Issue 47's planted slip: "a consumer of the wake topic was seen"
+// remembered before the check. One held wake-up then lets every later one
+// go out to a topic nobody was seen reading. The tests above call Wake
+// once before the consumer appears, which the slip passes; here Wake is
+// held twice (the second call is where the slip would publish), then goes
+// out once a group reads the topic. Two ways to have no consumer: a topic
+// nobody joined (the typo) and a host that is down.
+func TestWakeHeldUntilAConsumerIsSeen(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		// world is the queue database before a consumer appears; topic
+		// the --wake-topic; appear makes a group of the host read it.
+		world  func(*testing.T) *bundle
+		topic  string
+		appear func(context.Context, *bundle) error
+	}{
+		{"a topic nobody joined", joinWorld, "speculat", func(ctx context.Context, b *bundle) error {
+			return b.w.Join(ctx, "orchestrator", "speculat", "q")
+		}},
+		{"a host that is down", func(t *testing.T) *bundle { return realHost(t, hostCrashed) }, "speculate", func(ctx context.Context, b *bundle) error {
+			return b.w.Heartbeat(ctx, "orchestrator", "speculate", "orchestrator-8a01")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if p := wakeHoldProblems(t, tt.world(t), tt.topic, tt.appear, false); len(p) > 0 {
+				t.Fatal(p)
+			}
+		})
+		t.Run(tt.name+": the planted slip is caught", func(t *testing.T) {
+			t.Parallel()
+			if len(wakeHoldProblems(t, tt.world(t), tt.topic, tt.appear, true)) == 0 {
+				t.Fatal("the planted slip passed the test meant to catch it")
+			}
+		})
+	}
+}
+
+// wakeHoldProblems wakes three times on topic in b: twice before a
+// consumer appears (each must be held: an *UnjoinedTopicError and nothing
+// published), then after appear (published). With slip, the adapter
+// remembers a consumer seen before its check (host.PlantSeenBeforeCheck).
+func wakeHoldProblems(t *testing.T, b *bundle, topic string, appear func(context.Context, *bundle) error, slip bool) (problems []string) {
+	t.Helper()
+	ctx := context.Background()
+	h := open(t, b.db.DSN, b.db.DSN, host.Options{WakeTopic: topic, RequireWakeConsumer: true,
+		WakeConsumerIgnore: []string{"mend"}, NowFunc: func() time.Time { return testNow }, Logger: slog.New(slog.DiscardHandler)})
+	if slip {
+		host.PlantSeenBeforeCheck(h)
+	}
+	published := func() int {
+		t.Helper()
+		var n int
+		if err := b.db.SQL(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_messages WHERE topic = ?", topic).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Each wake-up has its own message ID, as the planner's re-sends do
+	// (a record's version is in it), so a publish is never deduplicated
+	// away.
+	wake := func(n int) error {
+		return h.Wake(ctx, mend.WakeUp{Queue: "q", MessageID: fmt.Sprintf("mend/wake/1/v%d", n), BatchID: "q/batch/2", Epoch: 1})
+	}
+	for n := 1; n <= 2; n++ {
+		var ue *host.UnjoinedTopicError
+		if err := wake(n); !errors.As(err, &ue) {
+			problems = append(problems, fmt.Sprintf("wake-up %d before any consumer = %v; want held (*UnjoinedTopicError)", n, err))
+		}
+		if got := published(); got != 0 {
+			problems = append(problems, fmt.Sprintf("after wake-up %d before any consumer: %d message(s) on %q; want 0", n, got, topic))
+		}
+	}
+	if err := appear(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := wake(3); err != nil {
+		problems = append(problems, fmt.Sprintf("wake-up after a consumer appeared = %v; want published", err))
+	}
+	if got, want := published(), 1; got != want {
+		problems = append(problems, fmt.Sprintf("after a consumer appeared: %d message(s) on %q; want %d", got, topic, want))
+	}
+	return problems
+}
+
 // Queues lists every queue with a request, once, with a loose scan of the
 // request table's primary key (its cost grows with the queues, not the
 // requests): the queues the subscription registers ahead.

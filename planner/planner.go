@@ -154,6 +154,12 @@ func (c Config) validate() error {
 type Planner struct {
 	cfg Config
 	log *slog.Logger
+
+	// bareHostFailing, when set (tests only: the negative control of
+	// HostFailingError), ends a run stopped by a failing host with the bare
+	// ErrHostFailing, as before issue 47: "database unavailable", whatever
+	// the host's last failure was.
+	bareHostFailing bool
 }
 
 // New returns a Planner.
@@ -299,6 +305,9 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 		}
 		if errors.Is(stop, ErrHostFailing) || (stop == nil && hostErrs >= p.cfg.MaxHostErrors) {
 			p.log.WarnContext(ctx, "host keeps failing; stopping the run", "queue", term.Queue, "errors_in_a_row", hostErrs, "last", st.lastFailure)
+			if p.bareHostFailing {
+				return st, ErrHostFailing
+			}
 			return st, &HostFailingError{InARow: hostErrs, Last: st.lastFailure}
 		}
 		if stop != nil {

@@ -291,3 +291,37 @@ func TestRetryDefaultsBoundTheWait(t *testing.T) {
 		t.Fatalf("RetryDefaults(1m) = %s, %s; want the 1s base and a 4m cap", b, l)
 	}
 }
+
+// TestDefaultParkTimeline pins the sum docs/operations.md ("When repairs
+// keep failing") and MendRepairsFailing's threshold rest on: with mend
+// run's defaults (--interval 10s, so RetryDefaults gives a 1 s base and a
+// 40 s cap; --max-attempts 10) the nine failures before the park back off
+// 1, 2, 4, 8, 16, 32, 40, 40, 40 s, each jittered to between half and all
+// of that, so the park comes 91.5 s after the first failure at the
+// earliest. If this changes, redo the sum and the rule's threshold (over
+// 30 s: it must stay above it for a scrape interval before the park).
+func TestDefaultParkTimeline(t *testing.T) {
+	t.Parallel()
+	const interval = 10 * time.Second // reconcile.IntervalDefault
+	base, limit := planner.RetryDefaults(interval)
+	ceilings := []time.Duration{1, 2, 4, 8, 16, 32, 40, 40, 40}
+	if len(ceilings) != planner.MaxAttemptsDefault-1 {
+		t.Fatalf("MaxAttemptsDefault = %d; the timeline has %d backoffs before the park", planner.MaxAttemptsDefault, len(ceilings))
+	}
+	var earliest time.Duration
+	for n, c := range ceilings {
+		c *= time.Second
+		lo, hi := c, time.Duration(0)
+		for range 200 {
+			d := planner.Backoff(n, base, limit)
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo < c/2 || hi >= c {
+			t.Fatalf("Backoff(%d) ranged over [%s, %s]; the timeline says [%s, %s)", n, lo, hi, c/2, c)
+		}
+		earliest += c / 2
+	}
+	if want := 91500 * time.Millisecond; earliest != want {
+		t.Fatalf("earliest park %s after the first failure; docs/operations.md says %s", earliest, want)
+	}
+}
