@@ -101,7 +101,8 @@ func OpenStatusRead(ctx context.Context, db *sql.DB) (map[int64]time.Time, error
 // test; the returned func undoes it. Only a test that is not parallel may
 // call it.
 func Plant(name string) (undo func()) {
-	flags := map[string]*bool{"outageCountsRow": &planted.outageCountsRow, "parkSwallows": &planted.parkSwallows}
+	flags := map[string]*bool{"outageCountsRow": &planted.outageCountsRow, "parkSwallows": &planted.parkSwallows,
+		"joinedEarly": &planted.joinedEarly, "keepFailedJoins": &planted.keepFailedJoins, "drainUnbounded": &planted.drainUnbounded}
 	f := flags[name]
 	*f = true
 	return func() { *f = false }

@@ -463,4 +463,7 @@ var planted struct {
 	casAtLeast         bool // the advance's compare-and-set written offset_acked >= from
 	outageCountsRow    bool // a store outage counted as failures of the partition's first row
 	parkSwallows       bool // park passes a row whose stand-in the store failed to record
+	joinedEarly        bool // discovery marks a partition joined before its join statement succeeds
+	keepFailedJoins    bool // registering ahead keeps a failed join in the joined map
+	settleNotRaised    bool // SettleFor keeps the default window, not raised above the waits
 }

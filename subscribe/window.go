@@ -72,7 +72,10 @@ func SettleFor(w Waits) time.Duration { return settleFor(w, SettleDefault, Settl
 // settleFor is SettleFor with its floor and margin given: the simulation
 // runs the same arithmetic at its own time scale.
 func settleFor(w Waits, floor, margin time.Duration) time.Duration {
-	if planted.noMargin {
+	switch {
+	case planted.settleNotRaised:
+		return floor
+	case planted.noMargin:
 		return max(floor, w.Bound())
 	}
 	return max(floor, w.Bound()+margin)
