@@ -457,6 +457,7 @@ var planted struct {
 	drainUnbounded     bool // Drain waits for every release, however long
 	markerAnywhere     bool // the monitor's heading and truncation marker found anywhere in its text
 	trustAnyAge        bool // a monitor transaction older than the server counted
+	trustSessionAge    bool // a transaction older than its session (as the process lists bound it) counted
 	newestOpen         bool // the oldest open transaction's start replaced by the newest's
 	statusLate         bool // the monitor's start time up to a second late (no slack for its rounding)
 	countAndSum        bool // the settle check compares count and sum, not the digest
