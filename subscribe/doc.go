@@ -186,7 +186,27 @@
 //     session); an age above the server's uptime is no real transaction's
 //     and is left out; the server cuts the text only at 1 MiB, so a text
 //     that long is unusable and a truncation marker in a shorter one is a
-//     statement's.
+//     statement's. No transaction counts as older than its session: the
+//     reader keeps, from the process list it reads with each view (the
+//     server's clock read just before it), when each live session was
+//     first listed, and a session missing from the list before (of the
+//     same server, by host name, port and server_id) connected after that
+//     list's clock; a start earlier than that (less a second)
+//     is raised to it, never dropped, so made-up text naming a live
+//     session holds the watermarks no longer than a real transaction of
+//     that session could (sessionAges, opentrx.go). That is the strongest
+//     sound bound mend's grant gives: neither engine's process list shows
+//     a session's connection time (MySQL's performance_schema threads
+//     table has none either, and needs SELECT on performance_schema;
+//     MariaDB's processlist has TIME and TIME_MS only), and SHOW
+//     PROCESSLIST's Time is the current statement's or state's (a
+//     sleeping session's since its last statement), while a transaction
+//     spans statements: capping by it would hide a real transaction idle
+//     between two statements, which loses dead letters. Session IDs grow
+//     with each connection, but wrap (MySQL's are 32-bit) and restart
+//     with the server, so they order nothing soundly. A session already
+//     listed in the reader's first list is bounded by the uptime alone; so
+//     is every session for one-off reads (OpenVisible).
 //  3. An unusable read (stale with the monitor failing too, or any other
 //     error) changes nothing already decided: the samples taken since the
 //     last usable read (or before the first) wait for the next.
@@ -212,7 +232,9 @@
 // MoveToDLQ held open four windows recorded with PROCESS and lost
 // without; TestLossFrozenTrxCache shows it recorded while three readers
 // poll innodb_trx every 10 ms (lost before the nonce); the crafted-text
-// tests (TestParseInnoDBStatusCraftedDeadlock) show invariant 2.
+// tests (TestParseInnoDBStatusCraftedDeadlock, TestSessionAgesCapCraftedDeadlock,
+// and on a real deadlock TestOpenSessionAgeCapsCraftedDeadlock) show
+// invariant 2.
 //
 // # Registering ahead
 //

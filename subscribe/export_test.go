@@ -101,7 +101,8 @@ func OpenStatusRead(ctx context.Context, db *sql.DB) (map[int64]time.Time, error
 // test; the returned func undoes it. Only a test that is not parallel may
 // call it.
 func Plant(name string) (undo func()) {
-	flags := map[string]*bool{"outageCountsRow": &planted.outageCountsRow, "parkSwallows": &planted.parkSwallows}
+	flags := map[string]*bool{"outageCountsRow": &planted.outageCountsRow, "parkSwallows": &planted.parkSwallows,
+		"joinedEarly": &planted.joinedEarly, "keepFailedJoins": &planted.keepFailedJoins, "drainUnbounded": &planted.drainUnbounded, "trustSessionAge": &planted.trustSessionAge}
 	f := flags[name]
 	*f = true
 	return func() { *f = false }
@@ -111,3 +112,30 @@ func Plant(name string) (undo func()) {
 // does while a recording pass runs long (no recording pass reloads the
 // joined partitions meanwhile).
 func MembershipStep(ctx context.Context, s *Subscriber) (int, error) { return s.membershipStep(ctx) }
+
+// SessionAges is what a reader's process lists tell of its sessions'
+// connections (sessionAges); the zero value is ready to use.
+type SessionAges = sessionAges
+
+// StatusOldest reads the open transactions as readOpen does when
+// innodb_trx's view is stale (from the InnoDB monitor, live), with ages
+// kept as a Subscriber keeps them: the oldest other session's transaction
+// in db's current database, and when it began (zero: none open).
+func StatusOldest(ctx context.Context, db *sql.DB, ages *SessionAges) (session int64, began time.Time, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var one int
+	var current sql.NullString
+	if err := tx.QueryRowContext(ctx, sqlOpenTouch).Scan(&one, &current); err != nil {
+		return 0, time.Time{}, err
+	}
+	others, err := openFromStatus(ctx, tx)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	o, err := oldestListed(ctx, tx, others, current, ages)
+	return o.session, o.started.Time, err
+}

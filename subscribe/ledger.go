@@ -457,10 +457,14 @@ var planted struct {
 	drainUnbounded     bool // Drain waits for every release, however long
 	markerAnywhere     bool // the monitor's heading and truncation marker found anywhere in its text
 	trustAnyAge        bool // a monitor transaction older than the server counted
+	trustSessionAge    bool // a transaction older than its session (as the process lists bound it) counted
 	newestOpen         bool // the oldest open transaction's start replaced by the newest's
 	statusLate         bool // the monitor's start time up to a second late (no slack for its rounding)
 	countAndSum        bool // the settle check compares count and sum, not the digest
 	casAtLeast         bool // the advance's compare-and-set written offset_acked >= from
 	outageCountsRow    bool // a store outage counted as failures of the partition's first row
 	parkSwallows       bool // park passes a row whose stand-in the store failed to record
+	joinedEarly        bool // discovery marks a partition joined before its join statement succeeds
+	keepFailedJoins    bool // registering ahead keeps a failed join in the joined map
+	settleNotRaised    bool // SettleFor keeps the default window, not raised above the waits
 }

@@ -330,6 +330,8 @@ func TestPlantedBugsFoundByTheseTests(t *testing.T) {
 		{"the oldest open transaction replaced by the newest (issue 43)", &planted.newestOpen, oldestOpenProblems},
 		{"the monitor's start time up to a second late (issue 43)", &planted.statusLate, oldestOpenProblems},
 		{"the window bound by one lock wait (issue 43)", &planted.oneLockWait, settleForProblems},
+		{"the default window not raised above the waits (issue 43)", &planted.settleNotRaised, settleForProblems},
+		{"a monitor transaction older than its session counted (issue 43)", &planted.trustSessionAge, sessionAgesProblems},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			*c.bug = true

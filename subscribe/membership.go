@@ -199,7 +199,9 @@ func (s *Subscriber) registerAhead(ctx context.Context) (int, error) {
 	}
 	if err := s.joinMany(ctx, want, spell); err != nil {
 		for _, k := range want {
-			delete(joined, k) // joined again next time; INSERT IGNORE keeps a row that made it
+			if !planted.keepFailedJoins {
+				delete(joined, k) // joined again next time; INSERT IGNORE keeps a row that made it
+			}
 		}
 		return 0, err
 	}
@@ -267,6 +269,11 @@ func (s *Subscriber) discover(ctx context.Context) ([]partKey, map[partKey]strin
 				fresh, spell = append(fresh, k), append(spell, p)
 			}
 			active = append(active, k)
+		}
+	}
+	if planted.joinedEarly {
+		for _, k := range fresh {
+			joined[k] = 0
 		}
 	}
 	if err := s.joinMany(ctx, fresh, spell); err != nil {

@@ -44,6 +44,9 @@ type openReader struct {
 	// read replaces readOpen in tests (SetOpenRead): the server's
 	// answers, a stale view among them, on cue.
 	read func(context.Context, *sql.DB) (time.Time, error)
+	// sessions is what the reads' process lists tell of when each live
+	// session connected: no transaction is older than its session.
+	sessions sessionAges
 }
 
 // SeesOpen reports whether the subscription's last pass was allowed to
@@ -88,7 +91,7 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 		oldest, err = r.read(ctx, s.cfg.DB)
 	} else {
 		var o openTrx
-		o, err = readOldest(ctx, s.cfg.DB)
+		o, err = readOldestWith(ctx, s.cfg.DB, &r.sessions)
 		oldest, session = o.started.Time, o.session
 	}
 	allowed := func() {
@@ -182,7 +185,76 @@ const (
 	// SHOW PROCESSLIST sends the text as it is.
 	sqlOpenSessions = "-- name: SubscribeOpenSessions\n" +
 		"SHOW PROCESSLIST"
+	// The server's clock just before the process list is read (a session
+	// it does not list connected after this, see sessionAges), and which
+	// server it is: a list says nothing of another server's sessions.
+	sqlOpenListed = "-- name: SubscribeOpenListed\n" +
+		"SELECT UTC_TIMESTAMP(6), CONCAT_WS(':', @@hostname, @@port, @@server_id)"
 )
+
+// sessionAges bounds how long each live session has been connected, from
+// the reads' process lists: a session missing from a list read at time t
+// (by the server's clock, taken just before the list) and listed later
+// connected after t, and none of its transactions began before. This is
+// the strongest bound the data a user holding PROCESS may read gives (see
+// the package doc, "Open transactions", invariant 2): neither server shows
+// such a user a session's connection time, and SHOW PROCESSLIST's Time is
+// the current statement's or state's, not the transaction's. A session
+// listed in the first list the reader read has no bound (the server's
+// uptime alone caps it), and so does every session when the list is of
+// another server than the last (a failover, a proxy: by host name, port
+// and server_id). The zero value is ready to use; a nil one keeps
+// nothing.
+type sessionAges struct {
+	server string              // which server the last list was of
+	listed time.Time           // the clock before the last list; zero: none read yet
+	after  map[int64]time.Time // each session of the last list: when it had not yet connected (zero: unknown)
+}
+
+// sessionSlack is taken off each bound: the server's clock in whole
+// microseconds against the lists' instants, and a clock stepped back a
+// little between two lists.
+const sessionSlack = time.Second
+
+// add records a process list (ids) of server read just after its clock
+// read listed.
+func (a *sessionAges) add(server string, listed time.Time, ids []int64) {
+	if a == nil {
+		return
+	}
+	if server != a.server {
+		*a = sessionAges{server: server} // another server's list bounds none of these
+	}
+	after := make(map[int64]time.Time, len(ids))
+	for _, id := range ids {
+		b, ok := a.after[id]
+		if !ok && !a.listed.IsZero() {
+			b = a.listed.Add(-sessionSlack) // missing from the last list: connected since
+		}
+		after[id] = b
+	}
+	a.after, a.listed = after, listed
+}
+
+// capped returns others with no transaction counted as older than its
+// session: a start before the session is known to have connected is
+// raised to that time. It never drops a transaction, and a real one began
+// after its session connected, so the start stays no later than the real
+// one: made-up monitor text naming a live session holds the watermarks no
+// longer than a real transaction of that session could.
+func (a *sessionAges) capped(others []openTrx) []openTrx {
+	if a == nil || planted.trustSessionAge {
+		return others
+	}
+	out := make([]openTrx, len(others))
+	for i, o := range others {
+		if b := a.after[o.session]; !b.IsZero() && o.started.Valid && o.started.Time.Before(b) {
+			o.started.Time = b
+		}
+		out[i] = o
+	}
+	return out
+}
 
 // OpenGrant is the grant that lets the subscription see the open
 // transactions, on MySQL and MariaDB; account is the user's quoted account
@@ -237,7 +309,14 @@ func readOpen(ctx context.Context, db *sql.DB) (time.Time, error) {
 
 // readOldest is readOpen with the oldest transaction's session (0 when
 // none is open): run --once names it beside the partitions it holds.
-func readOldest(ctx context.Context, db *sql.DB) (_ openTrx, err error) {
+func readOldest(ctx context.Context, db *sql.DB) (openTrx, error) {
+	return readOldestWith(ctx, db, nil)
+}
+
+// readOldestWith is readOldest keeping ages (nil: none kept) up to date
+// with this read's process list, and counting no transaction older than
+// its session as ages knows it.
+func readOldestWith(ctx context.Context, db *sql.DB, ages *sessionAges) (_ openTrx, err error) {
 	wrap := func(err error) error {
 		if refused(err) {
 			return fmt.Errorf("%w: %w", ErrOpenHidden, err)
@@ -269,17 +348,42 @@ func readOldest(ctx context.Context, db *sql.DB) (_ openTrx, err error) {
 			return openTrx{}, fmt.Errorf("%w; the InnoDB monitor: %w", errOpenStale, mysqlx.Translate(err))
 		}
 	}
-	switch {
-	case err != nil:
-		return openTrx{}, wrap(err)
-	case len(others) == 0:
-		return openTrx{}, nil
-	}
-	dbs, err := sessionDatabases(ctx, tx)
 	if err != nil {
 		return openTrx{}, wrap(err)
 	}
-	return oldestOpen(others, dbs, current), nil
+	o, err := oldestListed(ctx, tx, others, current, ages)
+	if err != nil {
+		return openTrx{}, wrap(err)
+	}
+	return o, nil
+}
+
+// oldestListed is the oldest of others (see oldestOpen) by the process
+// list read now in tx, inside the reader's transaction, which it adds to
+// ages (nil: none kept). With none open and no ages kept it reads
+// nothing; with none open, a failed process list read only leaves ages
+// as they were; a failed read of the server's clock and identity forgets
+// them.
+func oldestListed(ctx context.Context, tx *sql.Tx, others []openTrx, current sql.NullString, ages *sessionAges) (openTrx, error) {
+	var server string
+	var listed time.Time
+	if ages != nil {
+		if err := tx.QueryRowContext(ctx, sqlOpenListed).Scan(&listed, &server); err != nil {
+			*ages, ages = sessionAges{}, nil // which server, or when, is unknown: bound nothing
+		}
+	}
+	if len(others) == 0 && ages == nil {
+		return openTrx{}, nil
+	}
+	dbs, ids, err := sessionDatabases(ctx, tx)
+	switch {
+	case err != nil && len(others) == 0:
+		return openTrx{}, nil
+	case err != nil:
+		return openTrx{}, err
+	}
+	ages.add(server, listed, ids)
+	return oldestOpen(ages.capped(others), dbs, current), nil
 }
 
 // oldestOpen is the oldest of the other sessions' open transactions whose
@@ -348,16 +452,16 @@ func openFromTrx(ctx context.Context, tx *sql.Tx, nonce string) (others []openTr
 
 // sessionDatabases reads each session's current database from SHOW
 // PROCESSLIST (sqlOpenSessions), by column name: MariaDB adds columns.
-// A session without one is left out.
-func sessionDatabases(ctx context.Context, tx *sql.Tx) (map[int64]string, error) {
+// A session without one is left out of the map; ids lists every session.
+func sessionDatabases(ctx context.Context, tx *sql.Tx) (_ map[int64]string, ids []int64, err error) {
 	rows, err := tx.QueryContext(ctx, sqlOpenSessions)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	id, db := -1, -1
 	for i, c := range cols {
@@ -369,7 +473,7 @@ func sessionDatabases(ctx context.Context, tx *sql.Tx) (map[int64]string, error)
 		}
 	}
 	if id < 0 || db < 0 {
-		return nil, fmt.Errorf("SHOW PROCESSLIST has no Id or db column (columns %v)", cols)
+		return nil, nil, fmt.Errorf("SHOW PROCESSLIST has no Id or db column (columns %v)", cols)
 	}
 	out := map[int64]string{}
 	vals := make([]sql.RawBytes, len(cols))
@@ -379,18 +483,18 @@ func sessionDatabases(ctx context.Context, tx *sql.Tx) (map[int64]string, error)
 	}
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		if vals[db] == nil {
-			continue
+			return nil, nil, err
 		}
 		n, err := strconv.ParseInt(string(vals[id]), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("SHOW PROCESSLIST: session id %q: %w", vals[id], err)
+			return nil, nil, fmt.Errorf("SHOW PROCESSLIST: session id %q: %w", vals[id], err)
 		}
-		out[n] = string(vals[db])
+		ids = append(ids, n)
+		if vals[db] != nil {
+			out[n] = string(vals[db])
+		}
 	}
-	return out, rows.Err()
+	return out, ids, rows.Err()
 }
 
 // errCannotConvert is MySQL's error 3854 (ER_CANNOT_CONVERT_STRING). MySQL

@@ -1,6 +1,7 @@
 package subscribe
 
 import (
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -179,4 +180,61 @@ func TestParseInnoDBStatusNeverHides(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSessionAgesCapCraftedDeadlock: text in the deadlock section naming
+// a live session with an age the server's uptime allows (50 minutes) is
+// counted no older than that session: the process lists showed it
+// connected after the first of them, so a start before that is raised to
+// it. The session's real transaction keeps its start, and a session the
+// first list already showed keeps any age (nothing bounds it).
+func TestSessionAgesCapCraftedDeadlock(t *testing.T) { report(t, sessionAgesProblems()) }
+
+func sessionAgesProblems() (problems []string) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	crafted := "UPDATE t SET v = '\n------------\nTRANSACTIONS\n------------\nLIST OF TRANSACTIONS FOR EACH SESSION:\n---TRANSACTION 9, ACTIVE 3000 sec\nMySQL thread id 12, x\n---TRANSACTION 10, ACTIVE 3000 sec\nMySQL thread id 5, x\n'"
+	real := section("LIST OF TRANSACTIONS FOR EACH SESSION:\n---TRANSACTION 1562, ACTIVE 14 sec inserting\nMySQL thread id 12, OS thread handle 2, query id 7 h mend update\nINSERT INTO queue_messages VALUES (1)")
+	found, err := parseInnoDBStatus(deadlock(crafted)+real, time.Hour)
+	if err != nil {
+		return []string{fmt.Sprintf("parse: %v", err)}
+	}
+	var ages sessionAges
+	ages.add("db:3306:1", t0, []int64{1, 5})                         // the first list: 5 is live, 12 is not
+	ages.add("db:3306:1", t0.Add(30*time.Second), []int64{1, 5, 12}) // 12 connected since
+	now := t0.Add(time.Minute)
+	dbs := map[int64]string{5: "q", 12: "q"}
+	current := sql.NullString{String: "q", Valid: true}
+	capped := ages.capped(statusStarts(found, 1, now))
+	earliest := map[int64]time.Time{}
+	for _, o := range capped {
+		if e, ok := earliest[o.session]; !ok || o.started.Time.Before(e) {
+			earliest[o.session] = o.started.Time
+		}
+	}
+	if got, floor := earliest[12], t0.Add(-sessionSlack); !got.Equal(floor) {
+		problems = append(problems, fmt.Sprintf("session 12, first listed after %v, counted from %v; want %v (no earlier than it could have connected, less the slack)", t0, got, floor))
+	}
+	if !slices.ContainsFunc(capped, func(o openTrx) bool { return o.session == 12 && o.started.Time.Equal(now.Add(-15*time.Second)) }) {
+		problems = append(problems, fmt.Sprintf("session 12's real transaction (14 s) lost its start: %+v", capped))
+	}
+	if got := earliest[5]; !got.Equal(now.Add(-3001 * time.Second)) {
+		problems = append(problems, fmt.Sprintf("session 5, in the first list, counted from %v; want its age as the monitor gives it (nothing bounds it)", got))
+	}
+	if got := oldestOpen(capped, dbs, current); got.session != 5 {
+		problems = append(problems, fmt.Sprintf("oldest = %+v; want session 5's", got))
+	}
+	// Nothing is dropped: every transaction found is still counted.
+	if len(capped) != len(statusStarts(found, 1, now)) {
+		problems = append(problems, fmt.Sprintf("capped %d transactions to %d", len(statusStarts(found, 1, now)), len(capped)))
+	}
+	// Another server's list (a failover) bounds none of its sessions, 12
+	// included, though the last list did not show it.
+	ages.add("db2:3306:1", t0.Add(40*time.Second), []int64{1, 5})
+	ages.add("db:3306:1", t0.Add(50*time.Second), []int64{1, 5, 12})
+	for _, o := range ages.capped(statusStarts(found, 1, now)) {
+		if o.session == 12 && o.started.Time.Equal(now.Add(-3001*time.Second)) {
+			return problems
+		}
+	}
+	return append(problems, "after a list of another server, session 12's crafted age was capped by that server's list")
 }

@@ -8,7 +8,10 @@ package subscribe
 // below the lowest watermark of its groups once the queue is idle, the
 // ctl deleting rows, new partitions, inserts held open past the settle
 // window where mend sees the open transactions (an "open lock seen" flag
-// per schedule), two mend replicas paused mid-pass
+// per schedule), MoveToDLQs that wait on two locks after allocating their
+// offset (past a window covering one lock wait, within the real one, in
+// every schedule: without PROCESS the window alone covers them), two mend
+// replicas paused mid-pass
 // and resumed, mend's store and the queue database failing, and rows that
 // fail or can never be recorded. The replicas run the ledger's own code
 // (takeSample, horizons, ledger.apply/settle/released, rowOutcome,
@@ -36,8 +39,18 @@ import (
 )
 
 const (
-	simSettle  = 10 * time.Second
-	simMaxOpen = 8 * time.Second // inserts commit or roll back within this: below the settle window
+	// simLockWait is innodb_lock_wait_timeout at the simulation's scale,
+	// and simMargin SettleMargin: the replicas' window is settleFor's
+	// arithmetic over them (two lock waits plus the margin, simSettle),
+	// so a planted window covering one lock wait is as short as the real
+	// code's would be.
+	simLockWait = 4 * time.Second
+	simMargin   = 2 * time.Second
+	simSettle   = 2*simLockWait + simMargin
+	// simMaxOpen bounds an ordinary insert's transaction: it waits on one
+	// lock at most, and commits or rolls back within a window that covers
+	// one lock wait.
+	simMaxOpen = simLockWait + simMargin/2
 	// simLongOpen bounds the inserts held open past the settle window (a
 	// MoveToDLQ frozen mid-transaction), which only a schedule whose mend
 	// sees the open transactions (simWorld.seesOpen: PROCESS) has: without
@@ -73,6 +86,7 @@ type simRow struct {
 	began      time.Time // when its transaction began
 	rollback   bool
 	commitAt   time.Time
+	twoWaits   bool // a MoveToDLQ that waited on two locks after allocating its offset
 }
 
 type simGKey struct{ group, topic, key string }
@@ -101,6 +115,10 @@ type simWorld struct {
 	parkFlaky      bool
 	lastGC         time.Time
 	builds         int
+	// twoWaits counts the MoveToDLQs that committed after two lock waits
+	// in schedules where mend sees no open transaction (the window alone
+	// covers them): the proof that the element ran.
+	twoWaits int
 
 	reps      []*simReplica
 	highWater map[simGKey]uint64
@@ -170,6 +188,13 @@ func (w *simWorld) insert() {
 	switch x := w.rng.IntN(30); {
 	case x == 0 && w.seesOpen:
 		r.endAt = w.now.Add(simSettle + time.Duration(w.rng.Int64N(int64(simLongOpen-simSettle))))
+	case x == 1:
+		// A MoveToDLQ whose INSERT and DELETE each waited on a lock after
+		// the offset was allocated: it commits after more than one lock
+		// wait plus the margin (past a window that covers one) and within
+		// two lock waits plus half the margin (the statements' own time).
+		r.twoWaits = true
+		r.endAt = w.now.Add(simLockWait + simMargin + 1 + time.Duration(w.rng.Int64N(int64(simLockWait-simMargin/2))))
 	case x < 10:
 		r.endAt = w.now.Add(time.Duration(w.rng.Int64N(int64(simMaxOpen))))
 	default:
@@ -199,6 +224,9 @@ func (w *simWorld) settleTxns() {
 		r.committed, r.commitAt = true, w.now
 		w.top = max(w.top, r.offset)
 		w.logf("commit %d %s/%s", r.offset, r.topic, r.key)
+		if r.twoWaits && !w.seesOpen {
+			w.twoWaits++
+		}
 		if strings.HasSuffix(r.topic, "_dlq") {
 			// The host's DLQ consumer joins the partition on sight and
 			// acknowledges what it sees at once (skipping rows that
@@ -642,15 +670,16 @@ func (w *simWorld) write(k simGKey, v uint64) {
 	w.offsets[k] = v
 }
 
-// simulate runs one seed and returns its violation ("" if none) and the
-// trace that led to it.
-func simulate(t testing.TB, seed uint64, verbose bool) (string, []string) {
+// simulate runs one seed and returns its violation ("" if none), the
+// trace that led to it, and how many two-lock-wait MoveToDLQs committed
+// under the window alone (simWorld.twoWaits).
+func simulate(t testing.TB, seed uint64, verbose bool) (string, []string, int) {
 	w := &simWorld{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: time.Unix(0, 0), offsets: map[simGKey]uint64{}, parts: map[[2]string][]*simRow{},
 		recorded: map[uint64]bool{}, highWater: map[simGKey]uint64{}, verbose: verbose}
 	w.seesOpen = w.rng.IntN(2) == 0
 	w.logf("mend sees open transactions: %v", w.seesOpen)
 	for i := range 2 {
-		w.reps = append(w.reps, &simReplica{id: i, w: w, horizons: horizons{settle: simSettle}, parts: map[partKey]*ledger{}})
+		w.reps = append(w.reps, &simReplica{id: i, w: w, horizons: horizons{settle: settleFor(Waits{LockWait: simLockWait}, 0, simMargin)}, parts: map[partKey]*ledger{}})
 	}
 	for range simSteps {
 		if w.failure != "" {
@@ -717,7 +746,7 @@ func simulate(t testing.TB, seed uint64, verbose bool) (string, []string) {
 	for i, l := range w.trace {
 		trace[i] = l.String()
 	}
-	return w.failure, trace
+	return w.failure, trace, w.twoWaits
 }
 
 func simSeeds(t *testing.T) (first, n uint64) {
@@ -747,12 +776,18 @@ func TestSimulation(t *testing.T) {
 	t.Parallel()
 	first, n := simSeeds(t)
 	replay := os.Getenv("MEND_SIM_SEED") != ""
+	twoWaits := 0
 	for seed := first; seed < first+n; seed++ {
-		if v, trace := simulate(t, seed, replay); v != "" {
+		v, trace, tw := simulate(t, seed, replay)
+		if v != "" {
 			t.Fatalf("seed %d: %s\nreplay with MEND_SIM_SEED=%d; the last steps:\n%s", seed, v, seed, strings.Join(trace, "\n"))
 		}
+		twoWaits += tw
 	}
-	t.Logf("PROOF subscribe simulation: %d seeds of %d steps each, no dead letter lost, no watermark moved back, no other group's row written", n, simSteps)
+	if twoWaits == 0 && !replay {
+		t.Fatal("no MoveToDLQ committed after two lock waits under the window alone: the simulation no longer runs that element")
+	}
+	t.Logf("PROOF subscribe simulation: %d seeds of %d steps each, no dead letter lost (%d MoveToDLQs committed after two lock waits under the window alone), no watermark moved back, no other group's row written", n, simSteps, twoWaits)
 }
 
 // TestSimulationFindsPlantedBugs re-plants each bug issue 27 names and
@@ -782,12 +817,13 @@ func TestSimulationFindsPlantedBugs(t *testing.T) {
 		{"an identity-mismatch row passes without record or stand-in", &planted.passMismatch},
 		{"a frozen innodb_trx view taken as fresh (issue 43)", &planted.selfRowFresh},
 		{"a stale innodb_trx view used instead of the monitor (issue 43)", &planted.trustStaleView},
+		{"the window covers one lock wait, not a MoveToDLQ's two (issue 43)", &planted.oneLockWait},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			*c.bug = true
 			defer func() { *c.bug = false }()
 			for seed := uint64(1); seed <= n; seed++ {
-				if v, _ := simulate(t, seed, false); v != "" {
+				if v, _, _ := simulate(t, seed, false); v != "" {
 					t.Logf("found at seed %d: %s", seed, v)
 					return
 				}

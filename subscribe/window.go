@@ -67,11 +67,18 @@ func (w Waits) String() string {
 
 // SettleFor is the settle window for a queue database whose waits are w:
 // SettleDefault, or w's bound plus SettleMargin when that is longer.
-func SettleFor(w Waits) time.Duration {
-	if planted.noMargin {
-		return max(SettleDefault, w.Bound())
+func SettleFor(w Waits) time.Duration { return settleFor(w, SettleDefault, SettleMargin) }
+
+// settleFor is SettleFor with its floor and margin given: the simulation
+// runs the same arithmetic at its own time scale.
+func settleFor(w Waits, floor, margin time.Duration) time.Duration {
+	switch {
+	case planted.settleNotRaised:
+		return floor
+	case planted.noMargin:
+		return max(floor, w.Bound())
 	}
-	return max(SettleDefault, w.Bound()+SettleMargin)
+	return max(floor, w.Bound()+margin)
 }
 
 // LockWaitTimeout reads the queue database's innodb_lock_wait_timeout.
