@@ -134,7 +134,11 @@ type Config struct {
 	PollInterval time.Duration
 	// Settle is how old an offset's allocation must be before the
 	// watermark passes it; it must exceed the longest transaction that
-	// inserts into queue_messages. Zero means SettleDefault.
+	// inserts into queue_messages. Zero means SettleFor the queue
+	// database's waits, read from DB at the first pass (110 s at InnoDB's
+	// defaults; never less than SettleDefault): a library user gets the
+	// window mend run uses, not one that a MoveToDLQ waiting on two locks
+	// outlasts.
 	Settle time.Duration
 	// AheadInterval is the time between register-ahead scans. Zero means
 	// AheadIntervalDefault.
@@ -188,7 +192,8 @@ func (c Config) withDefaults() Config {
 	c.PageSize = cmp.Or(c.PageSize, PageSizeDefault)
 	c.PagesPerPass = cmp.Or(c.PagesPerPass, PagesPerPassDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
-	c.Settle = cmp.Or(c.Settle, SettleDefault)
+	// Settle stays zero here: the first pass reads the server's waits
+	// (Subscriber.resolveSettle).
 	c.AheadInterval = cmp.Or(c.AheadInterval, AheadIntervalDefault)
 	c.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
 	c.ParkAfter = cmp.Or(c.ParkAfter, ParkAfterDefault)

@@ -138,7 +138,8 @@
 //     semi-synchronous replication its COMMIT waits for a replica up to
 //     rpl_semi_sync_*_timeout. The window is therefore a minute, or those
 //     waits plus SettleMargin (10 s) when that is longer: 110 s with the
-//     defaults (SettleFor, window.go, which mend run applies); mend run and
+//     defaults (SettleFor, window.go, which mend run applies, and which a
+//     Config with Settle zero reads from the server at its first pass); mend run and
 //     doctor warn by the same bound (Waits.Covers) when --subscribe-settle
 //     does not cover them. TestLossTwoLockWaits runs that MoveToDLQ.
 //

@@ -8,7 +8,9 @@ import (
 
 // SetSettle overrides the settle window, including to zero, which Config
 // cannot express: the negative control of the out-of-order test.
-func SetSettle(s *Subscriber, d time.Duration) { s.cfg.Settle, s.horizons.settle = d, d }
+func SetSettle(s *Subscriber, d time.Duration) {
+	s.cfg.Settle, s.settle, s.horizons.settle, s.settleRead = d, d, d, true
+}
 
 // SQLLag is the lag query, for the plan test.
 const SQLLag = sqlLag

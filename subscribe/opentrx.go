@@ -108,7 +108,7 @@ func (s *Subscriber) readOpen(ctx context.Context) openView {
 	case errors.Is(err, ErrOpenHidden):
 		if r.visible || r.hidden.IsZero() {
 			s.log.WarnContext(ctx, "the subscription cannot see the queue database's open transactions; a MoveToDLQ held open longer than the settle window can be lost",
-				"settle", s.cfg.Settle.String(), "grant", OpenGrant(""), "err", err)
+				"settle", s.settle.String(), "grant", OpenGrant(""), "err", err)
 		}
 		r.visible, r.hidden, r.last = false, now, OpenHidden
 		return openView{state: openNone}

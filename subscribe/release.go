@@ -37,7 +37,7 @@ func (s *Subscriber) release(ctx context.Context, divide bool, st *PassStats) er
 		// so, since it holds the host's GC of every partition meanwhile.
 		s.heldSaid = now
 		s.log.WarnContext(ctx, "a transaction open on the queue database since before the settle window holds every watermark until it ends",
-			"oldest_began", s.horizons.view.oldest, "held_samples", st.Held, "settle", s.cfg.Settle.String())
+			"oldest_began", s.horizons.view.oldest, "held_samples", st.Held, "settle", s.settle.String())
 	}
 	settled, ok := s.horizons.settled(now)
 	if !ok {

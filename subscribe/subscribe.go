@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -105,6 +106,11 @@ func (st *PassStats) add(o PassStats) {
 type Subscriber struct {
 	cfg Config
 	log *slog.Logger
+	// settle is the window in force: Config.Settle, or with that zero
+	// SettleFor the queue database's waits once the first pass read them
+	// (settleRead). Only the pass goroutine sets it.
+	settle     time.Duration
+	settleRead bool
 
 	members *membership
 	// The recording passes' state: one pass at a time (passes never
@@ -140,14 +146,39 @@ func New(cfg Config) (*Subscriber, error) {
 		return nil, err
 	}
 	return &Subscriber{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "subscribe", "group", cfg.Group),
-		members:  newMembership(),
-		parts:    map[partKey]*ledger{},
-		horizons: horizons{settle: cfg.Settle},
-		share:    shares,
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "subscribe", "group", cfg.Group),
+		members:    newMembership(),
+		parts:      map[partKey]*ledger{},
+		horizons:   horizons{settle: cmp.Or(cfg.Settle, SettleDefault)},
+		share:      shares,
+		settle:     cmp.Or(cfg.Settle, SettleDefault),
+		settleRead: cfg.Settle != 0,
 	}, nil
 }
+
+// resolveSettle sets the window from the queue database's waits when
+// Config.Settle was left zero, once: the pass that cannot read them fails
+// like any pass that cannot read the queue database.
+func (s *Subscriber) resolveSettle(ctx context.Context) error {
+	if s.settleRead {
+		return nil
+	}
+	w, err := ReadWaits(ctx, s.cfg.DB)
+	if err != nil {
+		return fmt.Errorf("subscribe: the settle window (Config.Settle is zero): %w", err)
+	}
+	s.settle = SettleFor(w)
+	s.horizons.settle = s.settle
+	s.settleRead = true
+	s.log.InfoContext(ctx, "settle window from the queue database's waits", "settle", s.settle.String(), "waits", w.String())
+	return nil
+}
+
+// Settle is the settle window in force. With Config.Settle zero it is
+// SettleDefault until the first pass has read the queue database's waits,
+// and SettleFor them after.
+func (s *Subscriber) Settle() time.Duration { return s.settle }
 
 // Group is the consumer group's name.
 func (s *Subscriber) Group() string { return s.cfg.Group }
@@ -266,6 +297,9 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 			return st, err
 		}
 	}
+	if err := s.resolveSettle(ctx); err != nil {
+		return st, err
+	}
 	start, wall := s.cfg.NowFunc(), time.Now()
 	sm, err := takeSample(func() (uint64, time.Time, error) { return s.horizon(ctx) }, s.cfg.NowFunc)
 	if err != nil {
@@ -279,7 +313,7 @@ func (s *Subscriber) pass(ctx context.Context, divide, members bool) (PassStats,
 		s.lapsed = st.OpenLapsed
 		if st.OpenLapsed {
 			s.log.WarnContext(ctx, "no read of the queue database's open transactions was usable for longer than the settle window; until one is, a MoveToDLQ held open longer than the window can be lost, as without PROCESS",
-				"settle", s.cfg.Settle.String(), "last_read", st.OpenRead)
+				"settle", s.settle.String(), "last_read", st.OpenRead)
 		} else {
 			s.log.InfoContext(ctx, "the subscription's view of the open transactions is usable again")
 		}
@@ -455,8 +489,11 @@ const drainPolls = 5
 // A transaction held open on the queue database (with PROCESS, the
 // watermarks wait for it however long) does not keep it running past
 // that: it ends with what it has recorded, and names what stays held.
+//
+// With Config.Settle zero, call it after a pass (or Drain's first) for
+// the window read from the server; before, it assumes SettleDefault.
 func (s *Subscriber) DrainBound() time.Duration {
-	return s.cfg.Settle + drainPolls*s.cfg.PollInterval
+	return s.settle + drainPolls*s.cfg.PollInterval
 }
 
 // Drain runs passes, PollInterval apart, until one leaves nothing unread

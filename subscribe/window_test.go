@@ -204,3 +204,45 @@ func TestLossTwoLockWaits(t *testing.T) {
 		t.Fatalf("records %v: the MoveToDLQ that waited on two locks (offset %d, original %d) was not recorded; watermark %d", b.ids(t), off, origOffset, b.acked(t, "mend", "speculate_dlq", "q"))
 	}
 }
+
+// TestSettleZeroReadsTheWaits: a library user who leaves Config.Settle
+// zero gets the window mend run uses, SettleFor the queue database's
+// waits, from the first pass on (it was SettleDefault, 60 s, which a
+// MoveToDLQ waiting on two 50 s locks outlasts). Before any pass the
+// window is SettleDefault.
+func TestSettleZeroReadsTheWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, err := subscribe.ReadWaits(context.Background(), b.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := subscribe.New(subscribe.Config{DB: b.queue, Intake: b.intake, Parker: b.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Settle(); got != subscribe.SettleDefault {
+		t.Fatalf("before a pass, Settle() = %v, want SettleDefault %v", got, subscribe.SettleDefault)
+	}
+	if _, err := s.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := subscribe.SettleFor(w)
+	if got := s.Settle(); got != want || !w.Covers(got) {
+		t.Fatalf("after a pass, Settle() = %v; want SettleFor(%s) = %v, covering the waits", got, w, want)
+	}
+	if got := s.DrainBound(); got <= want {
+		t.Fatalf("DrainBound() = %v, not past the window %v", got, want)
+	}
+	// A window given is kept, even one that does not cover the waits (mend run warns of it).
+	given, err := subscribe.New(subscribe.Config{DB: b.queue, Intake: b.intake, Parker: b.store, Settle: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := given.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := given.Settle(); got != 5*time.Second {
+		t.Fatalf("a given window: Settle() = %v, want 5s", got)
+	}
+}
