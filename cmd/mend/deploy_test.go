@@ -436,3 +436,50 @@ func TestManifests(t *testing.T) {
 		})
 	}
 }
+
+// renderRelease is the manifests for the release whose image tag is to,
+// made from files (the shipped release, tag from) as docs/operations.md
+// says a release is made: the image tag changed in the three workload files
+// and the migrate Job's name with it. They must pass TestManifests' checks.
+func renderRelease(t *testing.T, files map[string][]byte, user, from, to string) manifests {
+	t.Helper()
+	next := map[string][]byte{}
+	for name, b := range files {
+		b = bytes.ReplaceAll(b, []byte("image: mend:"+from), []byte("image: mend:"+to))
+		next[name] = bytes.ReplaceAll(b, []byte("name: mend-migrate-"+from), []byte("name: mend-migrate-"+to))
+	}
+	m, err := loadManifests(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.imageUser = user
+	if problems := checkManifests(m); len(problems) > 0 {
+		t.Fatalf("release %s: %s", to, strings.Join(problems, "; "))
+	}
+	return m
+}
+
+// TestManifestsNextRelease renders the next release as docs/operations.md
+// says a release is made and holds it to TestManifests' checks: one tag in
+// every workload, the migrate Job named after it, so a different Job than
+// the shipped release's (a Job's template is immutable). TestManifestsRun
+// runs it with Docker.
+func TestManifestsNextRelease(t *testing.T) {
+	t.Parallel()
+	files, user := readManifests(t)
+	m, err := loadManifests(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := imageTag(m.job.Spec.Template.Spec.Containers[0].Image)
+	next := renderRelease(t, files, user, release, "v9.9.9")
+	if got, want := next.job.Name, "mend-migrate-v9.9.9"; got != want || got == m.job.Name {
+		t.Fatalf("the next release's migrate Job is %q; want %q, not the shipped %q", got, want, m.job.Name)
+	}
+	for where, spec := range map[string]corev1.PodSpec{"deployment": next.deployment.Spec.Template.Spec, "job": next.job.Spec.Template.Spec,
+		"cronjob": next.cronJob.Spec.JobTemplate.Spec.Template.Spec} {
+		if got := spec.Containers[0].Image; got != "mend:v9.9.9" {
+			t.Errorf("%s: image %q; want mend:v9.9.9", where, got)
+		}
+	}
+}

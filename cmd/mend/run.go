@@ -224,7 +224,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, svc.close()) }()
+	defer func() { err = errors.Join(err, shutdownErr(err, svc.close())) }()
 	if m != nil {
 		col := newSQLCollector(ctx, svc.store, clog)
 		col.onQueue = m.touchQueue
@@ -257,7 +257,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, sub.close()) }()
+	defer func() { err = errors.Join(err, shutdownErr(err, sub.close())) }()
 	if c.Once {
 		if err := sub.drain(ctx, clog); err != nil {
 			return err

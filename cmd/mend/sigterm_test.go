@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
@@ -49,9 +54,64 @@ func killSessions(t *testing.T, root *sql.DB, dbs ...string) int {
 // mend run's idle sessions exits 0: the stop was clean, whatever the
 // server did to connections mend was not using (issue 45: a password
 // rotation's KILL made it exit 1, "bad connection", which Kubernetes and
-// systemd read as a failure).
+// systemd read as a failure). TestSIGTERMAfterKilledSessionsControl shows
+// it fails on the old mapping.
 func TestSIGTERMAfterKilledSessions(t *testing.T) {
 	t.Parallel()
+	if code, logs := sigtermAfterKilledSessions(t); code != exitOK {
+		t.Fatalf("SIGTERM after the server killed mend's sessions: exit %d; want 0\n%s", code, logs)
+	}
+}
+
+// The negative control: shutdown mapped as it was (every error closing a
+// pool fails the run) with a driver that reports the killed idle session
+// on close, as the issue's "bad connection" did: the same steps exit 1.
+// Not parallel: it replaces shutdownErr for the whole package while it runs.
+func TestSIGTERMAfterKilledSessionsControl(t *testing.T) {
+	saved := shutdownErr
+	t.Cleanup(func() { shutdownErr = saved })
+	shutdownErr = func(_, closeErr error) error {
+		return errors.Join(closeErr, fmt.Errorf("close a pool's idle session the server killed: %w", driver.ErrBadConn))
+	}
+	if code, logs := sigtermAfterKilledSessions(t); code != exitFailure || !strings.Contains(logs, "bad connection") {
+		t.Fatalf("planted: exit %d; want 1 naming the bad connection (the test would not catch the old exit status)\n%s", code, logs)
+	}
+}
+
+func TestDropKilledSessions(t *testing.T) {
+	t.Parallel()
+	other := errors.New("close: something else")
+	for _, tt := range []struct {
+		name      string
+		err, want error
+	}{
+		{"nil", nil, nil},
+		{"bad connection", driver.ErrBadConn, nil},
+		{"invalid connection", mysql.ErrInvalidConn, nil},
+		{"wrapped", fmt.Errorf("close: %w", driver.ErrBadConn), nil},
+		{"other", other, other},
+		{"joined", errors.Join(driver.ErrBadConn, other, errors.Join(mysql.ErrInvalidConn)), other},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := dropKilledSessions(tt.err)
+			if (got == nil) != (tt.want == nil) || (got != nil && got.Error() != tt.want.Error()) {
+				t.Fatalf("dropKilledSessions(%v) = %v; want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+	if err := shutdownErr(other, driver.ErrBadConn); !errors.Is(err, driver.ErrBadConn) {
+		t.Fatalf("after a failed run a close error is kept; got %v", err)
+	}
+}
+
+// sigtermAfterKilledSessions starts mend run with its DSNs from files (as
+// the Deployment gives them) and the subscription on, waits until it is
+// ready and past start-up, has the server kill every session in its
+// databases, then cancels its context (SIGTERM) and returns the exit code
+// and the run's stderr.
+func sigtermAfterKilledSessions(t *testing.T) (int, string) {
+	t.Helper()
 	mysqltest.SkipVitess(t, "kills sessions by database on the server under vtgate")
 	mendDB := mysqltest.NewDB(t, migrations.Up)
 	appDB := mysqltest.NewHostDB(t, onDSN(sqtest.CreateApp))
@@ -108,10 +168,9 @@ func TestSIGTERMAfterKilledSessions(t *testing.T) {
 	cancel() // SIGTERM
 	select {
 	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("SIGTERM after the server killed mend's sessions: exit %d; want 0\n%s", code, errOut.String())
-		}
+		return code, errOut.String()
 	case <-time.After(60 * time.Second):
-		t.Fatal("mend run did not stop within 60s of SIGTERM")
+		t.Fatalf("mend run did not stop within 60s of SIGTERM:\n%s", errOut.String())
 	}
+	return 0, ""
 }

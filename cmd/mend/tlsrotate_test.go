@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,14 +38,18 @@ func readFile(t *testing.T, path string) []byte {
 
 // TestTLSRotation rotates the server's certificate and mend's client
 // certificate to a new CA under a running mend run, as cert-manager does
-// on a mounted Secret, and cuts every session so the pools must dial
-// again: first both CAs are trusted (the client's --dsn-tls-ca and the
-// server's ssl-ca hold both, the server and client certificates are the
-// new CA's), then the old CA is dropped everywhere. No pass fails on TLS
-// (the cut itself may fail one in flight), and the last passes can only
-// succeed if mend re-read its CA, certificate and
-// key files (the server then trusts only the new CA, and presents only a
-// certificate the old CA did not sign).
+// on a mounted Secret: first both CAs are trusted (the client's
+// --dsn-tls-ca and the server's ssl-ca hold both, the server and client
+// certificates are the new CA's), then the old CA is dropped everywhere.
+// After each step's files and the server's reload, no pass fails; then the
+// test cuts every session of mend's user so the pools must dial again.
+// Only the passes the cut overlaps (at most the ones that ended during it
+// and the one in flight when it returned; passes run one at a time) may
+// fail, and only on the killed session (invalid connection, ...); every
+// later pass succeeds, and no pass ever fails on TLS. The last passes can
+// only succeed if mend re-read its CA, certificate and key files (the
+// server then trusts only the new CA, and presents only a certificate the
+// old CA did not sign).
 func TestTLSRotation(t *testing.T) {
 	t.Parallel()
 	old := tlstest.NewPKI(t)
@@ -123,51 +128,118 @@ func TestTLSRotation(t *testing.T) {
 			_, _ = root.Exec("KILL ?", id)
 		}
 	}
-	// settle drops the outcomes of passes begun before a step, then wants
-	// five good passes in a row. The cut may kill a session under a pass
-	// in flight ("invalid connection", as TestDSNFileRotation allows): at
-	// most two such failures, and none from TLS.
-	settle := func(step string) {
+	// outcome is the next pass's: ok, or the error its "pass failed" line
+	// gave (the k-th false on passes is the k-th such line).
+	failedSoFar := 0
+	outcome := func() (bool, string) {
 		t.Helper()
-		for len(log.passes) > 0 {
-			<-log.passes
+		if pass() {
+			return true, ""
 		}
-		failed := 0
-		for good := 0; good < 5; {
-			if pass() {
-				good++
-				continue
-			}
-			good = 0
-			if failed++; failed > 2 {
-				t.Fatalf("%s: %d passes failed:\n%s", step, failed, log.String())
+		failedSoFar++
+		errs := failedPassErrs(log.String())
+		if len(errs) < failedSoFar {
+			t.Fatalf("pass %d failed but the log has %d failed-pass lines:\n%s", failedSoFar, len(errs), log.String())
+		}
+		return false, errs[failedSoFar-1]
+	}
+	// step applies change (the files swapped, the server reloaded), wants
+	// five passes with none failed, then cuts the sessions: the passes the
+	// cut overlaps may fail on the killed session alone, and five passes
+	// after them must all succeed.
+	step := func(name string, change func()) {
+		t.Helper()
+		// passes ended so far: none may have failed.
+		drain := func(when string) {
+			t.Helper()
+			for len(log.passes) > 0 {
+				if ok, err := outcome(); !ok {
+					t.Fatalf("%s: a pass failed %s: %s\n%s", name, when, err, log.String())
+				}
 			}
 		}
-		for _, line := range strings.Split(log.String(), "\n") {
-			if strings.Contains(line, "pass failed") && (strings.Contains(line, "x509") || strings.Contains(line, "tls:")) {
-				t.Fatalf("%s: a pass failed on TLS: %s", step, line)
+		drain("before the step")
+		change()
+		for range 5 {
+			if ok, err := outcome(); !ok {
+				t.Fatalf("%s: a pass failed after the files changed, before any session was cut: %s\n%s", name, err, log.String())
+			}
+		}
+		drain("after the files changed, before any session was cut")
+		cut()
+		overlapped := len(log.passes) + 1 // ended during the cut, and the one in flight
+		cutFailed := 0
+		for range overlapped {
+			ok, err := outcome()
+			if !ok && !killedSession(err) {
+				t.Fatalf("%s: a pass the cut overlapped failed on something else than the killed session: %s\n%s", name, err, log.String())
+			}
+			if !ok {
+				cutFailed++
+				t.Logf("%s: a pass the cut overlapped failed on the killed session: %s", name, err)
+			}
+		}
+		t.Logf("%s: %d of the %d passes the cut overlapped failed", name, cutFailed, overlapped)
+		for range 5 {
+			if ok, err := outcome(); !ok {
+				t.Fatalf("%s: a pass begun after the cut failed: %s\n%s", name, err, log.String())
 			}
 		}
 	}
 
 	oldCA, nextCA := readFile(t, old.CA), readFile(t, next.CA)
-	// Step 1: both CAs trusted on both sides; the new certificates in use.
-	writeSwap(t, ca, oldCA, nextCA)
-	writeSwap(t, old.CA, oldCA, nextCA) // the server's ssl-ca (and what tlsDB trusts)
-	writeSwap(t, old.ServerCert, readFile(t, next.ServerCert))
-	writeSwap(t, old.ServerKey, readFile(t, next.ServerKey))
-	srv.Admin(t, reload)
-	writeSwap(t, key, readFile(t, next.ClientKey))
-	writeSwap(t, cert, readFile(t, next.ClientCert))
-	cut()
-	settle("both CAs trusted, the new certificates")
-	// Step 2: the old CA dropped everywhere.
-	writeSwap(t, ca, nextCA)
-	writeSwap(t, old.CA, nextCA)
-	srv.Admin(t, reload)
-	cut()
-	settle("the old CA dropped")
+	step("both CAs trusted, the new certificates", func() {
+		writeSwap(t, ca, oldCA, nextCA)
+		writeSwap(t, old.CA, oldCA, nextCA) // the server's ssl-ca (and what tlsDB trusts)
+		writeSwap(t, old.ServerCert, readFile(t, next.ServerCert))
+		writeSwap(t, old.ServerKey, readFile(t, next.ServerKey))
+		srv.Admin(t, reload)
+		writeSwap(t, key, readFile(t, next.ClientKey))
+		writeSwap(t, cert, readFile(t, next.ClientCert))
+	})
+	step("the old CA dropped", func() {
+		writeSwap(t, ca, nextCA)
+		writeSwap(t, old.CA, nextCA)
+		srv.Admin(t, reload)
+	})
+	for _, err := range failedPassErrs(log.String()) {
+		if tlsFailure(err) {
+			t.Fatalf("a pass failed on TLS: %s\n%s", err, log.String())
+		}
+	}
 	if out := log.String(); strings.Contains(out, "rotate-pw") {
 		t.Fatalf("the password was printed:\n%s", out)
 	}
+}
+
+// failedPassErrs are the errors of mend run's "pass failed" lines (JSON
+// logs), in order.
+func failedPassErrs(logs string) []string {
+	var errs []string
+	for _, line := range strings.Split(logs, "\n") {
+		var l struct{ Msg, Err string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "pass failed" {
+			errs = append(errs, l.Err)
+		}
+	}
+	return errs
+}
+
+// tlsFailure reports whether a pass's error is a TLS or certificate one.
+func tlsFailure(err string) bool {
+	return strings.Contains(err, "x509") || strings.Contains(err, "tls:") || strings.Contains(err, "certificate")
+}
+
+// killedSession reports whether a pass's error is what a session the
+// server killed under it gives, and not a TLS failure.
+func killedSession(err string) bool {
+	if tlsFailure(err) {
+		return false
+	}
+	for _, s := range []string{"invalid connection", "bad connection", "connection was killed", "Lost connection", "EOF", "broken pipe", "connection reset"} {
+		if strings.Contains(err, s) {
+			return true
+		}
+	}
+	return false
 }

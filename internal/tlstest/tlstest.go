@@ -38,13 +38,18 @@ import (
 const ServerName = "mysql.test"
 
 // PKI is a set of PEM files in Dir: a CA, a server certificate and a client
-// certificate it signed, and a second, unrelated CA.
+// certificate it signed, and a second, unrelated CA. The CA also signed two
+// server certificates for ServerName outside their validity: one expired a
+// day ago, one valid only from tomorrow (Start presents one when a test
+// puts it in ServerCert and ServerKey).
 type PKI struct {
-	Dir                   string
-	CA                    string // the CA that signed the server and client certificates
-	OtherCA               string // a CA that signed nothing here
-	ServerCert, ServerKey string
-	ClientCert, ClientKey string
+	Dir                                 string
+	CA                                  string // the CA that signed the server and client certificates
+	OtherCA                             string // a CA that signed nothing here
+	ServerCert, ServerKey               string
+	ClientCert, ClientKey               string
+	ExpiredServerCert, ExpiredServerKey string // NotAfter a day ago
+	FutureServerCert, FutureServerKey   string // NotBefore a day from now
 }
 
 // NewPKI writes a fresh PKI into a new directory readable by a server in a
@@ -66,6 +71,16 @@ func NewPKI(t testing.TB) *PKI {
 	})
 	p.ClientCert, p.ClientKey = newLeaf(t, dir, "client", ca, caKey, func(c *x509.Certificate) {
 		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	})
+	p.ExpiredServerCert, p.ExpiredServerKey = newLeaf(t, dir, "server-expired", ca, caKey, func(c *x509.Certificate) {
+		c.DNSNames = []string{ServerName}
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		c.NotBefore, c.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
+	})
+	p.FutureServerCert, p.FutureServerKey = newLeaf(t, dir, "server-future", ca, caKey, func(c *x509.Certificate) {
+		c.DNSNames = []string{ServerName}
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		c.NotBefore, c.NotAfter = time.Now().Add(24*time.Hour), time.Now().Add(48*time.Hour)
 	})
 	return p
 }
@@ -209,6 +224,32 @@ func (s *Server) Admin(t testing.TB, stmts ...string) {
 			t.Fatalf("tlstest: %s: %v", q, err)
 		}
 	}
+}
+
+// PresentedCertificate connects as root with TLS but without verifying the
+// server's certificate, and returns the certificate the server presented:
+// what a test that starts the server with a certificate a verifying client
+// refuses (expired, not yet valid) checks it really serves.
+func (s *Server) PresentedCertificate(t testing.TB) *x509.Certificate {
+	t.Helper()
+	var got *x509.Certificate
+	cfg := s.Config()
+	cfg.TLS = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12, // only to read the certificate
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) > 0 {
+				got = cs.PeerCertificates[0]
+			}
+			return nil
+		}}
+	db := sql.OpenDB(mustConnector(t, cfg))
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		t.Fatalf("tlstest: connect without verifying the certificate: %v", err)
+	}
+	if got == nil {
+		t.Fatal("tlstest: the server presented no certificate")
+	}
+	return got
 }
 
 // DSN is a DSN for user and password on database db, without any tls=.
