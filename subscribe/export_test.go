@@ -79,6 +79,10 @@ func OpenTrxView(ctx context.Context, db *sql.DB) (fresh bool, sessions []int64,
 	return fresh, sessions, err
 }
 
+// ErrStatusInFlux marks a monitor read that caught a transaction between
+// states: the subscription tries again at its next pass, a test at once.
+var ErrStatusInFlux = errStatusInFlux
+
 // OpenStatusRead runs the InnoDB monitor's read of the open transactions
 // alone, as readOpen does when innodb_trx fails: each other session's
 // earliest start by the server's clock.

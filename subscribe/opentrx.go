@@ -298,6 +298,11 @@ func refused(err error) bool {
 }
 
 // errOpenStale is a view of the open transactions older than the read.
+// errStatusInFlux marks a monitor read that caught a transaction between
+// states (committing in memory, rolling back): unusable, and the next read
+// is likely usable again.
+var errStatusInFlux = errors.New("subscribe: a transaction was between states when the InnoDB monitor listed it")
+
 var errOpenStale = errors.New("subscribe: the server's view of its open transactions predates the read (innodb_trx's cache)")
 
 // readOpen reads the open transactions (sqlOpenTrx): the oldest one's
@@ -643,7 +648,7 @@ func parseInnoDBStatus(text string, uptime time.Duration) ([]statusTrx, error) {
 			}
 			a := statusActive.FindStringSubmatch(state)
 			if a == nil {
-				return nil, fmt.Errorf("the InnoDB monitor lists transaction %s as %q, with no age", m[1], state)
+				return nil, fmt.Errorf("the InnoDB monitor lists transaction %s as %q, with no age: %w", m[1], state, errStatusInFlux)
 			}
 			secs, err := strconv.ParseInt(a[1], 10, 64)
 			if err != nil || secs > 1<<32 {
