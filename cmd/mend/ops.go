@@ -21,6 +21,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
@@ -225,7 +226,7 @@ func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.
 	if err != nil {
 		return usagef("--dsn: %v", err)
 	}
-	db, err := openConfig(ctx, cfg)
+	db, err := mysqlx.OpenConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -257,7 +258,7 @@ func schemaVersion(ctx context.Context, dsn string) (uint, bool, error) {
 	if err != nil {
 		return 0, false, usagef("--dsn: %v", err)
 	}
-	db, err := openConfig(ctx, cfg)
+	db, err := mysqlx.OpenConfig(ctx, cfg)
 	if err != nil {
 		return 0, false, err
 	}
@@ -288,7 +289,7 @@ func createDatabase(ctx context.Context, dsn string) error {
 	}
 	name := cfg.DBName
 	cfg.DBName = ""
-	db, err := openConfig(ctx, cfg)
+	db, err := mysqlx.OpenConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

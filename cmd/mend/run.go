@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/planner"
@@ -153,7 +154,7 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 	// dangling ones to a metric too: the host's own planner fails on them.
 	hopts := host.Options{WakeTopic: c.WakeTopic, LeaseTTL: c.LeaseTTL, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log,
 		// A wake-up nobody reads is never counted as sent (waketopic.go).
-		RequireWakeConsumer: true, WakeConsumerIgnore: wakeTopicIgnore(c.Sub.Group)}
+		RequireWakeConsumer: true, WakeConsumerIgnore: doctor.WakeTopicIgnore(c.Sub.Group)}
 	if m != nil {
 		hopts.OnDangling = m.onDangling
 	}

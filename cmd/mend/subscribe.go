@@ -21,6 +21,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
@@ -131,16 +132,9 @@ func settleFrom(waits subscribe.Waits, c subscribeConfig, log *slog.Logger) time
 	case !c.SettleGiven:
 		return subscribe.SettleFor(waits)
 	case !waits.Covers(c.Settle):
-		log.Warn(settleRisk(c.Settle, waits), "settle", c.Settle.String(), "waits", waits.String())
+		log.Warn(doctor.SettleRisk(c.Settle, waits), "settle", c.Settle.String(), "waits", waits.String())
 	}
 	return c.Settle
-}
-
-// settleRisk says what a settle window that does not cover the waits
-// puts at risk.
-func settleRisk(settle time.Duration, waits subscribe.Waits) string {
-	return fmt.Sprintf("--subscribe-settle %s does not cover the queue database's waits after a MoveToDLQ allocates its offset (%s, plus %s margin = %s): a MoveToDLQ that waits that long "+
-		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, waits, subscribe.SettleMargin, waits.Bound()+subscribe.SettleMargin)
 }
 
 func (s *subscription) close() error {
@@ -433,10 +427,9 @@ func newSubscribeCmd(a *app) *cobra.Command {
 			}
 			n, err := subscribe.Remove(ctx, db, *group)
 			if deniedError(err) {
-				var schema, user string
-				_ = db.QueryRowContext(ctx, "SELECT DATABASE(), CURRENT_USER()").Scan(&schema, &user)
+				schema, grantee, _ := doctor.Account(ctx, db)
 				return fmt.Errorf("this user may not delete the group's rows (%s): GRANT DELETE ON %s.queue_offsets TO %s (docs/operations.md grants it to a separate user, 'mend_leave')",
-					oneLine(err.Error()), quoteIdent(schema), quoteAccount(user))
+					oneLine(err.Error()), quoteIdent(schema), grantee)
 			}
 			if err != nil {
 				return err
@@ -472,121 +465,6 @@ func newSubscribeCmd(a *app) *cobra.Command {
 		}
 		return nil
 	})
-}
-
-// queueOffsetsTable is queue_offsets as the subscription uses it: the real
-// subscriber's join (INSERT IGNORE) and advance (a guarded UPDATE, whose
-// WHERE reads the row). Leaving (DELETE) is mend subscribe --remove's alone,
-// run by whoever decommissions mend, so run and doctor do not ask for it: no
-// more than the queue's own consumers hold.
-var queueOffsetsTable = hostTable{name: "queue_offsets",
-	columns: []string{"consumer_group", "topic", "partition_key", "offset_acked", "updated_at"},
-	key:     []string{"consumer_group", "topic", "partition_key"},
-	privs: []hostPriv{
-		{"SELECT", "EXPLAIN SELECT offset_acked FROM queue_offsets WHERE FALSE", "reading the group's watermarks and the partitions other groups joined"},
-		{"INSERT", "EXPLAIN INSERT INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) VALUES ('', '', '', 0, 0)", "joining a partition"},
-		{"UPDATE", "EXPLAIN UPDATE queue_offsets SET offset_acked = 0 WHERE FALSE", "advancing the group's watermark"},
-	}}
-
-// queueMessagesRead is queue_messages as the subscription reads it.
-var queueMessagesRead = hostTable{name: "queue_messages", columns: queueMessageColumns, key: []string{"topic", "partition_key", "id"},
-	privs: []hostPriv{{"SELECT", "EXPLAIN SELECT topic FROM queue_messages WHERE FALSE", "the subscription reads dead letters"}}}
-
-// diagnoseSubscription checks what the subscription needs on the host's
-// queue database, and reports the group's lag (a warning when its oldest
-// row is older than warnAge: a stopped or failing mend holding GC back).
-func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge, settle time.Duration) []check {
-	label := "subscription"
-	db, err := subscribe.Open(ctx, queueDSN)
-	if err != nil {
-		return []check{{Name: label, Status: checkFail, Detail: err.Error(), Fix: "check --queue-dsn"}}
-	}
-	defer db.Close()
-	var user string
-	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&user); err != nil {
-		return []check{{Name: label, Status: checkFail, Detail: "cannot read the current user: " + err.Error()}}
-	}
-	var schema string
-	if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&schema); err != nil {
-		return []check{{Name: label, Status: checkFail, Detail: "cannot read the database name: " + err.Error()}}
-	}
-	grantee := quoteAccount(user)
-	out := []check{
-		checkHostTable(ctx, db, label, schema, grantee, queueMessagesRead),
-		checkHostTable(ctx, db, label, schema, grantee, queueOffsetsTable),
-	}
-	if out[0].Status == checkFail || out[1].Status == checkFail {
-		return out
-	}
-	out = append(out, checkSettle(ctx, db, label, settle), checkOpenVisible(ctx, db, label, grantee))
-	lag, err := subscribe.Lag(ctx, db, group)
-	if err != nil {
-		return append(out, check{Name: label + " lag", Status: checkFail, Detail: err.Error()})
-	}
-	now := time.Now()
-	var rows int64
-	var oldest time.Duration
-	for _, l := range lag {
-		rows += l.Rows
-		oldest = max(oldest, l.Age(now))
-	}
-	c := check{Name: label + " lag", Status: checkOK,
-		Detail: fmt.Sprintf("group %q: %d topic(s), %d row(s) above its watermarks, oldest %s", group, len(lag), rows, fmtAge(oldest))}
-	switch {
-	case len(lag) == 0:
-		c.Detail = fmt.Sprintf("group %q has joined no partition yet (mend run joins them on its first pass)", group)
-	case oldest > warnAge:
-		c.Status = checkWarn
-		c.Detail += fmt.Sprintf(": older than %s, so the group holds the host's GC back", warnAge)
-		c.Fix = "check that mend run is running with --queue-dsn (mend subscribe shows the lag per topic); to leave for good: mend subscribe --remove"
-	}
-	return append(out, c)
-}
-
-// checkSettle compares the settle window (0: the default, which follows
-// the server) with the queue database's waits, by the bound mend run
-// applies (subscribe.Waits.Covers).
-func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Duration) check {
-	c := check{Name: label + " settle window", Status: checkOK}
-	waits, err := subscribe.ReadWaits(ctx, db)
-	if err != nil {
-		c.Status, c.Detail = checkWarn, err.Error()
-		return c
-	}
-	return settleCheck(c, waits, settle)
-}
-
-// settleCheck is checkSettle once the waits are read.
-func settleCheck(c check, waits subscribe.Waits, settle time.Duration) check {
-	if settle == 0 {
-		c.Detail = fmt.Sprintf("%s by default: covers %s plus %s", subscribe.SettleFor(waits), waits, subscribe.SettleMargin)
-		return c
-	}
-	c.Detail = fmt.Sprintf("--subscribe-settle %s, waits %s", settle, waits)
-	if !waits.Covers(settle) {
-		c.Status, c.Detail = checkWarn, settleRisk(settle, waits)
-		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it to at least %s", waits.Bound()+subscribe.SettleMargin)
-	}
-	return c
-}
-
-// checkOpenVisible says whether the subscription sees the queue
-// database's open transactions, by reading them as a pass does, and what
-// is at risk when it cannot.
-func checkOpenVisible(ctx context.Context, db *sql.DB, label, grantee string) check {
-	c := check{Name: label + " open transactions", Status: checkOK,
-		Detail: "mend's user may read the server's open transactions (PROCESS): a watermark waits for a MoveToDLQ that began before its sample, however long it stays open"}
-	err := subscribe.OpenVisible(ctx, db)
-	switch {
-	case errors.Is(err, subscribe.ErrOpenHidden):
-		c.Status = checkWarn
-		c.Detail = "mend's user may not read the server's open transactions (" + oneLine(err.Error()) + "): the settle window alone protects a late commit, " +
-			"so a MoveToDLQ held open longer than the window (a client frozen mid-transaction) commits below mend's watermark, and the host's GC deletes it unrecorded"
-		c.Fix = subscribe.OpenGrant(grantee) + " (docs/operations.md, \"The settle window\")"
-	case err != nil:
-		c.Status, c.Detail = checkWarn, "cannot tell whether the subscription sees open transactions: "+oneLine(err.Error())
-	}
-	return c
 }
 
 // startSubscription starts the subscription when c.Sub.On (without --once:

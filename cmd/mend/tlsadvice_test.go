@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/tlstest"
 )
 
@@ -37,7 +38,7 @@ func TestTLSFailureAdvice(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := doctorChecks(t, tt.args...)["connect"]
-			if c.Status != checkFail || !strings.Contains(c.Fix, tt.option) {
+			if c.Status != doctor.Fail || !strings.Contains(c.Fix, tt.option) {
 				t.Fatalf("doctor connect = %+v; want a failure whose fix names %s", c, tt.option)
 			}
 			for _, cmd := range [][]string{{"migrate", "up"}, {"run", "--once", "--host-dsn", "same"}} {
