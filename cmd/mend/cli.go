@@ -509,7 +509,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+func quoteIdent(s string) string { return storage.QuoteIdent(s) }
 
 // deniedError reports whether err is the server refusing a statement for a
 // missing privilege: 1142 (table), 1143 (column), 1044 (database).

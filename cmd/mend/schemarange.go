@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/mendq/mend/doctor"
@@ -75,16 +74,4 @@ func (w *schemaWatch) check(ctx context.Context) {
 		w.log.Info("mend's schema version changed", "schema_version", v.Version, "detail", v.Detail)
 	}
 	w.said, w.saidOK = v.Version, v.OK
-}
-
-// revertDropsTables reports whether reverting the migrations above target
-// up to cur drops a table (and with it records, events or leases). A
-// rollback's down of an expand step drops only what the step added.
-func revertDropsTables(list []migrations.Migration, cur, target uint) bool {
-	for _, m := range list {
-		if m.Version > target && m.Version <= cur && strings.Contains(strings.ToUpper(m.Down), "DROP TABLE") {
-			return true
-		}
-	}
-	return false
 }

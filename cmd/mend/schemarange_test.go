@@ -190,8 +190,8 @@ func TestRevertDropsTablesCountsTheCurrentStep(t *testing.T) {
 		{2, 0, true},  // through 1
 		{3, 3, false}, // nothing reverted
 	} {
-		if got := revertDropsTables(list, tt.cur, tt.target); got != tt.want {
-			t.Errorf("revertDropsTables(%d to %d) = %v; want %v", tt.cur, tt.target, got, tt.want)
+		if got := migrations.RevertDropsTables(list, tt.cur, tt.target); got != tt.want {
+			t.Errorf("RevertDropsTables(%d to %d) = %v; want %v", tt.cur, tt.target, got, tt.want)
 		}
 	}
 }
