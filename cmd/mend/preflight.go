@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqlx"
 )
@@ -32,10 +33,10 @@ func preflight(ctx context.Context, c runConfig, log *slog.Logger) error {
 	return doctor.Preflight(ctx, runCheckParams(c, log))
 }
 
-// runCheckParams are the checks' view of a run's configuration.
+// runCheckParams are the checks' view of a run's configuration: the
+// front door's (client.CheckParams), and the subscription's when it is on.
 func runCheckParams(c runConfig, log *slog.Logger) doctor.Params {
-	p := doctor.Params{DSN: c.DSN, LeaseTTL: c.LeaseTTL, HostDSN: c.HostDSN, QueueDSN: c.QueueDSN,
-		WakeTopic: c.WakeTopic, WakeIgnore: doctor.WakeTopicIgnore(c.Sub.Group), WakeTopicUnjoined: c.WakeTopicUnjoined, Logger: log}
+	p := client.CheckParams(clientConfig(c, log))
 	if c.Sub.On {
 		p.Subscription = &doctor.SubscriptionParams{Group: c.Sub.Group, WarnAge: doctor.LagWarnDefault, Settle: givenSettle(c.Sub)}
 	}

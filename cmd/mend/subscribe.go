@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/storage"
@@ -85,25 +86,25 @@ type subscription struct {
 // newSubscription wires the subscription over mend run's service: the
 // intake records through mend's store and finds a buildsignal's batch in
 // the host's build table; the reconciler repairs what it records.
-func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.Logger, m *metrics) (*subscription, error) {
+func newSubscription(ctx context.Context, c runConfig, svc *client.Client, log *slog.Logger, m *metrics) (*subscription, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	db, err := subscribe.Open(openCtx, c.QueueDSN)
 	if err != nil {
 		return nil, fmt.Errorf("open the host's queue database for the subscription: %w", err)
 	}
-	in, err := dlq.New(svc.store, dlq.Config{Builds: svc.host, Actor: "subscribe/" + c.Holder, Logger: log})
+	in, err := dlq.New(svc.Store(), dlq.Config{Builds: svc.Host(), Actor: "subscribe/" + c.Holder, Logger: log})
 	if err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
 	settle := settleWindow(openCtx, db, c.Sub, log)
-	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.store, Group: c.Sub.Group, PageSize: c.Sub.PageSize,
+	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.Store(), Group: c.Sub.Group, PageSize: c.Sub.PageSize,
 		PollInterval: c.Sub.Interval, Settle: settle, Actor: "subscribe/" + c.Holder, Logger: log,
 		// Replicas divide the partitions through slot leases beside the queue leases.
-		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
+		Leases: svc.Store(), Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
 		// Register ahead the *_dlq partitions of every queue of the host for
 		// each topic it reads, quiet or not (host.ReadEvidence).
-		Queues: svc.host.Queues}
+		Queues: svc.Host().Queues}
 	if m != nil {
 		cfg.Hooks = m.subscribeHooks()
 	}
@@ -469,7 +470,7 @@ func newSubscribeCmd(a *app) *cobra.Command {
 
 // startSubscription starts the subscription when c.Sub.On (without --once:
 // in the background, until close); it returns nil when it is off.
-func startSubscription(ctx context.Context, c runConfig, svc *service, log *slog.Logger, m *metrics) (*subscription, error) {
+func startSubscription(ctx context.Context, c runConfig, svc *client.Client, log *slog.Logger, m *metrics) (*subscription, error) {
 	if !c.Sub.On {
 		return nil, nil
 	}
