@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -89,6 +90,12 @@ type Config struct {
 	// NoInlineRepair leaves every repair to the reconciler: Record returns
 	// once the record is durable without trying the queue's fence.
 	NoInlineRepair bool
+	// Subscription, when not nil, records dead letters by joining the
+	// host's *_dlq topics as a consumer group of its own in QueueDSN (what
+	// mend run --queue-dsn does), for a host whose DLQ consumers do not
+	// call Record. Start runs it beside the reconciler. Nil: no
+	// subscription; the worker's consumers call Record.
+	Subscription *Subscription
 
 	// SkipChecks skips the checks Open runs (doctor.Preflight). For a
 	// caller that ran them itself, and for tests; a worker should not.
@@ -102,12 +109,33 @@ type Config struct {
 	NowFunc func() time.Time
 }
 
+// Subscription configures the Client's subscription (see package
+// subscribe). Every zero field means subscribe's default.
+type Subscription struct {
+	// Group is the consumer group in the host's queue_offsets. Empty
+	// means subscribe.GroupDefault ("mend"); Config.SubscriptionGroup is
+	// set from it.
+	Group string
+	// Interval is the time between the subscription's passes. Zero means
+	// subscribe.PollIntervalDefault.
+	Interval time.Duration
+	// Settle is how old an offset must be before the group's watermark
+	// passes it. Zero follows the queue database's waits
+	// (subscribe.SettleFor); a window that does not cover them is kept,
+	// with a warning in the log and from the checks.
+	Settle time.Duration
+	// PageSize is the rows read per query. Zero means
+	// subscribe.PageSizeDefault.
+	PageSize int
+}
+
 // Hooks are the parts' observation points. The library registers no
 // metrics of its own: bind these to yours (mend run binds Prometheus).
 type Hooks struct {
 	Fence     fence.Hooks
 	Planner   planner.Hooks
 	Reconcile reconcile.Hooks
+	Subscribe subscribe.Hooks
 	// OnDangling is called for each host membership row the adapter skips
 	// as dangling (see host.Options.OnDangling).
 	OnDangling func(queue, batchID, state string)
@@ -158,6 +186,11 @@ func (c Config) withDefaults() Config {
 	c.Holder = cmp.Or(c.Holder, fence.DefaultHolder())
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, fence.TTLDefault)
 	c.WakeTopic = cmp.Or(c.WakeTopic, host.WakeTopicDefault)
+	if c.Subscription != nil {
+		sc := *c.Subscription
+		sc.Group = cmp.Or(sc.Group, c.SubscriptionGroup, subscribe.GroupDefault)
+		c.Subscription, c.SubscriptionGroup = &sc, sc.Group
+	}
 	c.SubscriptionGroup = cmp.Or(c.SubscriptionGroup, subscribe.GroupDefault)
 	c.Interval = cmp.Or(c.Interval, reconcile.IntervalDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, planner.MaxAttemptsDefault)
@@ -174,9 +207,13 @@ func (c Config) withDefaults() Config {
 // a caller that runs or prints them itself (mend doctor, mend run).
 func CheckParams(cfg Config) doctor.Params {
 	c := cfg.withDefaults()
-	return doctor.Params{DSN: c.DSN, LeaseTTL: c.LeaseTTL, HostDSN: c.HostDSN, QueueDSN: c.QueueDSN,
+	p := doctor.Params{DSN: c.DSN, LeaseTTL: c.LeaseTTL, HostDSN: c.HostDSN, QueueDSN: c.QueueDSN,
 		WakeTopic: c.WakeTopic, WakeIgnore: doctor.WakeTopicIgnore(c.SubscriptionGroup),
 		WakeTopicUnjoined: c.WakeTopicUnjoined, Logger: c.Logger}
+	if c.Subscription != nil {
+		p.Subscription = &doctor.SubscriptionParams{Group: c.Subscription.Group, WarnAge: doctor.LagWarnDefault, Settle: c.Subscription.Settle}
+	}
+	return p
 }
 
 // IOTimeout bounds each network read and write of the Client's
@@ -197,6 +234,8 @@ type Client struct {
 	planner *planner.Planner
 	rec     *reconcile.Reconciler
 	intake  *dlq.Intake
+	sub     *subscribe.Subscriber // nil without Config.Subscription
+	subDB   *sql.DB
 }
 
 // Open validates cfg, runs the checks mend run runs before it starts
@@ -256,7 +295,66 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 	if cl.intake, err = dlq.New(store, icfg); err != nil {
 		return fail(&ConfigError{fmt.Errorf("intake settings: %w", err)})
 	}
+	if c.Subscription != nil {
+		if err := cl.openSubscription(openCtx); err != nil {
+			return fail(err)
+		}
+	}
 	return cl, nil
+}
+
+// openSubscription wires the subscription: its intake records through
+// mend's store (no inline repair: the reconciler repairs what it records)
+// and finds a buildsignal's batch in the host's build table.
+func (cl *Client) openSubscription(ctx context.Context) error {
+	c, sc := cl.cfg, *cl.cfg.Subscription
+	db, err := subscribe.Open(ctx, c.QueueDSN)
+	if err != nil {
+		return fmt.Errorf("open the host's queue database for the subscription: %w", err)
+	}
+	cl.subDB = db
+	actor := "subscribe/" + c.Holder
+	in, err := dlq.New(cl.store, dlq.Config{Builds: cl.host, Actor: actor, Logger: c.Logger})
+	if err != nil {
+		return &ConfigError{fmt.Errorf("subscription intake settings: %w", err)}
+	}
+	cfg := subscribe.Config{DB: db, Intake: in, Parker: cl.store, Group: sc.Group, PageSize: sc.PageSize,
+		PollInterval: sc.Interval, Settle: settleWindow(ctx, db, sc.Settle, c.Logger), Actor: actor, Logger: c.Logger, Hooks: c.Hooks.Subscribe,
+		// Replicas divide the partitions through slot leases beside the queue leases.
+		Leases: cl.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
+		// Register ahead the *_dlq partitions of every queue of the host for
+		// each topic it reads, quiet or not (host.ReadEvidence).
+		Queues: cl.host.Queues}
+	if cl.sub, err = subscribe.New(cfg); err != nil {
+		return &ConfigError{fmt.Errorf("subscription settings: %w", err)}
+	}
+	return nil
+}
+
+// settleWindow is the subscription's settle window: settle when given
+// (with a warning when it does not cover the queue database's waits,
+// subscribe.Waits.Covers), otherwise subscribe.SettleFor them.
+func settleWindow(ctx context.Context, db *sql.DB, settle time.Duration, log *slog.Logger) time.Duration {
+	waits, err := subscribe.ReadWaits(ctx, db)
+	if err != nil {
+		log.Warn("could not read the queue database's lock wait and semi-sync settings; the settle window is not checked against them",
+			"err", err, "settle", cmp.Or(settle, subscribe.SettleDefault).String())
+		return cmp.Or(settle, subscribe.SettleDefault)
+	}
+	return SettleFrom(waits, settle, log)
+}
+
+// SettleFrom is the settle window for the queue database's waits: settle
+// when not zero (logging a warning when it does not cover them), else
+// subscribe.SettleFor(waits).
+func SettleFrom(waits subscribe.Waits, settle time.Duration, log *slog.Logger) time.Duration {
+	switch {
+	case settle == 0:
+		return subscribe.SettleFor(waits)
+	case !waits.Covers(settle):
+		log.Warn(doctor.SettleRisk(settle, waits), "settle", settle.String(), "waits", waits.String())
+	}
+	return settle
 }
 
 // Record makes a dead letter's repair obligation durable (see
@@ -281,15 +379,36 @@ func (c *Client) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyR
 }
 
 // Start runs the reconciler in the background, a pass every
-// Config.Interval, until Stop, Close or ctx ends. A worker that records
-// inline needs it (or a mend run elsewhere) for the repairs an inline try
-// could not finish. Returns an error if it is already running.
-func (c *Client) Start(ctx context.Context) error { return c.rec.Start(ctx) }
+// Config.Interval, and the subscription when configured, until Stop, Close
+// or ctx ends. A worker that records inline needs a reconciler (this one
+// or a mend run elsewhere) for the repairs an inline try could not finish.
+// Returns an error if it is already running.
+func (c *Client) Start(ctx context.Context) error {
+	if c.sub != nil {
+		if err := c.sub.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if err := c.rec.Start(ctx); err != nil {
+		c.stopSubscription()
+		return err
+	}
+	return nil
+}
 
-// Stop stops the background reconciler: it stops taking queues, cancels
-// runs in flight and waits until their leases are released. Idempotent and
-// safe before Start.
-func (c *Client) Stop() { c.rec.Stop() }
+// Stop stops the subscription and the background reconciler: it stops
+// taking queues, cancels runs in flight and waits until their leases are
+// released. Idempotent and safe before Start.
+func (c *Client) Stop() {
+	c.stopSubscription()
+	c.rec.Stop()
+}
+
+func (c *Client) stopSubscription() {
+	if c.sub != nil {
+		c.sub.Stop()
+	}
+}
 
 // Drain runs passes until no queue has work due now, then returns what the
 // last pass did (mend run --once).
@@ -298,10 +417,15 @@ func (c *Client) Drain(ctx context.Context) (reconcile.PassStats, error) { retur
 // Close stops the reconciler and closes the databases. Record must not be
 // called after Close.
 func (c *Client) Close() error {
+	c.stopSubscription()
 	if c.rec != nil {
 		c.rec.Stop()
 	}
-	return errors.Join(c.host.Close(), c.store.Close())
+	var subErr error
+	if c.subDB != nil {
+		subErr = c.subDB.Close()
+	}
+	return errors.Join(subErr, c.host.Close(), c.store.Close())
 }
 
 // Store is mend's database, for what the Client does not wrap (status,
@@ -316,6 +440,10 @@ func (c *Client) Fence() *fence.Fence { return c.fence }
 
 // Reconciler is the Client's reconciler (Start and Stop wrap it).
 func (c *Client) Reconciler() *reconcile.Reconciler { return c.rec }
+
+// Subscriber is the Client's subscription, nil without
+// Config.Subscription (mend run --once drains it instead of starting it).
+func (c *Client) Subscriber() *subscribe.Subscriber { return c.sub }
 
 // Config is the Client's configuration with every default filled in.
 func (c *Client) Config() Config { return c.cfg }

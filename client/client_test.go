@@ -224,3 +224,34 @@ func countRows(t *testing.T, db *mysqltest.DB, table string) int {
 	}
 	return n
 }
+
+// TestSubscription: with Config.Subscription the Client records the host's
+// dead letters itself, as a consumer group of the *_dlq topics (mend run
+// --queue-dsn), and its reconciler repairs them; the subscription's check
+// runs in Open.
+func TestSubscription(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t)
+	dead := w.deadLetter(t)
+	c, err := client.Open(ctx, client.Config{DSN: w.mendDB.DSN, HostDSN: w.hostDB.DSN,
+		Subscription: &client.Subscription{Interval: 20 * time.Millisecond, Settle: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if c.Subscriber() == nil || c.Config().SubscriptionGroup != "mend" {
+		t.Fatalf("subscriber %v, group %q; want one, of group mend", c.Subscriber(), c.Config().SubscriptionGroup)
+	}
+	st, err := c.Subscriber().Drain(ctx)
+	if err != nil || st.Recorded != 1 {
+		t.Fatalf("drain = %+v, %v; want the dead letter recorded", st, err)
+	}
+	if _, err := c.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Store().RecordGet(ctx, delivery(dead).Source)
+	if err != nil || r.State != mend.StateDone {
+		t.Fatalf("record %s, %v; want done", r.State, err)
+	}
+}

@@ -3,7 +3,9 @@
 // runs before it starts (package doctor), opens mend's database and the
 // submit queue's, and returns a Client that records dead letters (Record,
 // RecordMany) and, when wanted, runs the reconciler in the background
-// (Start, Stop). mend run is built on it. The parts it is built from
+// (Start, Stop), and, for a host whose DLQ consumers cannot call Record,
+// subscribes to its *_dlq topics (Config.Subscription). mend run is built
+// on it. The parts it is built from
 // (storage, host, fence, planner, reconcile, dlq) stay public for a host
 // that needs them apart.
 //

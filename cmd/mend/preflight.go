@@ -34,13 +34,9 @@ func preflight(ctx context.Context, c runConfig, log *slog.Logger) error {
 }
 
 // runCheckParams are the checks' view of a run's configuration: the
-// front door's (client.CheckParams), and the subscription's when it is on.
+// front door's (client.CheckParams), the subscription's included.
 func runCheckParams(c runConfig, log *slog.Logger) doctor.Params {
-	p := client.CheckParams(clientConfig(c, log))
-	if c.Sub.On {
-		p.Subscription = &doctor.SubscriptionParams{Group: c.Sub.Group, WarnAge: doctor.LagWarnDefault, Settle: givenSettle(c.Sub)}
-	}
-	return p
+	return client.CheckParams(clientConfig(c, log))
 }
 
 // pool is a database readiness pings, with the flag it came from.

@@ -129,7 +129,16 @@ func clientConfig(c runConfig, log *slog.Logger) client.Config {
 	return client.Config{DSN: c.DSN, HostDSN: c.HostDSN, QueueDSN: c.QueueDSN, Holder: c.Holder, LeaseTTL: c.LeaseTTL,
 		WakeTopic: c.WakeTopic, WakeTopicUnjoined: c.WakeTopicUnjoined, SubscriptionGroup: c.Sub.Group,
 		Interval: c.Interval, Concurrency: c.Concurrency, ClusterConcurrency: c.ClusterConcurrency, Retention: c.Retention,
-		MaxAttempts: c.MaxAttempts, Grace: c.Grace, RetryBase: c.RetryBase, RetryMax: c.RetryMax, Logger: log}
+		MaxAttempts: c.MaxAttempts, Grace: c.Grace, RetryBase: c.RetryBase, RetryMax: c.RetryMax, Logger: log, Subscription: subscription(c)}
+}
+
+// subscription is the front door's view of the subscription's flags, nil
+// when run does not subscribe.
+func subscription(c runConfig) *client.Subscription {
+	if !c.Sub.On {
+		return nil
+	}
+	return &client.Subscription{Group: c.Sub.Group, Interval: c.Sub.Interval, Settle: givenSettle(c.Sub), PageSize: c.Sub.PageSize}
 }
 
 // wire opens mend through the front door (client.Open; preflight ran the
@@ -143,7 +152,7 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 		// differently spelled membership rows, differently spelled
 		// requests) to the log, and dangling ones to a metric too: the
 		// host's own planner fails on them.
-		cfg.Hooks = client.Hooks{Fence: m.fenceHooks(), Planner: m.plannerHooks(), Reconcile: m.reconcileHooks(), OnDangling: m.onDangling}
+		cfg.Hooks = client.Hooks{Fence: m.fenceHooks(), Planner: m.plannerHooks(), Reconcile: m.reconcileHooks(), Subscribe: m.subscribeHooks(), OnDangling: m.onDangling}
 	}
 	if failed != nil {
 		cfg.Hooks.Planner.OnAttemptFailed = chainAttemptFailed(cfg.Hooks.Planner.OnAttemptFailed, failed.add)
@@ -211,13 +220,12 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
 		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "cluster_concurrency", c.ClusterConcurrency, "db", redactDSN(c.DSN))
 
-	sub, err := startSubscription(ctx, c, svc, log, m)
-	if err != nil {
-		return err
+	if c.Sub.On {
+		clog.Info("subscribing to the host's dead-letter topics", "group", c.Sub.Group,
+			"interval", c.Sub.Interval.String(), "settle", c.Sub.Settle.String(), "queue_db", redactDSN(c.QueueDSN))
 	}
-	defer func() { err = errors.Join(err, sub.close()) }()
 	if c.Once {
-		if err := sub.drain(ctx, clog); err != nil {
+		if err := drainSubscription(ctx, svc.Subscriber(), clog); err != nil {
 			return err
 		}
 		ps, err := svc.Reconciler().Drain(ctx)
@@ -245,12 +253,12 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		return err
 	}
 	defer stopStuck()
-	if err := svc.Reconciler().Start(ctx); err != nil {
+	if err := svc.Start(ctx); err != nil { // the subscription and the reconciler
 		return err
 	}
 	<-ctx.Done()
 	clog.Info("signal received: stopping (finishing or abandoning in-flight work, releasing leases)")
-	svc.Reconciler().Stop()
+	svc.Stop()
 	clog.Info("stopped cleanly")
 	return nil
 }

@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,8 +18,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mendq/mend"
-	"github.com/mendq/mend/client"
-	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
@@ -75,75 +71,6 @@ func (c *subscribeConfig) resolve(f *flags) error {
 		return usagef("--group: %v", err)
 	}
 	return nil
-}
-
-// subscription is a running subscription and what it holds open.
-type subscription struct {
-	sub *subscribe.Subscriber
-	db  *sql.DB
-}
-
-// newSubscription wires the subscription over mend run's service: the
-// intake records through mend's store and finds a buildsignal's batch in
-// the host's build table; the reconciler repairs what it records.
-func newSubscription(ctx context.Context, c runConfig, svc *client.Client, log *slog.Logger, m *metrics) (*subscription, error) {
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	db, err := subscribe.Open(openCtx, c.QueueDSN)
-	if err != nil {
-		return nil, fmt.Errorf("open the host's queue database for the subscription: %w", err)
-	}
-	in, err := dlq.New(svc.Store(), dlq.Config{Builds: svc.Host(), Actor: "subscribe/" + c.Holder, Logger: log})
-	if err != nil {
-		return nil, errors.Join(err, db.Close())
-	}
-	settle := settleWindow(openCtx, db, c.Sub, log)
-	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.Store(), Group: c.Sub.Group, PageSize: c.Sub.PageSize,
-		PollInterval: c.Sub.Interval, Settle: settle, Actor: "subscribe/" + c.Holder, Logger: log,
-		// Replicas divide the partitions through slot leases beside the queue leases.
-		Leases: svc.Store(), Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
-		// Register ahead the *_dlq partitions of every queue of the host for
-		// each topic it reads, quiet or not (host.ReadEvidence).
-		Queues: svc.Host().Queues}
-	if m != nil {
-		cfg.Hooks = m.subscribeHooks()
-	}
-	s, err := subscribe.New(cfg)
-	if err != nil {
-		return nil, errors.Join(usagef("subscription settings: %v", err), db.Close())
-	}
-	return &subscription{sub: s, db: db}, nil
-}
-
-// settleWindow is the subscription's settle window: --subscribe-settle
-// when given (with a warning when it does not cover the queue database's
-// waits, subscribe.Waits.Covers), otherwise subscribe.SettleFor them.
-func settleWindow(ctx context.Context, db *sql.DB, c subscribeConfig, log *slog.Logger) time.Duration {
-	waits, err := subscribe.ReadWaits(ctx, db)
-	if err != nil {
-		log.Warn("could not read the queue database's lock wait and semi-sync settings; the settle window is not checked against them", "err", err, "settle", c.Settle.String())
-		return c.Settle
-	}
-	return settleFrom(waits, c, log)
-}
-
-// settleFrom is settleWindow once the waits are read.
-func settleFrom(waits subscribe.Waits, c subscribeConfig, log *slog.Logger) time.Duration {
-	switch {
-	case !c.SettleGiven:
-		return subscribe.SettleFor(waits)
-	case !waits.Covers(c.Settle):
-		log.Warn(doctor.SettleRisk(c.Settle, waits), "settle", c.Settle.String(), "waits", waits.String())
-	}
-	return c.Settle
-}
-
-func (s *subscription) close() error {
-	if s == nil {
-		return nil
-	}
-	s.sub.Stop()
-	return s.db.Close()
 }
 
 // subscribeMetrics are the subscription's Prometheus metrics.
@@ -468,26 +395,6 @@ func newSubscribeCmd(a *app) *cobra.Command {
 	})
 }
 
-// startSubscription starts the subscription when c.Sub.On (without --once:
-// in the background, until close); it returns nil when it is off.
-func startSubscription(ctx context.Context, c runConfig, svc *client.Client, log *slog.Logger, m *metrics) (*subscription, error) {
-	if !c.Sub.On {
-		return nil, nil
-	}
-	s, err := newSubscription(ctx, c, svc, log, m)
-	if err != nil {
-		return nil, err
-	}
-	log.With("component", "mend").Info("subscribing to the host's dead-letter topics", "group", c.Sub.Group,
-		"interval", c.Sub.Interval.String(), "settle", c.Sub.Settle.String(), "queue_db", redactDSN(c.QueueDSN))
-	if !c.Once {
-		if err := s.sub.Start(ctx); err != nil {
-			return nil, errors.Join(err, s.db.Close())
-		}
-	}
-	return s, nil
-}
-
 // drain is run --once's subscription: record every dead letter visible
 // now and release the group's watermarks past them (this waits out the
 // settle window when anything was read), ending within the bound it
@@ -495,12 +402,12 @@ func startSubscription(ctx context.Context, c runConfig, svc *client.Client, log
 // transaction held open on the queue database: then it says which
 // partitions stay held and by which transaction, and the next run
 // continues from there (exit 0: nothing failed).
-func (s *subscription) drain(ctx context.Context, log *slog.Logger) error {
-	if s == nil {
+func drainSubscription(ctx context.Context, sub *subscribe.Subscriber, log *slog.Logger) error {
+	if sub == nil {
 		return nil
 	}
-	log.Info("subscription draining", "ends_within", s.sub.DrainBound().String())
-	st, err := s.sub.Drain(ctx)
+	log.Info("subscription draining", "ends_within", sub.DrainBound().String())
+	st, err := sub.Drain(ctx)
 	if err != nil {
 		return fmt.Errorf("subscription: %w", err)
 	}
