@@ -410,8 +410,8 @@ func (c *Client) stopSubscription() {
 	}
 }
 
-// Drain runs passes until no queue has work due now, then returns what the
-// last pass did (mend run --once).
+// Drain runs passes until no queue has work due now and returns their
+// stats summed (mend run --once; see reconcile.Reconciler.Drain).
 func (c *Client) Drain(ctx context.Context) (reconcile.PassStats, error) { return c.rec.Drain(ctx) }
 
 // Close stops the reconciler and closes the databases. Record must not be

@@ -86,3 +86,35 @@ func Example_backgroundReconciler() {
 	// recorded: pending
 	// then: done
 }
+
+// Example_subscription is mend for a host whose dead-letter consumers
+// cannot be changed: the Client joins the *_dlq topics as a consumer group
+// of its own (the host's GC keeps each dead letter until mend has recorded
+// it) and its reconciler repairs what it records. Start runs both in the
+// background; here one drain of each shows the path.
+func Example_subscription() {
+	mendDSN, hostDSN, _, drop := exampleWorld() // the dead letter is on speculate_dlq; nobody calls Record
+	defer drop()
+	ctx := context.Background()
+
+	c, err := client.Open(ctx, client.Config{DSN: mendDSN, HostDSN: hostDSN,
+		Subscription: &client.Subscription{Settle: time.Second}}) // Settle: 0 follows the queue database's waits
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	st, err := c.Subscriber().Drain(ctx) // in a service: c.Start(ctx), then c.Stop() at shutdown
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("recorded by the subscription:", st.Recorded)
+	ps, err := c.Drain(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("woken:", ps.Records.Woken)
+	// Output:
+	// recorded by the subscription: 1
+	// woken: 1
+}
