@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 )
 
@@ -284,7 +285,7 @@ func (a *app) exit(name string, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	if mysqlErrNumber(err) == 1045 {
+	if mysqlx.ErrNumber(err) == 1045 {
 		err = fmt.Errorf("access denied: the user or password in the DSN is wrong (%w)", err)
 	}
 	err = a.explainTLS(err) // dbsecurity.go: a server that refuses plain connections: say what to add
@@ -506,4 +507,16 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+func quoteIdent(s string) string { return storage.QuoteIdent(s) }
+
+// deniedError reports whether err is the server refusing a statement for a
+// missing privilege: 1142 (table), 1143 (column), 1044 (database).
+func deniedError(err error) bool {
+	switch mysqlx.ErrNumber(err) {
+	case mysqlx.ErrTableAccessDenied, mysqlx.ErrColumnAccessDenied, mysqlx.ErrDBAccessDenied:
+		return true
+	}
+	return false
 }

@@ -8,13 +8,12 @@ package main
 // would not all be encrypted. It also gives doctor its per-pool TLS check.
 
 import (
-	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqlx"
 )
 
@@ -114,7 +113,7 @@ func (f *flags) applyDBSecurity() error {
 		if err != nil {
 			continue // the command reports an unparsable DSN itself
 		}
-		if plainDeniedHint(cfg) != "" {
+		if doctor.PlainDeniedHint(cfg) != "" {
 			f.a.plainDB = true
 		}
 		if cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 {
@@ -152,39 +151,6 @@ func (f *flags) str(name string) string {
 	return ""
 }
 
-// tlsCheck is doctor's report of whether a session of db is encrypted,
-// and how verified: ok for a verified TLS session, warn for a plain one or
-// one whose certificate is not checked (tls=skip-verify or preferred).
-func tlsCheck(ctx context.Context, db *sql.DB, cfg *mysql.Config, label string) check {
-	name := label + " tls"
-	cipher, err := mysqlx.SessionCipher(ctx, db)
-	switch {
-	case err != nil:
-		return check{Name: name, Status: checkWarn, Detail: "cannot read Ssl_cipher: " + err.Error()}
-	case cipher == "" && cfg.Net == "unix":
-		return check{Name: name, Status: checkOK, Detail: "not encrypted: a Unix socket, which never leaves this host"}
-	case cipher == "":
-		return check{Name: name, Status: checkWarn, Detail: "the session is NOT encrypted: the password and every row cross the network in plain text",
-			Fix: "add tls=true to the DSN (or the --*-tls-ca option with the server's CA), and --require-tls to mend run"}
-	case cfg.TLS != nil && cfg.TLS.InsecureSkipVerify:
-		return check{Name: name, Status: checkWarn, Detail: fmt.Sprintf("encrypted (%s) but the server's certificate is not verified (tls=%s): anyone on the path can pose as the server", cipher, cfg.TLSConfig),
-			Fix: "give the server's CA with the --*-tls-ca option instead of tls=" + cfg.TLSConfig}
-	}
-	return check{Name: name, Status: checkOK, Detail: fmt.Sprintf("encrypted (%s), the server's certificate verified", cipher)}
-}
-
-// plainDeniedHint is what "access denied" may also mean on a connection
-// without TLS: MariaDB answers a plain connection under
-// require_secure_transport=ON with error 1045, not with MySQL's 3159. ""
-// when cfg connects with TLS or over a Unix socket.
-func plainDeniedHint(cfg *mysql.Config) string {
-	if cfg.TLS != nil || cfg.Net == "unix" {
-		return ""
-	}
-	return "; or the server accepts only encrypted connections (MariaDB refuses a plain connection under require_secure_transport=ON" +
-		" with access denied): add tls=true to the DSN, or give the server's CA with --dsn-tls-ca (--host-dsn-tls-ca, --queue-dsn-tls-ca)"
-}
-
 // explainTLS adds to a connection error what to change when the server
 // may have refused it for want of TLS, or the TLS handshake failed (an
 // unknown CA, a name mismatch, an expired certificate, ...: the option or
@@ -196,34 +162,11 @@ func (a *app) explainTLS(err error) error {
 	if _, advice := mysqlx.TLSAdvice(err.Error(), ""); advice != "" {
 		return fmt.Errorf("%w (fix: %s)", err, advice)
 	}
-	if a.plainDB && mysqlErrNumber(err) == 1045 {
-		return fmt.Errorf("%w%s", err, plainDeniedHint(&mysql.Config{}))
+	if a.plainDB && mysqlx.ErrNumber(err) == 1045 {
+		return fmt.Errorf("%w%s", err, doctor.PlainDeniedHint(&mysql.Config{}))
 	}
-	if a.tlsNoCert && mysqlErrNumber(err) == 1045 {
-		return fmt.Errorf("%w%s", err, noCertHint("--dsn"))
+	if a.tlsNoCert && mysqlx.ErrNumber(err) == 1045 {
+		return fmt.Errorf("%w%s", err, doctor.NoCertHint("--dsn"))
 	}
 	return err
-}
-
-// noCertHint is what "access denied" may also mean on a TLS connection
-// without a client certificate: a user created REQUIRE X509 (SUBJECT,
-// ISSUER) is refused with the same error as a wrong password.
-func noCertHint(flag string) string {
-	hint := "; or the user requires a client certificate (REQUIRE X509, SUBJECT or ISSUER): give it with " + flag + "-tls-cert and " + flag + "-tls-key"
-	if flag == "--dsn" {
-		hint += " (--host-dsn-tls-…, --queue-dsn-tls-… for the host's databases)"
-	}
-	return hint
-}
-
-// connectFix is doctor's fix for a failed connection of the DSN flag
-// gives: for a TLS failure, the option or file that fixes it.
-func connectFix(err error, cfg *mysql.Config, flag string) string {
-	if _, advice := mysqlx.TLSAdvice(err.Error(), flag); advice != "" {
-		return advice
-	}
-	if mysqlErrNumber(err) == 1045 && cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetClientCertificate == nil {
-		return "check the user and password" + noCertHint(flag)
-	}
-	return "check the address, user, password and that the database exists"
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/tlstest"
 )
 
@@ -19,14 +20,14 @@ func mendCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // doctorChecks runs doctor --json and returns its checks by name.
-func doctorChecks(t *testing.T, args ...string) map[string]check {
+func doctorChecks(t *testing.T, args ...string) map[string]doctor.Check {
 	t.Helper()
 	code, out, errOut := mendCmd(t, append([]string{"doctor", "--json"}, args...)...)
-	var report struct{ Checks []check }
+	var report struct{ Checks []doctor.Check }
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("doctor exit %d: not JSON (%v): %s %s", code, err, out, errOut)
 	}
-	m := map[string]check{}
+	m := map[string]doctor.Check{}
 	for _, c := range report.Checks {
 		m[c.Name] = c
 	}
@@ -55,11 +56,11 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("migrate up over verified TLS: exit %d: %s", code, errOut)
 	}
 	// connected reports whether doctor got past connecting, and the detail.
-	connected := func(t *testing.T, args ...string) (bool, map[string]check) {
+	connected := func(t *testing.T, args ...string) (bool, map[string]doctor.Check) {
 		t.Helper()
 		checks := doctorChecks(t, args...)
 		c, failed := checks["connect"]
-		return !failed || c.Status != checkFail, checks
+		return !failed || c.Status != doctor.Fail, checks
 	}
 
 	t.Run("verified connection works and doctor says so", func(t *testing.T) {
@@ -67,12 +68,12 @@ func TestTLS(t *testing.T) {
 		if !ok {
 			t.Fatalf("verified connection refused: %+v", checks["connect"])
 		}
-		if c := checks["dsn tls"]; c.Status != checkOK || !strings.Contains(c.Detail, "verified") {
+		if c := checks["dsn tls"]; c.Status != doctor.OK || !strings.Contains(c.Detail, "verified") {
 			t.Fatalf("dsn tls = %+v; want ok, encrypted and verified", c)
 		}
 		// Control: an encrypted but unverified session is reported as such.
 		_, checks = connected(t, "--dsn", dsn+"?tls=skip-verify")
-		if c := checks["dsn tls"]; c.Status != checkWarn || !strings.Contains(c.Detail, "not verified") {
+		if c := checks["dsn tls"]; c.Status != doctor.Warn || !strings.Contains(c.Detail, "not verified") {
 			t.Fatalf("dsn tls with tls=skip-verify = %+v; want a warning that the certificate is not verified", c)
 		}
 	})
@@ -117,7 +118,7 @@ func TestTLS(t *testing.T) {
 		if !ok {
 			t.Fatalf("with the client certificate: %+v", checks["connect"])
 		}
-		if c := checks["dsn tls"]; c.Status != checkOK {
+		if c := checks["dsn tls"]; c.Status != doctor.OK {
 			t.Fatalf("dsn tls = %+v", c)
 		}
 	})

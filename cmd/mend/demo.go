@@ -145,15 +145,14 @@ func createDemoDatabase(ctx context.Context, serverDSN string) (string, func() e
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := "mend_demo_" + hex.EncodeToString(b[:])
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4"); err != nil {
+	if err := storage.DatabaseCreateFresh(ctx, admin, name); err != nil {
 		_ = admin.Close()
-		return "", nil, fmt.Errorf("create the demo database on %s: %w", cfg.Addr, err)
+		return "", nil, fmt.Errorf("the demo database on %s: %w", cfg.Addr, err)
 	}
 	drop := func() error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_, err := admin.ExecContext(dctx, "DROP DATABASE IF EXISTS "+name)
-		return errors.Join(err, admin.Close())
+		return errors.Join(storage.DatabaseDrop(dctx, admin, name), admin.Close())
 	}
 	db := cfg.Clone()
 	db.DBName = name

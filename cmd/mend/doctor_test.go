@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 )
@@ -71,10 +72,10 @@ func hostGrants() map[string]string {
 	}
 }
 
-func checkNamed(checks []check, name string) (check, bool) {
-	i := slices.IndexFunc(checks, func(c check) bool { return c.Name == name })
+func checkNamed(checks []doctor.Check, name string) (doctor.Check, bool) {
+	i := slices.IndexFunc(checks, func(c doctor.Check) bool { return c.Name == name })
 	if i < 0 {
-		return check{}, false
+		return doctor.Check{}, false
 	}
 	return checks[i], true
 }
@@ -116,17 +117,17 @@ func TestDoctorHost(t *testing.T) {
 		db := setup(t)
 		u := newHostUser(t, db, hostGrants())
 		before := snapshot(t, db)
-		var checks []check
-		for _, c := range diagnoseHost(ctx, u.dsn, u.dsn) {
+		var checks []doctor.Check
+		for _, c := range doctor.Host(ctx, u.dsn, u.dsn) {
 			if strings.HasSuffix(c.Name, " tls") {
 				continue // the test server is plain: a warning, tested by TestTLS
 			}
 			checks = append(checks, c)
-			if c.Status != checkOK {
+			if c.Status != doctor.OK {
 				t.Errorf("%s: %s %s (fix: %s)", c.Name, c.Status, c.Detail, c.Fix)
 			}
 		}
-		if len(checks) != 2+len(hostAppTables)+2+len(hostQueueTables) {
+		if len(checks) != 2+4+2+2 { // four application tables, two queue tables
 			t.Errorf("got %d checks, want one per database, its session settings and table: %+v", len(checks), checks)
 		}
 		if after := snapshot(t, db); after != before {
@@ -141,17 +142,17 @@ func TestDoctorHost(t *testing.T) {
 		g["queue_messages"] = "SELECT, INSERT"    // the dedupe's UPDATE is missing
 		g["queue_batch_state"] = "SELECT, INSERT" // a transition's DELETE is missing
 		u := newHostUser(t, db, g)
-		checks := diagnoseHost(ctx, u.dsn, u.dsn)
+		checks := doctor.Host(ctx, u.dsn, u.dsn)
 		for name, want := range map[string]string{
 			"host queue queue_messages":  "GRANT UPDATE ON `" + db.Name + "`.`queue_messages` TO " + u.account,
 			"host app queue_batch_state": "GRANT DELETE ON `" + db.Name + "`.`queue_batch_state` TO " + u.account,
 		} {
 			c, ok := checkNamed(checks, name)
-			if !ok || c.Status != checkFail || c.Fix != want {
+			if !ok || c.Status != doctor.Fail || c.Fix != want {
 				t.Errorf("%s = %+v; want FAIL with fix %q", name, c, want)
 			}
 		}
-		if c, _ := checkNamed(checks, "host app batch"); c.Status != checkOK {
+		if c, _ := checkNamed(checks, "host app batch"); c.Status != doctor.OK {
 			t.Errorf("batch = %+v; want ok, its grants are complete", c)
 		}
 	})
@@ -162,14 +163,14 @@ func TestDoctorHost(t *testing.T) {
 		g := hostGrants()
 		delete(g, "queue_delivery_state")
 		u := newHostUser(t, db, g)
-		checks := diagnoseHost(ctx, u.dsn, u.dsn)
+		checks := doctor.Host(ctx, u.dsn, u.dsn)
 		c, ok := checkNamed(checks, "host queue queue_delivery_state")
-		if !ok || c.Status != checkWarn || !strings.Contains(c.Detail, "--stuck-every 0") ||
+		if !ok || c.Status != doctor.Warn || !strings.Contains(c.Detail, "--stuck-every 0") ||
 			c.Fix != "point the DSN at the submit queue's own database; if the table is there: GRANT SELECT ON `"+db.Name+"`.`queue_delivery_state` TO "+u.account {
 			t.Errorf("queue_delivery_state = %+v; want a warning with the GRANT", c)
 		}
 		for _, c := range checks {
-			if c.Status == checkFail {
+			if c.Status == doctor.Fail {
 				t.Errorf("%s: FAIL %s", c.Name, c.Detail)
 			}
 		}
@@ -182,9 +183,9 @@ func TestDoctorHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := snapshot(t, db)
-		checks := diagnoseHost(ctx, db.DSN, "")
+		checks := doctor.Host(ctx, db.DSN, "")
 		c, ok := checkNamed(checks, "host app build")
-		if !ok || c.Status != checkFail || !strings.Contains(c.Detail, "table build is missing") {
+		if !ok || c.Status != doctor.Fail || !strings.Contains(c.Detail, "table build is missing") {
 			t.Errorf("build = %+v; want FAIL naming the missing table", c)
 		}
 		if _, ok := checkNamed(checks, "host queue queue_messages"); ok {
@@ -203,8 +204,8 @@ func TestDoctorHost(t *testing.T) {
 		if _, err := conn.ExecContext(ctx, "CREATE TABLE queue_messages (topic VARBINARY(255) NOT NULL, id VARBINARY(255) NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (topic, id))"); err != nil {
 			t.Fatal(err)
 		}
-		c, _ := checkNamed(diagnoseHost(ctx, "", db.DSN), "host queue queue_messages")
-		if c.Status != checkFail || !strings.Contains(c.Detail, "missing column(s) metadata, partition_key") ||
+		c, _ := checkNamed(doctor.Host(ctx, "", db.DSN), "host queue queue_messages")
+		if c.Status != doctor.Fail || !strings.Contains(c.Detail, "missing column(s) metadata, partition_key") ||
 			!strings.Contains(c.Detail, "no PRIMARY or UNIQUE key on exactly (topic, partition_key, id)") {
 			t.Errorf("queue_messages = %+v; want FAIL naming the missing columns and key", c)
 		}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/internal/sqtest"
@@ -22,7 +23,7 @@ func TestDoctorKnowsTheEngineDefaults(t *testing.T) {
 	t.Parallel()
 	db := mysqltest.NewDB(t, sqtest.Apply)
 	raw := db.SQL(t)
-	checks := checkEngine(t.Context(), raw)
+	checks := doctor.Engine(t.Context(), raw)
 
 	var coll string
 	if err := raw.QueryRow(`SELECT TABLE_COLLATION FROM information_schema.TABLES
@@ -37,7 +38,7 @@ func TestDoctorKnowsTheEngineDefaults(t *testing.T) {
 	switch {
 	case !ok:
 		t.Fatalf("no default collation check in %+v", checks)
-	case c.Status != checkOK || !strings.Contains(c.Detail, " get "+coll+" ("):
+	case c.Status != doctor.OK || !strings.Contains(c.Detail, " get "+coll+" ("):
 		t.Errorf("default collation: %s %q; the queue's batch table got %s", c.Status, c.Detail, coll)
 	case pads != strings.Contains(c.Detail, "PAD SPACE"):
 		t.Errorf("default collation: %q; %s pads trailing spaces: %v", c.Detail, coll, pads)
@@ -61,7 +62,7 @@ func TestDoctorKnowsTheEngineDefaults(t *testing.T) {
 		if v == "1" || strings.EqualFold(v, "ON") {
 			want = "innodb_snapshot_isolation=ON"
 		}
-		if c.Status != checkOK || !strings.Contains(c.Detail, want) || !strings.Contains(c.Detail, "READ COMMITTED") {
+		if c.Status != doctor.OK || !strings.Contains(c.Detail, want) || !strings.Contains(c.Detail, "READ COMMITTED") {
 			t.Errorf("snapshot isolation: %s %q; want OK naming %s and READ COMMITTED", c.Status, c.Detail, want)
 		}
 	}

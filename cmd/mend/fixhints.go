@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/golang-migrate/migrate/v4/database"
+
+	"github.com/mendq/mend/internal/mysqlx"
 )
 
 // Errors that reach an operator name their fix: a server's raw refusal
@@ -38,7 +40,7 @@ func migrateFix(err error) error {
 // schemaFix names the fix of a statement that found a column or table of
 // mend's missing: the schema is older than the binary.
 func schemaFix(err error) error {
-	switch mysqlErrNumber(err) {
+	switch mysqlx.ErrNumber(err) {
 	case 1054, 1146: // unknown column, no such table
 		return fmt.Errorf("mend's schema is older than this binary (%s): run mend migrate up (mend migrate version shows where it is)", oneLine(err.Error()))
 	}

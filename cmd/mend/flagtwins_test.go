@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
@@ -196,7 +197,7 @@ func TestFlagTwinsRun(t *testing.T) {
 				t.Fatalf("run --once with the queue DSN as %s: group twin-%d has %d rows in queue_offsets (%v)", form.name, i, n, err)
 			}
 			_, out, errOut := mend(t, form, "doctor", "--json", "--dsn", mendDB.DSN, "--host-dsn", appDB.DSN, "--group", "twin-"+strconv.Itoa(i))
-			var report struct{ Checks []check }
+			var report struct{ Checks []doctor.Check }
 			if err := json.Unmarshal([]byte(out), &report); err != nil {
 				t.Fatalf("doctor: not JSON (%v): %s %s", err, out, errOut)
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/migrations"
 )
@@ -66,19 +67,19 @@ func TestImage(t *testing.T) {
 	db := mysqltest.NewDB(t, migrations.Up)
 	got, _ = run("doctor", "--json", "--dsn", db.DSN) // exit 1 on any problem; the report is what counts
 	var report struct {
-		Checks []check
+		Checks []doctor.Check
 	}
 	if err := json.Unmarshal([]byte(got), &report); err != nil {
 		t.Fatalf("doctor in the image: not JSON (%v):\n%s", err, got)
 	}
-	seen := map[string]check{}
+	seen := map[string]doctor.Check{}
 	for _, c := range report.Checks {
 		seen[c.Name] = c
 	}
-	if c, ok := seen["connect"]; ok && c.Status == checkFail {
+	if c, ok := seen["connect"]; ok && c.Status == doctor.Fail {
 		t.Fatalf("doctor in the image could not connect: %+v", c)
 	}
-	if seen["server"].Status != checkOK || seen["schema"].Status != checkOK {
+	if seen["server"].Status != doctor.OK || seen["schema"].Status != doctor.OK {
 		t.Fatalf("doctor in the image: server %+v, schema %+v; want both ok (the database is migrated)", seen["server"], seen["schema"])
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/planner"
 	"github.com/mendq/mend/reconcile"
@@ -376,7 +377,7 @@ func readiness(db *sql.DB, hosts ...pool) func(ctx context.Context) error {
 		}
 		// A schema newer than this binary by expand migrations only is
 		// ready (watchSchema logs it once); see schemarange.go.
-		v, err := judgeSchema(ctx, db)
+		v, err := doctor.JudgeSchema(ctx, db)
 		if err != nil {
 			return err
 		}

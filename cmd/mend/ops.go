@@ -21,6 +21,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
@@ -94,7 +95,7 @@ func newMigrateCmd(a *app) *cobra.Command {
 		}
 		latest := list[len(list)-1].Version
 		if action == "sql" {
-			return printMigrationSQL(a.stdout, list)
+			return migrations.Mend.WriteScript(a.stdout, list)
 		}
 		dsn, err := f.needDSN()
 		if err != nil {
@@ -198,14 +199,14 @@ func newMigrateCmd(a *app) *cobra.Command {
 }
 
 // revertSays is what reverting from cur to target does, for the refusal
-// without --yes: the same verdict (revertDropsTables) that the run with
+// without --yes: the same verdict (migrations.RevertDropsTables) that the run with
 // --yes reports (issue 47: without --yes, every revert "dropped mend's
 // tables", and the same revert with --yes "dropped no table").
 func revertSays(list []migrations.Migration, cur, target uint) string {
 	switch {
 	case target >= cur:
 		return fmt.Sprintf("reverts nothing (the schema is at %d)", cur)
-	case revertDropsTables(list, cur, target):
+	case migrations.RevertDropsTables(list, cur, target):
 		return fmt.Sprintf("reverts to %d, dropping mend's tables and their data (records, events, leases)", target)
 	}
 	return fmt.Sprintf("reverts to %d, which drops no table: records, events and leases stay", target)
@@ -217,7 +218,7 @@ func revertSays(list []migrations.Migration, cur, target uint) string {
 // migrate down) loses no record and is not refused. `mend migrate down --yes` once deleted every record while a
 // replica ran, a queue still waiting among them.
 func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.Migration, cur, target uint, force bool) error {
-	if !revertDropsTables(list, cur, target) { // schemarange.go
+	if !migrations.RevertDropsTables(list, cur, target) {
 		fmt.Fprintf(a.stderr, "mend migrate: reverting to %d drops no table: records, events and leases stay, and replicas of a binary that runs on %d keep working\n", target, target)
 		return nil
 	}
@@ -225,7 +226,7 @@ func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.
 	if err != nil {
 		return usagef("--dsn: %v", err)
 	}
-	db, err := openConfig(ctx, cfg)
+	db, err := mysqlx.OpenConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -257,7 +258,7 @@ func schemaVersion(ctx context.Context, dsn string) (uint, bool, error) {
 	if err != nil {
 		return 0, false, usagef("--dsn: %v", err)
 	}
-	db, err := openConfig(ctx, cfg)
+	db, err := mysqlx.OpenConfig(ctx, cfg)
 	if err != nil {
 		return 0, false, err
 	}
@@ -288,15 +289,12 @@ func createDatabase(ctx context.Context, dsn string) error {
 	}
 	name := cfg.DBName
 	cfg.DBName = ""
-	db, err := openConfig(ctx, cfg)
+	db, err := mysqlx.OpenConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(name)+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
-		return fmt.Errorf("create database %s: %w", quoteIdent(name), err)
-	}
-	return nil
+	return storage.DatabaseCreate(ctx, db, name)
 }
 
 // migrationAt is the migration that moves the schema from cur: the next one
@@ -345,22 +343,6 @@ func versionBefore(list []migrations.Migration, cur uint, n int) uint {
 		return below[i]
 	}
 	return 0
-}
-
-// printMigrationSQL prints every up migration in order, then the
-// bookkeeping statements mend migrate would run, so a DBA can apply the
-// schema by hand and mend still knows the version.
-func printMigrationSQL(w io.Writer, list []migrations.Migration) error {
-	fmt.Fprintln(w, "-- mend's schema, every migration in order; apply as a user with the DDL grants of docs/operations.md.")
-	for _, m := range list {
-		fmt.Fprintf(w, "\n-- %04d_%s.up.sql\n%s;\n", m.Version, m.Name, strings.TrimRight(strings.TrimSpace(m.Up), ";"))
-	}
-	latest := list[len(list)-1].Version
-	fmt.Fprintf(w, "\n-- Record the version, as mend migrate does.\n"+
-		"CREATE TABLE IF NOT EXISTS %s (version BIGINT NOT NULL PRIMARY KEY, dirty BOOLEAN NOT NULL);\n"+
-		"DELETE FROM %s;\nINSERT INTO %s (version, dirty) VALUES (%d, 0);\n",
-		migrations.Mend.Table, migrations.Mend.Table, migrations.Mend.Table, latest)
-	return nil
 }
 
 // ---- status ----

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/mendq/mend/client"
+	"github.com/mendq/mend/doctor"
+	"github.com/mendq/mend/internal/mysqlx"
 )
 
 // hostDSNSame is the --host-dsn value that says the submit queue's tables
@@ -14,9 +17,6 @@ import (
 // only MEND_DSN set it once started normally and parked every due record on
 // "SELECT command denied ... table batch".
 const hostDSNSame = "same"
-
-// preflightTimeout bounds mend run's checks of itself before it starts.
-const preflightTimeout = 30 * time.Second
 
 // givenSettle is the settle window run was given, 0 for the default.
 func givenSettle(c subscribeConfig) time.Duration {
@@ -26,42 +26,17 @@ func givenSettle(c subscribeConfig) time.Duration {
 	return 0
 }
 
-// errPreflight marks a refusal to start: a doctor check failed.
-var errPreflight = errors.New("refusing to start")
-
 // preflight runs doctor's checks (they only read) against what mend run
 // would use: mend's schema version and grants, and the host's tables and
-// grants. Each failed check is logged; the error names the first, as doctor
-// prints it, so the last line of a refused start says what to fix.
+// grants, its wake topic and the subscription. See doctor.Preflight.
 func preflight(ctx context.Context, c runConfig, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
-	defer cancel()
-	checks, target := diagnose(ctx, c.DSN, c.LeaseTTL)
-	checks = append(checks, diagnoseHost(ctx, c.HostDSN, c.QueueDSN)...)
-	checks = append(checks, diagnoseWakeTopic(ctx, c.QueueDSN, c.WakeTopic, wakeTopicIgnore(c.Sub.Group), c.WakeTopicUnjoined))
-	if c.Sub.On {
-		checks = append(checks, diagnoseSubscription(ctx, c.QueueDSN, c.Sub.Group, subscribeLagWarn, givenSettle(c.Sub))...)
-	}
-	var failed []check
-	for _, ch := range checks {
-		if ch.Status == checkFail {
-			failed = append(failed, ch)
-			log.Error("doctor check failed", "check", ch.Name, "detail", ch.Detail, "fix", ch.Fix)
-		}
-	}
-	if len(failed) == 0 {
-		return nil
-	}
-	first := failed[0]
-	line := fmt.Sprintf("%s %s: %s", checkFail, first.Name, first.Detail)
-	if first.Fix != "" {
-		line += " (fix: " + first.Fix + ")"
-	}
-	more := ""
-	if len(failed) > 1 {
-		more = fmt.Sprintf(" and %d more", len(failed)-1)
-	}
-	return fmt.Errorf("%w: doctor check failed on %s: %s%s; mend doctor with the same flags lists them all", errPreflight, target, line, more)
+	return doctor.Preflight(ctx, runCheckParams(c, log))
+}
+
+// runCheckParams are the checks' view of a run's configuration: the
+// front door's (client.CheckParams), the subscription's included.
+func runCheckParams(c runConfig, log *slog.Logger) doctor.Params {
+	return client.CheckParams(clientConfig(c, log))
 }
 
 // pool is a database readiness pings, with the flag it came from.
@@ -81,11 +56,11 @@ func openHostPools(ctx context.Context, c runConfig) ([]pool, error) {
 			continue
 		}
 		seen[d.dsn] = true
-		cfg, err := hostDoctorConfig(d.flag, d.dsn) // mend's session, as every pool
+		cfg, err := doctor.HostConfig(d.flag, d.dsn) // mend's session, as every pool
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", d.flag, err)
 		}
-		db, err := openConfig(ctx, cfg)
+		db, err := mysqlx.OpenConfig(ctx, cfg)
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", d.flag, err)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/planner"
@@ -124,90 +124,57 @@ func newRunCmd(a *app) *cobra.Command {
 	})
 }
 
-// service is mend run's wired components.
-type service struct {
-	store   *storage.DB
-	host    *host.DB
-	fence   *fence.Fence
-	planner *planner.Planner
-	rec     *reconcile.Reconciler
+// clientConfig is the front door's view of a run's configuration.
+func clientConfig(c runConfig, log *slog.Logger) client.Config {
+	return client.Config{DSN: c.DSN, HostDSN: c.HostDSN, QueueDSN: c.QueueDSN, Holder: c.Holder, LeaseTTL: c.LeaseTTL,
+		WakeTopic: c.WakeTopic, WakeTopicUnjoined: c.WakeTopicUnjoined, SubscriptionGroup: c.Sub.Group,
+		Interval: c.Interval, Concurrency: c.Concurrency, ClusterConcurrency: c.ClusterConcurrency, Retention: c.Retention,
+		MaxAttempts: c.MaxAttempts, Grace: c.Grace, RetryBase: c.RetryBase, RetryMax: c.RetryMax, Logger: log, Subscription: subscription(c)}
 }
 
-func (s *service) close() error { return errors.Join(s.host.Close(), s.store.Close()) }
+// subscription is the front door's view of the subscription's flags, nil
+// when run does not subscribe.
+func subscription(c runConfig) *client.Subscription {
+	if !c.Sub.On {
+		return nil
+	}
+	return &client.Subscription{Group: c.Sub.Group, Interval: c.Sub.Interval, Settle: givenSettle(c.Sub), PageSize: c.Sub.PageSize}
+}
 
-// wire connects to the databases and builds the reconciler.
-// Failed attempts are reported to failed (when set) as well as to m.
-func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed *attemptLog) (*service, error) {
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	// A client that hangs mid-transaction must not hold the lease row (and
-	// so every takeover) for the server's default 8 hours, and a COMMIT sent
-	// into a hung connection must come back: see ioTimeout.
-	store, err := storage.Open(openCtx, c.DSN,
-		storage.Options{LeaseTTL: c.LeaseTTL, SessionIdleTimeout: max(c.LeaseTTL, time.Second), IOTimeout: ioTimeout(c.LeaseTTL)})
-	if err != nil {
-		return nil, fmt.Errorf("open mend's database: %w", err)
-	}
-	// The adapter reports the host rows it skips (dangling or differently
-	// spelled membership rows, differently spelled requests) to the log, and
-	// dangling ones to a metric too: the host's own planner fails on them.
-	hopts := host.Options{WakeTopic: c.WakeTopic, LeaseTTL: c.LeaseTTL, IOTimeout: ioTimeout(c.LeaseTTL), Logger: log,
-		// A wake-up nobody reads is never counted as sent (waketopic.go).
-		RequireWakeConsumer: true, WakeConsumerIgnore: wakeTopicIgnore(c.Sub.Group)}
+// wire opens mend through the front door (client.Open; preflight ran the
+// checks already, with the subscription's). Failed attempts are reported
+// to failed (when set) as well as to m.
+func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed *attemptLog) (*client.Client, error) {
+	cfg := clientConfig(c, log)
+	cfg.SkipChecks = true
 	if m != nil {
-		hopts.OnDangling = m.onDangling
-	}
-	hostDB, err := host.Open(openCtx, c.HostDSN, c.QueueDSN, hopts)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("open the host's databases: %w", err), store.Close())
-	}
-	s := &service{store: store, host: hostDB}
-	fail := func(err error) (*service, error) { return nil, errors.Join(err, s.close()) }
-
-	var fh fence.Hooks
-	var ph planner.Hooks
-	var rh reconcile.Hooks
-	if m != nil {
-		fh, ph, rh = m.fenceHooks(), m.plannerHooks(), m.reconcileHooks()
+		// The adapter reports the host rows it skips (dangling or
+		// differently spelled membership rows, differently spelled
+		// requests) to the log, and dangling ones to a metric too: the
+		// host's own planner fails on them.
+		cfg.Hooks = client.Hooks{Fence: m.fenceHooks(), Planner: m.plannerHooks(), Reconcile: m.reconcileHooks(), Subscribe: m.subscribeHooks(), OnDangling: m.onDangling}
 	}
 	if failed != nil {
-		ph.OnAttemptFailed = chainAttemptFailed(ph.OnAttemptFailed, failed.add)
+		cfg.Hooks.Planner.OnAttemptFailed = chainAttemptFailed(cfg.Hooks.Planner.OnAttemptFailed, failed.add)
 	}
 	if !c.Once {
 		// A continuous run says what each pass did, as run --once does
 		// (at debug level when a pass found nothing to do).
 		clog := log.With("component", "mend")
-		onPass := rh.OnPass
-		rh.OnPass = func(ps reconcile.PassStats, d time.Duration) {
+		onPass := cfg.Hooks.Reconcile.OnPass
+		cfg.Hooks.Reconcile.OnPass = func(ps reconcile.PassStats, d time.Duration) {
 			if onPass != nil {
 				onPass(ps, d)
 			}
 			logPass(clog, ps, d)
 		}
 	}
-	if s.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: log, Hooks: fh}); err != nil {
-		return fail(usagef("lease settings: %v", err))
+	cl, err := client.Open(ctx, cfg)
+	if ce := (*client.ConfigError)(nil); errors.As(err, &ce) {
+		return nil, usagef("%v", err)
 	}
-	base, limit := planner.RetryDefaults(c.Interval)
-	base, limit = cmp.Or(c.RetryBase, base), cmp.Or(c.RetryMax, max(limit, c.RetryBase))
-	s.planner, err = planner.New(planner.Config{Store: store, Batches: hostDB, Waker: hostDB,
-		MaxAttempts: c.MaxAttempts, Grace: c.Grace, BackoffBase: base, BackoffMax: limit,
-		Actor: "planner/" + c.Holder, Hooks: ph, Logger: log})
-	if err != nil {
-		return fail(usagef("planner settings: %v", err))
-	}
-	s.rec, err = reconcile.New(reconcile.Config{Store: store, Fence: s.fence, Planner: s.planner,
-		Interval: c.Interval, Concurrency: c.Concurrency, ClusterConcurrency: c.ClusterConcurrency, Retention: c.Retention, Hooks: rh, Logger: log})
-	if err != nil {
-		return fail(usagef("reconciler settings: %v", err))
-	}
-	return s, nil
+	return cl, err
 }
-
-// ioTimeout bounds each network read and write of mend run's connections:
-// well above a lock wait (a third of the TTL, see mysqlx.LockWaitFor) and any
-// statement mend runs, so it only ever fires on a connection that hangs.
-func ioTimeout(ttl time.Duration) time.Duration { return max(2*ttl, 30*time.Second) }
 
 // serve runs the reconciler until ctx ends (or one pass, with Once).
 func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) (err error) {
@@ -224,12 +191,12 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, shutdownErr(err, svc.close())) }()
+	defer func() { err = errors.Join(err, shutdownErr(err, svc.Close())) }()
 	if m != nil {
-		col := newSQLCollector(ctx, svc.store, clog)
+		col := newSQLCollector(ctx, svc.Store(), clog)
 		col.onQueue = m.touchQueue
 		m.reg.MustRegister(col)
-		m.reg.MustRegister(newVerifyCollector(ctx, svc.store, clog)) // issue 46: the last mend verify run
+		m.reg.MustRegister(newVerifyCollector(ctx, svc.Store(), clog)) // issue 46: the last mend verify run
 		hostPools, err := openHostPools(ctx, c)
 		defer func() {
 			for _, p := range hostPools {
@@ -239,7 +206,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		if err != nil {
 			return err
 		}
-		ready := readiness(svc.store.SQL(), hostPools...)
+		ready := readiness(svc.Store().SQL(), hostPools...)
 		m.reg.MustRegister(newReadyCollector(ctx, ready))
 		ms, err := startMetrics(c.MetricsAddr, newHTTPHandler(m, ready, scrub))
 		if err != nil {
@@ -248,21 +215,20 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		clog.Info("serving metrics", "addr", ms.Addr(), "paths", "/metrics /healthz /readyz")
 		defer func() { err = errors.Join(err, ms.stop()) }()
 	}
-	warnSameHolder(ctx, svc.store, c.Holder, clog)
-	defer startSchemaWatch(ctx, svc.store.SQL(), c.Interval, clog)() // schemarange.go
+	warnSameHolder(ctx, svc.Store(), c.Holder, clog)
+	defer startSchemaWatch(ctx, svc.Store().SQL(), c.Interval, clog)() // schemarange.go
 	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
 		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "cluster_concurrency", c.ClusterConcurrency, "db", redactDSN(c.DSN))
 
-	sub, err := startSubscription(ctx, c, svc, log, m)
-	if err != nil {
-		return err
+	if c.Sub.On {
+		clog.Info("subscribing to the host's dead-letter topics", "group", c.Sub.Group,
+			"interval", c.Sub.Interval.String(), "settle", c.Sub.Settle.String(), "queue_db", redactDSN(c.QueueDSN))
 	}
-	defer func() { err = errors.Join(err, shutdownErr(err, sub.close())) }()
 	if c.Once {
-		if err := sub.drain(ctx, clog); err != nil {
+		if err := drainSubscription(ctx, svc.Subscriber(), clog); err != nil {
 			return err
 		}
-		ps, err := svc.rec.Drain(ctx)
+		ps, err := svc.Reconciler().Drain(ctx)
 		if ctx.Err() != nil {
 			// Cron must not read an interrupted pass as a good one.
 			clog.Info("interrupted; leases released")
@@ -287,12 +253,12 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		return err
 	}
 	defer stopStuck()
-	if err := svc.rec.Start(ctx); err != nil {
+	if err := svc.Start(ctx); err != nil { // the subscription and the reconciler
 		return err
 	}
 	<-ctx.Done()
 	clog.Info("signal received: stopping (finishing or abandoning in-flight work, releasing leases)")
-	svc.rec.Stop()
+	svc.Stop()
 	clog.Info("stopped cleanly")
 	return nil
 }

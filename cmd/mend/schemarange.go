@@ -5,51 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/migrations"
-	"github.com/mendq/mend/storage"
 )
-
-// schemaRange is the schema versions this binary runs on: from the oldest
-// its statements need (storage.SchemaOldest) to the latest migration it
-// embeds, and on newer schemas whose newer migrations were expand-only
-// (see migrations.Range.Judge and docs/operations.md, "Upgrading").
-func schemaRange() (migrations.Range, error) {
-	latest, err := migrations.Mend.Latest()
-	if err != nil {
-		return migrations.Range{}, err
-	}
-	return migrations.Range{Oldest: storage.SchemaOldest, Newest: latest}, nil
-}
-
-// judgeSchema reads mend's schema version (and, past this binary's newest,
-// the shape of its tables) without creating golang-migrate's bookkeeping
-// table, and says whether this binary runs on it.
-func judgeSchema(ctx context.Context, db *sql.DB) (migrations.Verdict, error) {
-	r, err := schemaRange()
-	if err != nil {
-		return migrations.Verdict{}, err
-	}
-	v, dirty, err := storage.ReadSchemaVersion(ctx, db)
-	if err != nil {
-		return migrations.Verdict{}, err
-	}
-	var cols []migrations.Column
-	if v > r.Newest {
-		sc, err := storage.ReadSchemaColumns(ctx, db, slices.Sorted(maps.Keys(migrations.SchemaManifest()))...)
-		if err != nil {
-			return migrations.Verdict{}, err
-		}
-		for _, c := range sc {
-			cols = append(cols, migrations.Column{Table: c.Table, Name: c.Name, Required: c.Required})
-		}
-	}
-	return r.Judge(v, dirty, cols), nil
-}
 
 // schemaError is a verdict this binary cannot run on, as one line.
 func schemaError(v migrations.Verdict) error {
@@ -99,7 +59,7 @@ type schemaWatch struct {
 }
 
 func (w *schemaWatch) check(ctx context.Context) {
-	v, err := judgeSchema(ctx, w.db)
+	v, err := doctor.JudgeSchema(ctx, w.db)
 	if err != nil || (v.Version == w.said && v.OK == w.saidOK) {
 		return // an unreachable database is the passes' and /readyz's to report
 	}
@@ -114,16 +74,4 @@ func (w *schemaWatch) check(ctx context.Context) {
 		w.log.Info("mend's schema version changed", "schema_version", v.Version, "detail", v.Detail)
 	}
 	w.said, w.saidOK = v.Version, v.OK
-}
-
-// revertDropsTables reports whether reverting the migrations above target
-// up to cur drops a table (and with it records, events or leases). A
-// rollback's down of an expand step drops only what the step added.
-func revertDropsTables(list []migrations.Migration, cur, target uint) bool {
-	for _, m := range list {
-		if m.Version > target && m.Version <= cur && strings.Contains(strings.ToUpper(m.Down), "DROP TABLE") {
-			return true
-		}
-	}
-	return false
 }

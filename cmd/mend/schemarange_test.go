@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
@@ -20,7 +21,7 @@ import (
 func TestSchemaRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r, err := schemaRange()
+	r, err := doctor.SchemaRange()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,27 +49,27 @@ func TestSchemaRange(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		setup     func(t *testing.T, db *mysqltest.DB)
-		status    string
+		status    doctor.Status
 		ready     int
 		detail    []string // in doctor's detail and fix, and /readyz's body unless ready
 		runs      bool     // mend run --once succeeds
 		newerLogs int      // "newer than this binary" warnings in mend run's log
 	}{
-		{name: "older than the range", status: checkFail, ready: 503,
+		{name: "older than the range", status: doctor.Fail, ready: 503,
 			setup: func(t *testing.T, db *mysqltest.DB) {
 				opsMust(t, "migrate", "up", fmt.Sprint(r.Oldest-1), "--dsn", db.DSN)
 			},
 			detail: []string{fmt.Sprintf("version %d; this binary runs on schema %s", r.Oldest-1, r), "mend migrate up` with this binary"}},
-		{name: "the latest", status: checkOK, ready: 200, runs: true,
+		{name: "the latest", status: doctor.OK, ready: 200, runs: true,
 			setup:  func(t *testing.T, db *mysqltest.DB) { opsMust(t, "migrate", "up", "--dsn", db.DSN) },
 			detail: []string{fmt.Sprintf("version %d, clean", r.Newest)}},
-		{name: "newer by an expand migration", status: checkWarn, ready: 200, runs: true, newerLogs: 1,
+		{name: "newer by an expand migration", status: doctor.Warn, ready: 200, runs: true, newerLogs: 1,
 			setup: func(t *testing.T, db *mysqltest.DB) {
 				opsMust(t, "migrate", "up", "--dsn", db.DSN)
 				plant(t, db, "ALTER TABLE mend_events ADD COLUMN note BLOB NULL, ADD COLUMN n INT NOT NULL DEFAULT 0")
 			},
 			detail: []string{fmt.Sprintf("version %d, newer than this binary", next), "expand-only", fmt.Sprintf("knows schema %d", next)}},
-		{name: "a newer migration running (dirty), expand so far", status: checkWarn, ready: 200, runs: true, newerLogs: 1,
+		{name: "a newer migration running (dirty), expand so far", status: doctor.Warn, ready: 200, runs: true, newerLogs: 1,
 			setup: func(t *testing.T, db *mysqltest.DB) {
 				opsMust(t, "migrate", "up", "--dsn", db.DSN)
 				plant(t, db, "ALTER TABLE mend_events ADD COLUMN note BLOB NULL")
@@ -77,13 +78,13 @@ func TestSchemaRange(t *testing.T) {
 				}
 			},
 			detail: []string{fmt.Sprintf("version %d is DIRTY", next), "is running, or failed half way", "mend migrate force"}},
-		{name: "newer by a contract that drops a column", status: checkFail, ready: 503,
+		{name: "newer by a contract that drops a column", status: doctor.Fail, ready: 503,
 			setup: func(t *testing.T, db *mysqltest.DB) {
 				opsMust(t, "migrate", "up", "--dsn", db.DSN)
 				plant(t, db, "ALTER TABLE mend_events DROP COLUMN actor")
 			},
 			detail: []string{"column mend_events.actor is gone", fmt.Sprintf("run a mend binary that knows schema %d", next)}},
-		{name: "newer by a required column", status: checkFail, ready: 503,
+		{name: "newer by a required column", status: doctor.Fail, ready: 503,
 			setup: func(t *testing.T, db *mysqltest.DB) {
 				opsMust(t, "migrate", "up", "--dsn", db.DSN)
 				plant(t, db, "ALTER TABLE mend_records ADD COLUMN owner VARBINARY(64) NOT NULL")
@@ -98,7 +99,7 @@ func TestSchemaRange(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.setup(t, db)
-			c := checkSchema(ctx, db.SQL(t))
+			c := doctor.Schema(ctx, db.SQL(t))
 			text := c.Detail + " / " + c.Fix
 			if c.Status != tc.status {
 				t.Errorf("doctor's schema check = %s %q; want %s", c.Status, text, tc.status)
@@ -189,8 +190,8 @@ func TestRevertDropsTablesCountsTheCurrentStep(t *testing.T) {
 		{2, 0, true},  // through 1
 		{3, 3, false}, // nothing reverted
 	} {
-		if got := revertDropsTables(list, tt.cur, tt.target); got != tt.want {
-			t.Errorf("revertDropsTables(%d to %d) = %v; want %v", tt.cur, tt.target, got, tt.want)
+		if got := migrations.RevertDropsTables(list, tt.cur, tt.target); got != tt.want {
+			t.Errorf("RevertDropsTables(%d to %d) = %v; want %v", tt.cur, tt.target, got, tt.want)
 		}
 	}
 }

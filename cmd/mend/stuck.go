@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/stuck"
@@ -89,11 +90,11 @@ func (s *stuckMetrics) hooks() stuck.Hooks {
 // reconciler until ctx ends; the returned func waits for it to stop.
 // The records it creates are due at once, so the reconciler's next pass
 // wakes their queues under the fence.
-func startStuckScan(ctx context.Context, c runConfig, svc *service, log *slog.Logger, m *metrics) (func(), error) {
+func startStuckScan(ctx context.Context, c runConfig, svc *client.Client, log *slog.Logger, m *metrics) (func(), error) {
 	if c.Once || c.Stuck.Every == 0 {
 		return func() {}, nil
 	}
-	cfg := stuck.Config{Scanner: svc.host, Store: svc.store, Bound: c.Stuck.Bound, Actor: "stuck-scan/" + c.Holder, Logger: log}
+	cfg := stuck.Config{Scanner: svc.Host(), Store: svc.Store(), Bound: c.Stuck.Bound, Actor: "stuck-scan/" + c.Holder, Logger: log}
 	var onErr func(error)
 	if m != nil {
 		sm := newStuckMetrics(m.reg)

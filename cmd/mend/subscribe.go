@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mendq/mend"
-	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
@@ -73,82 +71,6 @@ func (c *subscribeConfig) resolve(f *flags) error {
 		return usagef("--group: %v", err)
 	}
 	return nil
-}
-
-// subscription is a running subscription and what it holds open.
-type subscription struct {
-	sub *subscribe.Subscriber
-	db  *sql.DB
-}
-
-// newSubscription wires the subscription over mend run's service: the
-// intake records through mend's store and finds a buildsignal's batch in
-// the host's build table; the reconciler repairs what it records.
-func newSubscription(ctx context.Context, c runConfig, svc *service, log *slog.Logger, m *metrics) (*subscription, error) {
-	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	db, err := subscribe.Open(openCtx, c.QueueDSN)
-	if err != nil {
-		return nil, fmt.Errorf("open the host's queue database for the subscription: %w", err)
-	}
-	in, err := dlq.New(svc.store, dlq.Config{Builds: svc.host, Actor: "subscribe/" + c.Holder, Logger: log})
-	if err != nil {
-		return nil, errors.Join(err, db.Close())
-	}
-	settle := settleWindow(openCtx, db, c.Sub, log)
-	cfg := subscribe.Config{DB: db, Intake: in, Parker: svc.store, Group: c.Sub.Group, PageSize: c.Sub.PageSize,
-		PollInterval: c.Sub.Interval, Settle: settle, Actor: "subscribe/" + c.Holder, Logger: log,
-		// Replicas divide the partitions through slot leases beside the queue leases.
-		Leases: svc.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
-		// Register ahead the *_dlq partitions of every queue of the host for
-		// each topic it reads, quiet or not (host.ReadEvidence).
-		Queues: svc.host.Queues}
-	if m != nil {
-		cfg.Hooks = m.subscribeHooks()
-	}
-	s, err := subscribe.New(cfg)
-	if err != nil {
-		return nil, errors.Join(usagef("subscription settings: %v", err), db.Close())
-	}
-	return &subscription{sub: s, db: db}, nil
-}
-
-// settleWindow is the subscription's settle window: --subscribe-settle
-// when given (with a warning when it does not cover the queue database's
-// waits, subscribe.Waits.Covers), otherwise subscribe.SettleFor them.
-func settleWindow(ctx context.Context, db *sql.DB, c subscribeConfig, log *slog.Logger) time.Duration {
-	waits, err := subscribe.ReadWaits(ctx, db)
-	if err != nil {
-		log.Warn("could not read the queue database's lock wait and semi-sync settings; the settle window is not checked against them", "err", err, "settle", c.Settle.String())
-		return c.Settle
-	}
-	return settleFrom(waits, c, log)
-}
-
-// settleFrom is settleWindow once the waits are read.
-func settleFrom(waits subscribe.Waits, c subscribeConfig, log *slog.Logger) time.Duration {
-	switch {
-	case !c.SettleGiven:
-		return subscribe.SettleFor(waits)
-	case !waits.Covers(c.Settle):
-		log.Warn(settleRisk(c.Settle, waits), "settle", c.Settle.String(), "waits", waits.String())
-	}
-	return c.Settle
-}
-
-// settleRisk says what a settle window that does not cover the waits
-// puts at risk.
-func settleRisk(settle time.Duration, waits subscribe.Waits) string {
-	return fmt.Sprintf("--subscribe-settle %s does not cover the queue database's waits after a MoveToDLQ allocates its offset (%s, plus %s margin = %s): a MoveToDLQ that waits that long "+
-		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, waits, subscribe.SettleMargin, waits.Bound()+subscribe.SettleMargin)
-}
-
-func (s *subscription) close() error {
-	if s == nil {
-		return nil
-	}
-	s.sub.Stop()
-	return s.db.Close()
 }
 
 // subscribeMetrics are the subscription's Prometheus metrics.
@@ -433,10 +355,9 @@ func newSubscribeCmd(a *app) *cobra.Command {
 			}
 			n, err := subscribe.Remove(ctx, db, *group)
 			if deniedError(err) {
-				var schema, user string
-				_ = db.QueryRowContext(ctx, "SELECT DATABASE(), CURRENT_USER()").Scan(&schema, &user)
+				schema, grantee, _ := doctor.Account(ctx, db)
 				return fmt.Errorf("this user may not delete the group's rows (%s): GRANT DELETE ON %s.queue_offsets TO %s (docs/operations.md grants it to a separate user, 'mend_leave')",
-					oneLine(err.Error()), quoteIdent(schema), quoteAccount(user))
+					oneLine(err.Error()), quoteIdent(schema), grantee)
 			}
 			if err != nil {
 				return err
@@ -474,141 +395,6 @@ func newSubscribeCmd(a *app) *cobra.Command {
 	})
 }
 
-// queueOffsetsTable is queue_offsets as the subscription uses it: the real
-// subscriber's join (INSERT IGNORE) and advance (a guarded UPDATE, whose
-// WHERE reads the row). Leaving (DELETE) is mend subscribe --remove's alone,
-// run by whoever decommissions mend, so run and doctor do not ask for it: no
-// more than the queue's own consumers hold.
-var queueOffsetsTable = hostTable{name: "queue_offsets",
-	columns: []string{"consumer_group", "topic", "partition_key", "offset_acked", "updated_at"},
-	key:     []string{"consumer_group", "topic", "partition_key"},
-	privs: []hostPriv{
-		{"SELECT", "EXPLAIN SELECT offset_acked FROM queue_offsets WHERE FALSE", "reading the group's watermarks and the partitions other groups joined"},
-		{"INSERT", "EXPLAIN INSERT INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) VALUES ('', '', '', 0, 0)", "joining a partition"},
-		{"UPDATE", "EXPLAIN UPDATE queue_offsets SET offset_acked = 0 WHERE FALSE", "advancing the group's watermark"},
-	}}
-
-// queueMessagesRead is queue_messages as the subscription reads it.
-var queueMessagesRead = hostTable{name: "queue_messages", columns: queueMessageColumns, key: []string{"topic", "partition_key", "id"},
-	privs: []hostPriv{{"SELECT", "EXPLAIN SELECT topic FROM queue_messages WHERE FALSE", "the subscription reads dead letters"}}}
-
-// diagnoseSubscription checks what the subscription needs on the host's
-// queue database, and reports the group's lag (a warning when its oldest
-// row is older than warnAge: a stopped or failing mend holding GC back).
-func diagnoseSubscription(ctx context.Context, queueDSN, group string, warnAge, settle time.Duration) []check {
-	label := "subscription"
-	db, err := subscribe.Open(ctx, queueDSN)
-	if err != nil {
-		return []check{{Name: label, Status: checkFail, Detail: err.Error(), Fix: "check --queue-dsn"}}
-	}
-	defer db.Close()
-	var user string
-	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&user); err != nil {
-		return []check{{Name: label, Status: checkFail, Detail: "cannot read the current user: " + err.Error()}}
-	}
-	var schema string
-	if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&schema); err != nil {
-		return []check{{Name: label, Status: checkFail, Detail: "cannot read the database name: " + err.Error()}}
-	}
-	grantee := quoteAccount(user)
-	out := []check{
-		checkHostTable(ctx, db, label, schema, grantee, queueMessagesRead),
-		checkHostTable(ctx, db, label, schema, grantee, queueOffsetsTable),
-	}
-	if out[0].Status == checkFail || out[1].Status == checkFail {
-		return out
-	}
-	out = append(out, checkSettle(ctx, db, label, settle), checkOpenVisible(ctx, db, label, grantee))
-	lag, err := subscribe.Lag(ctx, db, group)
-	if err != nil {
-		return append(out, check{Name: label + " lag", Status: checkFail, Detail: err.Error()})
-	}
-	now := time.Now()
-	var rows int64
-	var oldest time.Duration
-	for _, l := range lag {
-		rows += l.Rows
-		oldest = max(oldest, l.Age(now))
-	}
-	c := check{Name: label + " lag", Status: checkOK,
-		Detail: fmt.Sprintf("group %q: %d topic(s), %d row(s) above its watermarks, oldest %s", group, len(lag), rows, fmtAge(oldest))}
-	switch {
-	case len(lag) == 0:
-		c.Detail = fmt.Sprintf("group %q has joined no partition yet (mend run joins them on its first pass)", group)
-	case oldest > warnAge:
-		c.Status = checkWarn
-		c.Detail += fmt.Sprintf(": older than %s, so the group holds the host's GC back", warnAge)
-		c.Fix = "check that mend run is running with --queue-dsn (mend subscribe shows the lag per topic); to leave for good: mend subscribe --remove"
-	}
-	return append(out, c)
-}
-
-// checkSettle compares the settle window (0: the default, which follows
-// the server) with the queue database's waits, by the bound mend run
-// applies (subscribe.Waits.Covers).
-func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Duration) check {
-	c := check{Name: label + " settle window", Status: checkOK}
-	waits, err := subscribe.ReadWaits(ctx, db)
-	if err != nil {
-		c.Status, c.Detail = checkWarn, err.Error()
-		return c
-	}
-	return settleCheck(c, waits, settle)
-}
-
-// settleCheck is checkSettle once the waits are read.
-func settleCheck(c check, waits subscribe.Waits, settle time.Duration) check {
-	if settle == 0 {
-		c.Detail = fmt.Sprintf("%s by default: covers %s plus %s", subscribe.SettleFor(waits), waits, subscribe.SettleMargin)
-		return c
-	}
-	c.Detail = fmt.Sprintf("--subscribe-settle %s, waits %s", settle, waits)
-	if !waits.Covers(settle) {
-		c.Status, c.Detail = checkWarn, settleRisk(settle, waits)
-		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it to at least %s", waits.Bound()+subscribe.SettleMargin)
-	}
-	return c
-}
-
-// checkOpenVisible says whether the subscription sees the queue
-// database's open transactions, by reading them as a pass does, and what
-// is at risk when it cannot.
-func checkOpenVisible(ctx context.Context, db *sql.DB, label, grantee string) check {
-	c := check{Name: label + " open transactions", Status: checkOK,
-		Detail: "mend's user may read the server's open transactions (PROCESS): a watermark waits for a MoveToDLQ that began before its sample, however long it stays open"}
-	err := subscribe.OpenVisible(ctx, db)
-	switch {
-	case errors.Is(err, subscribe.ErrOpenHidden):
-		c.Status = checkWarn
-		c.Detail = "mend's user may not read the server's open transactions (" + oneLine(err.Error()) + "): the settle window alone protects a late commit, " +
-			"so a MoveToDLQ held open longer than the window (a client frozen mid-transaction) commits below mend's watermark, and the host's GC deletes it unrecorded"
-		c.Fix = subscribe.OpenGrant(grantee) + " (docs/operations.md, \"The settle window\")"
-	case err != nil:
-		c.Status, c.Detail = checkWarn, "cannot tell whether the subscription sees open transactions: "+oneLine(err.Error())
-	}
-	return c
-}
-
-// startSubscription starts the subscription when c.Sub.On (without --once:
-// in the background, until close); it returns nil when it is off.
-func startSubscription(ctx context.Context, c runConfig, svc *service, log *slog.Logger, m *metrics) (*subscription, error) {
-	if !c.Sub.On {
-		return nil, nil
-	}
-	s, err := newSubscription(ctx, c, svc, log, m)
-	if err != nil {
-		return nil, err
-	}
-	log.With("component", "mend").Info("subscribing to the host's dead-letter topics", "group", c.Sub.Group,
-		"interval", c.Sub.Interval.String(), "settle", c.Sub.Settle.String(), "queue_db", redactDSN(c.QueueDSN))
-	if !c.Once {
-		if err := s.sub.Start(ctx); err != nil {
-			return nil, errors.Join(err, s.db.Close())
-		}
-	}
-	return s, nil
-}
-
 // drain is run --once's subscription: record every dead letter visible
 // now and release the group's watermarks past them (this waits out the
 // settle window when anything was read), ending within the bound it
@@ -616,12 +402,12 @@ func startSubscription(ctx context.Context, c runConfig, svc *service, log *slog
 // transaction held open on the queue database: then it says which
 // partitions stay held and by which transaction, and the next run
 // continues from there (exit 0: nothing failed).
-func (s *subscription) drain(ctx context.Context, log *slog.Logger) error {
-	if s == nil {
+func drainSubscription(ctx context.Context, sub *subscribe.Subscriber, log *slog.Logger) error {
+	if sub == nil {
 		return nil
 	}
-	log.Info("subscription draining", "ends_within", s.sub.DrainBound().String())
-	st, err := s.sub.Drain(ctx)
+	log.Info("subscription draining", "ends_within", sub.DrainBound().String())
+	st, err := sub.Drain(ctx)
 	if err != nil {
 		return fmt.Errorf("subscription: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
@@ -158,16 +159,16 @@ func TestDoctorOpenTransactions(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		grants []string
-		status string
+		status doctor.Status
 		want   []string
 	}{
-		{"with PROCESS", append(append([]string(nil), base...), "PROCESS ON *.*"), checkOK, []string{"however long"}},
-		{"without PROCESS", base, checkWarn, []string{"held open longer than the window", "GRANT PROCESS ON *.* TO '"}},
+		{"with PROCESS", append(append([]string(nil), base...), "PROCESS ON *.*"), doctor.OK, []string{"however long"}},
+		{"without PROCESS", base, doctor.Warn, []string{"held open longer than the window", "GRANT PROCESS ON *.* TO '"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			checks := diagnoseSubscription(ctx, queueDB.User(t, c.grants...), "mend", time.Hour, 0)
-			var got *check
+			checks := doctor.Subscription(ctx, doctor.SubscriptionParams{QueueDSN: queueDB.User(t, c.grants...), Group: "mend", WarnAge: time.Hour})
+			var got *doctor.Check
 			for i := range checks {
 				if checks[i].Name == "subscription open transactions" {
 					got = &checks[i]

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/tlstest"
 )
 
@@ -41,7 +42,7 @@ func TestTLSFailureAdvice(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := doctorChecks(t, tt.args...)["connect"]
-			if c.Status != checkFail || !strings.Contains(c.Fix, tt.option) {
+			if c.Status != doctor.Fail || !strings.Contains(c.Fix, tt.option) {
 				t.Fatalf("doctor connect = %+v; want a failure whose fix names %s", c, tt.option)
 			}
 			for _, cmd := range [][]string{{"migrate", "up"}, {"run", "--once", "--host-dsn", "same"}} {
@@ -73,7 +74,7 @@ func TestTLSFailureAdvice(t *testing.T) {
 			}
 			args := []string{"--dsn", s.DSN("mend", "adv-pw-1", "mend_adv"), "--dsn-tls-ca", p.CA, "--dsn-tls-server-name", tlstest.ServerName}
 			c := doctorChecks(t, args...)["connect"]
-			if c.Status != checkFail || !strings.Contains(c.Fix, tt.option) {
+			if c.Status != doctor.Fail || !strings.Contains(c.Fix, tt.option) {
 				t.Fatalf("doctor connect = %+v; want a failure whose fix names %s", c, tt.option)
 			}
 			for _, cmd := range [][]string{{"migrate", "up"}, {"run", "--once", "--host-dsn", "same"}} {

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/mendq/mend/doctor"
 )
 
 // version is the release, set at build time with
@@ -57,7 +59,7 @@ func readBuildInfo() buildInfo {
 	if bi.Version == "" {
 		bi.Version = "devel"
 	}
-	if r, err := schemaRange(); err == nil {
+	if r, err := doctor.SchemaRange(); err == nil {
 		bi.SchemaOldest, bi.SchemaNewest = r.Oldest, r.Newest
 	}
 	return bi

@@ -1,122 +1,22 @@
 package main
 
-// The wake topic check of mend doctor and mend run: a --wake-topic that no
+// The wake topic override of mend doctor and mend run (the check is
+// doctor.WakeTopic): a --wake-topic that no
 // consumer group of the host reads is a typo or a host that is down, and a
 // wake-up published there is read by nobody while its record is marked
 // done (issue 30: "speculat"). The rule is host.CheckWakeTopic's: a live
 // subscriber heartbeat on the topic, or a group's queue_offsets row on it
 // (a quiet host has only the first: issue 42).
 
-import (
-	"context"
-	"fmt"
-	"strings"
-
-	"github.com/mendq/mend/host"
-	"github.com/mendq/mend/subscribe"
-)
+import "github.com/mendq/mend/doctor"
 
 // wakeTopicUnjoinedFlag is the override for a host whose planner joins its
 // topic after mend starts.
-const wakeTopicUnjoinedFlag = "wake-topic-unjoined"
+const wakeTopicUnjoinedFlag = doctor.WakeTopicUnjoinedFlag
 
 // addWakeTopicUnjoinedFlag defines the override on run and doctor.
 func addWakeTopicUnjoinedFlag(f *flags, v *bool) {
 	f.BoolVar(v, wakeTopicUnjoinedFlag, false, "start even if no consumer group of the host reads --wake-topic yet (no live subscriber heartbeat on it, no\n"+
 		"queue_offsets row: a host that is down, or starts after mend): wake-ups are held (retried with backoff, then parked) until one does,\n"+
 		"never counted as sent")
-}
-
-// wakeTopicIgnore are the groups that do not count as readers of the wake
-// topic: mend's own subscription's.
-func wakeTopicIgnore(group string) []string {
-	if group == "" || group == subscribe.GroupDefault {
-		return []string{subscribe.GroupDefault}
-	}
-	return []string{group, subscribe.GroupDefault}
-}
-
-// diagnoseWakeTopic checks that a consumer group of the host (other than
-// mend's own, ignore) reads topic by host.CheckWakeTopic's rule, in the
-// queue database. unjoinedOK turns the failure into a warning.
-func diagnoseWakeTopic(ctx context.Context, queueDSN, topic string, ignore []string, unjoinedOK bool) check {
-	const label = "host queue wake topic"
-	c, err := hostDoctorConfig("--queue-dsn", queueDSN)
-	if err != nil {
-		return check{Name: label, Status: checkFail, Detail: err.Error(), Fix: "remove the parameter from --queue-dsn: mend sets its sessions itself"}
-	}
-	db, err := openConfig(ctx, c)
-	if err != nil {
-		return check{Name: label, Status: checkFail, Detail: connectDetail(err, c), Fix: "check --queue-dsn"}
-	}
-	defer db.Close()
-	grant := func(table string) string {
-		var schema, user string
-		_ = db.QueryRowContext(ctx, "SELECT DATABASE(), CURRENT_USER()").Scan(&schema, &user)
-		return fmt.Sprintf("GRANT SELECT ON %s.%s TO %s", quoteIdent(schema), table, quoteAccount(user))
-	}
-	e, err := host.ReadEvidence(ctx, db, ignore...)
-	switch {
-	case err == nil:
-	case deniedError(err):
-		return check{Name: label, Status: checkFail,
-			Detail: "mend's user cannot read queue_offsets, so it cannot tell whether the host reads --wake-topic " + fmt.Sprintf("%q", topic),
-			Fix:    grant("queue_offsets")}
-	case mysqlErrNumber(err) == 1146:
-		return check{Name: label, Status: checkFail, Detail: "the queue database has no queue_offsets table, so nothing consumes its topics",
-			Fix: "point --queue-dsn at the submit queue's queue database"}
-	default:
-		return check{Name: label, Status: checkFail, Detail: "cannot read queue_offsets: " + err.Error()}
-	}
-	hbFix := ""
-	if e.Heartbeats != nil {
-		hbFix = "point --queue-dsn at the submit queue's queue database"
-		if deniedError(e.Heartbeats) {
-			hbFix = grant("queue_subscriber_heartbeats")
-		}
-	}
-	if e.Reads(topic) {
-		var how []string
-		if gs := e.Live[topic]; len(gs) > 0 {
-			how = append(how, fmt.Sprintf("live subscriber heartbeats of %s", strings.Join(gs, ", ")))
-		}
-		if gs := e.Joined[topic]; len(gs) > 0 {
-			how = append(how, fmt.Sprintf("queue_offsets rows of %s", strings.Join(gs, ", ")))
-		}
-		detail := fmt.Sprintf("%q is read by consumer group(s) %s (%s)", topic, strings.Join(e.Readers(topic), ", "), strings.Join(how, "; "))
-		if e.Heartbeats != nil {
-			// Busy now; after a quiet minute the host's groups leave
-			// queue_offsets and only the heartbeats would say it.
-			return check{Name: label, Status: checkWarn,
-				Detail: detail + "; but queue_subscriber_heartbeats cannot be read (" + e.Heartbeats.Error() + "), so once the host is quiet for a minute this check fails and wake-ups are held",
-				Fix:    hbFix}
-		}
-		return check{Name: label, Status: checkOK, Detail: detail}
-	}
-	var detail, fix string
-	near := host.NearestTopic(topic, e.Topics())
-	switch {
-	case near != "":
-		detail = fmt.Sprintf("no consumer group of the host reads %q (no live subscriber heartbeat, no queue_offsets row): wake-ups there would be read by nobody", topic)
-		fix = fmt.Sprintf("--wake-topic %s (the read topic nearest %q); if the host starts reading %q later, --%s", near, topic, topic, wakeTopicUnjoinedFlag)
-	case e.Heartbeats != nil:
-		detail = fmt.Sprintf("no consumer group of the host has a queue_offsets row on %q, and queue_subscriber_heartbeats cannot be read (%v): a quiet host's readers are seen only there", topic, e.Heartbeats)
-		fix = hbFix
-	case !e.HostUp():
-		detail = fmt.Sprintf("no subscriber of the host has heartbeated within %s (queue_subscriber_heartbeats, by the database clock) and no group has a queue_offsets row on %q: "+
-			"the host looks down, so whether it reads the topic cannot be told", host.HeartbeatFresh, topic)
-		fix = fmt.Sprintf("start the submit queue's orchestrator (a wake-up is read only while it runs), then run mend; to start mend now, --%s: wake-ups are held until a subscriber of %q heartbeats, "+
-			"then go out on the next attempt", wakeTopicUnjoinedFlag, topic)
-	default:
-		detail = fmt.Sprintf("no consumer group of the host reads %q (no live subscriber heartbeat, no queue_offsets row): wake-ups there would be read by nobody", topic)
-		fix = "give --wake-topic the topic the host's planner consumes"
-		if ts := e.Topics(); len(ts) > 0 {
-			fix += fmt.Sprintf(" (read: %s)", strings.Join(ts[:min(len(ts), 12)], ", "))
-		}
-		fix += fmt.Sprintf("; if the host starts reading it later, --%s", wakeTopicUnjoinedFlag)
-	}
-	if unjoinedOK {
-		return check{Name: label, Status: checkWarn, Detail: detail + fmt.Sprintf(" (--%s: wake-ups are held until a group reads it)", wakeTopicUnjoinedFlag), Fix: fix}
-	}
-	return check{Name: label, Status: checkFail, Detail: detail, Fix: fix}
 }

@@ -572,3 +572,24 @@ func strictMode(mode string) bool {
 	}
 	return false
 }
+
+// OpenConfig opens a small pool (two connections) of mend's sessions on
+// cfg (from Config), resolved for its server as Open resolves every pool's
+// (isolation level, sql_select_limit, ...), and pings it: for probes and
+// one-off reads (doctor, migrate's checks), not for a service's traffic.
+func OpenConfig(ctx context.Context, cfg *mysql.Config) (*sql.DB, error) {
+	if err := Resolve(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, err)
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(2)
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to %s: %w", cfg.Addr, err)
+	}
+	return db, nil
+}

@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"context"
@@ -13,21 +13,21 @@ import (
 	"github.com/mendq/mend/storage"
 )
 
-// checkEngine reports the engine and checks what matters on it. Both: the
+// Engine reports the engine and checks what matters on it. Both: the
 // collation a host's tables declared without COLLATE get (the real submit
 // queue's application tables are). MariaDB: innodb_snapshot_isolation (on
 // by default from 11.8), which mend's READ COMMITTED sessions are not
 // subject to. MySQL: the binary log's row image when logging is on
 // (binlog_format itself is checkTopology's), and view definers this account
 // could not drop (SYSTEM_USER, MySQL 8.0.16+). MariaDB has neither rule.
-func checkEngine(ctx context.Context, db *sql.DB) []check {
+func Engine(ctx context.Context, db *sql.DB) []Check {
 	e, err := storage.ReadEngine(ctx, db)
 	if err != nil {
-		return []check{{Name: "engine", Status: checkFail, Detail: err.Error()}}
+		return []Check{{Name: "engine", Status: Fail, Detail: err.Error()}}
 	}
-	checks := []check{{Name: "engine", Status: checkOK, Detail: e.Product + " " + e.Version}}
+	checks := []Check{{Name: "engine", Status: OK, Detail: e.Product + " " + e.Version}}
 	var version string
-	if err := db.QueryRowContext(ctx, "SELECT @@version").Scan(&version); err == nil && mysqlx.IsVTGate(version) {
+	if err := db.QueryRowContext(ctx, versionQuery).Scan(&version); err == nil && mysqlx.IsVTGate(version) {
 		// Through vtgate the session check passes over the variables vtgate
 		// keeps as its own; say what bounds the same thing there.
 		names := slices.Sorted(maps.Keys(mysqlx.VTGateOwn))
@@ -35,7 +35,7 @@ func checkEngine(ctx context.Context, db *sql.DB) []check {
 		for _, n := range names {
 			notes = append(notes, n+": "+mysqlx.VTGateOwn[n])
 		}
-		checks = append(checks, check{Name: "vtgate", Status: checkWarn,
+		checks = append(checks, Check{Name: "vtgate", Status: Warn,
 			Detail: "connected through vtgate (" + version + "), which keeps " + strings.Join(names, " and ") +
 				" as its own instead of setting them on the tablets' sessions: " + strings.Join(notes, "; "),
 			Fix: "run vttablet with --queryserver-config-transaction-timeout below mend's --lease-ttl; the tablets' query consolidator may stay on " +
@@ -51,27 +51,27 @@ func checkEngine(ctx context.Context, db *sql.DB) []check {
 	}
 	switch {
 	case !e.LogBin:
-		checks = append(checks, check{Name: "binlog", Status: checkOK, Detail: "binary logging is off"})
+		checks = append(checks, Check{Name: "binlog", Status: OK, Detail: "binary logging is off"})
 	case e.BinlogRowImage != "" && e.BinlogRowImage != "FULL":
-		checks = append(checks, check{Name: "binlog", Status: checkWarn,
+		checks = append(checks, Check{Name: "binlog", Status: Warn,
 			Detail: "binlog_format=" + e.BinlogFormat + ", binlog_row_image=" + e.BinlogRowImage +
 				": mend is correct with it, but replicas and change-data tools that rebuild whole rows (Vitess, Debezium) need FULL",
 			Fix: "SET PERSIST binlog_row_image = 'FULL' if anything consumes the binary log"})
 	default:
-		checks = append(checks, check{Name: "binlog", Status: checkOK,
+		checks = append(checks, Check{Name: "binlog", Status: OK,
 			Detail: "binlog_format=" + e.BinlogFormat + ", binlog_row_image=" + e.BinlogRowImage})
 	}
 	views, err := storage.ForeignViewDefiners(ctx, db, e)
 	switch {
 	case err != nil:
-		checks = append(checks, check{Name: "view definers", Status: checkWarn, Detail: err.Error()})
+		checks = append(checks, Check{Name: "view definers", Status: Warn, Detail: err.Error()})
 	case len(views) > 0:
-		checks = append(checks, check{Name: "view definers", Status: checkWarn,
+		checks = append(checks, Check{Name: "view definers", Status: Warn,
 			Detail: "views created by another account: " + strings.Join(views, ", ") +
 				"; on MySQL 8.0.16+ this account cannot drop or replace them if that account holds SYSTEM_USER, so migrate down/goto would fail with error 1227",
 			Fix: "run every mend migrate as the same DDL user (docs/operations.md), or have the account that created the views run migrate down"})
 	default:
-		checks = append(checks, check{Name: "view definers", Status: checkOK, Detail: "this account can drop and replace mend's views"})
+		checks = append(checks, Check{Name: "view definers", Status: OK, Detail: "this account can drop and replace mend's views"})
 	}
 	return checks
 }
@@ -82,25 +82,25 @@ func checkEngine(ctx context.Context, db *sql.DB) []check {
 // 10.x, utf8mb4_uca1400_ai_ci on MariaDB 11.8 (its character_set_collations: besides case and
 // accents it also equates NFC with NFD spellings and ß with ss, and ignores NUL bytes; PAD
 // SPACE). Whatever it is, mend compares host identities byte for byte, so it is only reported.
-func checkDefaultCollation(ctx context.Context, db *sql.DB) check {
+func checkDefaultCollation(ctx context.Context, db *sql.DB) Check {
 	const name = "default collation"
 	var coll string
-	if err := db.QueryRowContext(ctx, "SELECT COLLATION(CONVERT('' USING utf8mb4))").Scan(&coll); err != nil {
-		return check{Name: name, Status: checkWarn, Detail: "cannot read it: " + err.Error()}
+	if err := db.QueryRowContext(ctx, defaultCollationQuery).Scan(&coll); err != nil {
+		return Check{Name: name, Status: Warn, Detail: "cannot read it: " + err.Error()}
 	}
 	if !collationName.MatchString(coll) {
-		return check{Name: name, Status: checkWarn, Detail: "the server names " + strconv.Quote(coll) + ", not a collation"}
+		return Check{Name: name, Status: Warn, Detail: "the server names " + strconv.Quote(coll) + ", not a collation"}
 	}
 	var pads bool
 	// A collation name cannot be a parameter; it was checked above.
-	if err := db.QueryRowContext(ctx, "SELECT _utf8mb4'a' COLLATE "+coll+" = _utf8mb4'a '").Scan(&pads); err != nil {
-		return check{Name: name, Status: checkWarn, Detail: "cannot compare under " + coll + ": " + err.Error()}
+	if err := db.QueryRowContext(ctx, padsQueryHead+coll+padsQueryTail).Scan(&pads); err != nil {
+		return Check{Name: name, Status: Warn, Detail: "cannot compare under " + coll + ": " + err.Error()}
 	}
 	pad := "NO PAD: 'q/1 ' and 'q/1' differ"
 	if pads {
 		pad = "PAD SPACE: 'q/1 ' and 'q/1' are one"
 	}
-	return check{Name: name, Status: checkOK, Detail: "utf8mb4 tables declared without COLLATE (the submit queue's application tables) get " + coll +
+	return Check{Name: name, Status: OK, Detail: "utf8mb4 tables declared without COLLATE (the submit queue's application tables) get " + coll +
 		" (" + pad + "); mend compares the host's identities byte for byte and parks a record the collation matched under another spelling"}
 }
 
@@ -112,21 +112,21 @@ var collationName = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 // sessions all run READ COMMITTED (every statement takes a fresh view), where it does not
 // apply, so it is neither forced nor refused; a host's own REPEATABLE READ code is subject to
 // it. ok is false where the server has no such variable.
-func checkSnapshotIsolation(ctx context.Context, db *sql.DB) (c check, ok bool) {
+func checkSnapshotIsolation(ctx context.Context, db *sql.DB) (c Check, ok bool) {
 	const name = "snapshot isolation"
 	var v sql.NullString
-	err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.innodb_snapshot_isolation").Scan(&v)
+	err := db.QueryRowContext(ctx, snapshotIsolationQuery).Scan(&v)
 	switch {
 	case mysqlx.ErrNumber(err) == mysqlx.ErrUnknownSystemVariable:
-		return check{}, false
+		return Check{}, false
 	case err != nil:
-		return check{Name: name, Status: checkWarn, Detail: "cannot read innodb_snapshot_isolation: " + err.Error()}, true
+		return Check{Name: name, Status: Warn, Detail: "cannot read innodb_snapshot_isolation: " + err.Error()}, true
 	}
 	state := "OFF"
 	if v.String == "1" || strings.EqualFold(v.String, "ON") {
 		state = "ON"
 	}
-	return check{Name: name, Status: checkOK, Detail: "innodb_snapshot_isolation=" + state +
+	return Check{Name: name, Status: OK, Detail: "innodb_snapshot_isolation=" + state +
 		" (MariaDB 11.8's default is ON: a REPEATABLE READ transaction writing a row changed since its snapshot fails with error 1020); " +
 		"mend's sessions run READ COMMITTED, where it does not apply"}, true
 }

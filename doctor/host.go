@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/internal/mysqlx"
 )
 
 // hostTable is one of the submit queue's tables as mend's host adapter
@@ -84,12 +86,12 @@ var hostQueueTables = []hostTable{
 		optional: "the stuck-queue scan (mend run --stuck-every, mend import --stuck) needs it; without it every scan fails (--stuck-every 0 turns it off)"},
 }
 
-// diagnoseHost checks the submit queue's databases as mend run would use
+// Host checks the submit queue's databases as mend run would use
 // them: appDSN for the application tables and queueDSN for the queue's
 // (either may be empty: not checked). It only reads: catalog queries and
 // EXPLAIN, never a statement that writes or creates anything.
-func diagnoseHost(ctx context.Context, appDSN, queueDSN string) []check {
-	var checks []check
+func Host(ctx context.Context, appDSN, queueDSN string) []Check {
+	var checks []Check
 	if appDSN != "" {
 		checks = append(checks, diagnoseHostDB(ctx, "host app", "--host-dsn", appDSN, hostAppTables)...)
 	}
@@ -99,9 +101,9 @@ func diagnoseHost(ctx context.Context, appDSN, queueDSN string) []check {
 	return checks
 }
 
-func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []hostTable) []check {
-	fail := func(detail, fix string) []check {
-		return []check{{Name: label, Status: checkFail, Detail: detail, Fix: fix}}
+func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []hostTable) []Check {
+	fail := func(detail, fix string) []Check {
+		return []Check{{Name: label, Status: Fail, Detail: detail, Fix: fix}}
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -114,27 +116,27 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 		return fail(flagName+" sets clientFoundRows=true: a compare-and-set that matched nothing would look applied, and the adapter refuses it",
 			"remove clientFoundRows from "+flagName)
 	}
-	c, err := hostDoctorConfig(flagName, dsn)
+	c, err := HostConfig(flagName, dsn)
 	if err != nil {
 		return fail(err.Error(), "remove the parameter from "+flagName+": mend sets its sessions itself")
 	}
-	db, err := openConfig(ctx, c)
+	db, err := mysqlx.OpenConfig(ctx, c)
 	if err != nil {
 		return fail(connectDetail(err, cfg), connectFix(err, cfg, flagName))
 	}
 	defer db.Close()
 	var user string
-	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&user); err != nil {
+	if err := db.QueryRowContext(ctx, currentUserQuery).Scan(&user); err != nil {
 		return fail("cannot read the current user: "+err.Error(), "")
 	}
 	grantee := quoteAccount(user)
-	out := []check{{Name: label, Status: checkOK, Detail: fmt.Sprintf("%s/%s as %s", cfg.Addr, cfg.DBName, grantee)},
+	out := []Check{{Name: label, Status: OK, Detail: fmt.Sprintf("%s/%s as %s", cfg.Addr, cfg.DBName, grantee)},
 		sessionCheck(ctx, label+" session settings", db, c)}
 	out = append(out, tlsCheck(ctx, db, c, label))
 	for _, t := range tables {
 		c := checkHostTable(ctx, db, label, cfg.DBName, grantee, t)
-		if t.optional != "" && c.Status == checkFail {
-			c.Status, c.Detail = checkWarn, c.Detail+": "+t.optional
+		if t.optional != "" && c.Status == Fail {
+			c.Status, c.Detail = Warn, c.Detail+": "+t.optional
 		}
 		out = append(out, c)
 	}
@@ -142,7 +144,7 @@ func diagnoseHostDB(ctx context.Context, label, flagName, dsn string, tables []h
 }
 
 // checkHostTable checks one table's columns, key and privileges.
-func checkHostTable(ctx context.Context, db *sql.DB, label, schema, grantee string, t hostTable) check {
+func checkHostTable(ctx context.Context, db *sql.DB, label, schema, grantee string, t hostTable) Check {
 	name := label + " " + t.name
 	grant := func(privs []string) string {
 		return fmt.Sprintf("GRANT %s ON %s.%s TO %s", strings.Join(privs, ", "), quoteIdent(schema), quoteIdent(t.name), grantee)
@@ -153,11 +155,11 @@ func checkHostTable(ctx context.Context, db *sql.DB, label, schema, grantee stri
 	}
 	cols, err := tableColumns(ctx, db, t.name)
 	if err != nil {
-		return check{Name: name, Status: checkFail, Detail: "cannot read the catalog: " + err.Error()}
+		return Check{Name: name, Status: Fail, Detail: "cannot read the catalog: " + err.Error()}
 	}
 	if len(cols) == 0 {
 		// The catalog shows only tables the user holds some privilege on.
-		return check{Name: name, Status: checkFail,
+		return Check{Name: name, Status: Fail,
 			Detail: fmt.Sprintf("table %s is missing, or mend's user holds no privilege on it (mend never creates host tables)", t.name),
 			Fix:    "point the DSN at the submit queue's own database; if the table is there: " + grant(all)}
 	}
@@ -173,7 +175,7 @@ func checkHostTable(ctx context.Context, db *sql.DB, label, schema, grantee stri
 	}
 	keyOK, err := hasKey(ctx, db, t.name, t.key)
 	if err != nil {
-		return check{Name: name, Status: checkFail, Detail: "cannot read the indexes: " + err.Error()}
+		return Check{Name: name, Status: Fail, Detail: "cannot read the indexes: " + err.Error()}
 	}
 	if !keyOK {
 		problems = append(problems, fmt.Sprintf("no PRIMARY or UNIQUE key on exactly (%s)", strings.Join(t.key, ", ")))
@@ -185,7 +187,7 @@ func checkHostTable(ctx context.Context, db *sql.DB, label, schema, grantee stri
 		}
 		if _, err := db.ExecContext(ctx, p.probe); err != nil {
 			if !deniedError(err) {
-				return check{Name: name, Status: checkFail, Detail: fmt.Sprintf("cannot check the %s privilege: %v", p.name, err)}
+				return Check{Name: name, Status: Fail, Detail: fmt.Sprintf("cannot check the %s privilege: %v", p.name, err)}
 			}
 			missing = append(missing, p.name)
 			whys = append(whys, p.name+" for "+p.why)
@@ -202,16 +204,15 @@ func checkHostTable(ctx context.Context, db *sql.DB, label, schema, grantee stri
 		if len(missing) > 0 {
 			fixes = append(fixes, grant(missing))
 		}
-		return check{Name: name, Status: checkFail, Detail: strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}
+		return Check{Name: name, Status: Fail, Detail: strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}
 	}
-	return check{Name: name, Status: checkOK, Detail: fmt.Sprintf("%d columns, key (%s), %s granted",
+	return Check{Name: name, Status: OK, Detail: fmt.Sprintf("%d columns, key (%s), %s granted",
 		len(t.columns), strings.Join(t.key, ", "), strings.Join(all, ", "))}
 }
 
 // tableColumns lists a table's columns in the connection's database.
 func tableColumns(ctx context.Context, db *sql.DB, table string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
-		WHERE table_schema = DATABASE() AND table_name = ?`, table)
+	rows, err := db.QueryContext(ctx, tableColumnsQuery, table)
 	if err != nil {
 		return nil, err
 	}
@@ -230,9 +231,7 @@ func tableColumns(ctx context.Context, db *sql.DB, table string) ([]string, erro
 // hasKey reports whether the table has a unique index (the primary key
 // included) on exactly cols, in that order.
 func hasKey(ctx context.Context, db *sql.DB, table string, cols []string) (bool, error) {
-	rows, err := db.QueryContext(ctx, `SELECT index_name, column_name FROM information_schema.statistics
-		WHERE table_schema = DATABASE() AND table_name = ? AND non_unique = 0
-		ORDER BY index_name, seq_in_index`, table)
+	rows, err := db.QueryContext(ctx, uniqueKeysQuery, table)
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,449 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/doctor"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/planner"
+	"github.com/mendq/mend/reconcile"
+	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
+)
+
+// Defaults of Config's fields, where the zero value does not say it.
+const (
+	// OpenTimeoutDefault bounds Open's connects and checks together.
+	OpenTimeoutDefault = 30 * time.Second
+	// MaxLeaseTTL is the longest LeaseTTL Open accepts (mend run's bound).
+	MaxLeaseTTL = 24 * time.Hour
+	// ActorPrefixPlanner names the planner in event logs, followed by the
+	// holder: "planner/<holder>", as mend run's.
+	ActorPrefixPlanner = "planner/"
+)
+
+// Config configures a Client. DSN and HostDSN are required; every other
+// zero value means the documented default, which is mend run's.
+type Config struct {
+	// DSN is mend's own database (its tables made by mend migrate up).
+	// Required.
+	DSN string
+	// HostDSN is the submit queue's application database (batch,
+	// queue_batch_state, request, build). Required; it may equal DSN when
+	// the host's tables live in mend's database.
+	HostDSN string
+	// QueueDSN is the submit queue's queue database (queue_messages).
+	// Empty means HostDSN.
+	QueueDSN string
+
+	// Holder is this process's name in lease rows, unique per process.
+	// Empty means fence.DefaultHolder() (host name and process ID).
+	Holder string
+	// LeaseTTL is a lease term by the database clock. Zero means
+	// fence.TTLDefault (15 s); at least storage.MinLeaseTTL, at most
+	// MaxLeaseTTL.
+	LeaseTTL time.Duration
+	// WakeTopic is the host planner's topic wake-ups are published to.
+	// Empty means host.WakeTopicDefault ("speculate").
+	WakeTopic string
+	// WakeTopicUnjoined lets Open start although no consumer group of the
+	// host reads WakeTopic yet: wake-ups are held (retried, then parked)
+	// until one does, never counted as sent. mend run's
+	// --wake-topic-unjoined.
+	WakeTopicUnjoined bool
+	// SubscriptionGroup is the consumer group of a mend subscription on
+	// the queue database, if one runs (mend run --queue-dsn does): its
+	// reads do not count as the host reading WakeTopic. Empty means
+	// subscribe.GroupDefault.
+	SubscriptionGroup string
+
+	// Interval is the time between the background reconciler's passes.
+	// Zero means reconcile.IntervalDefault (10 s).
+	Interval time.Duration
+	// Concurrency bounds the queues this process repairs at once. Zero
+	// means reconcile.ConcurrencyDefault (4).
+	Concurrency int
+	// ClusterConcurrency bounds the queues repaired at once by every
+	// process sharing DSN. Zero means reconcile.ClusterConcurrencyDefault
+	// (8); negative: no cluster-wide bound.
+	ClusterConcurrency int
+	// Retention is how long done records are kept. Zero means
+	// reconcile.RetentionDefault (14 days); negative: never pruned.
+	Retention time.Duration
+	// MaxAttempts is how many failed attempts in a row park a record. Zero
+	// means planner.MaxAttemptsDefault.
+	MaxAttempts int
+	// Grace is how long a record waits on a merging batch before it is
+	// parked. Zero means planner.GraceDefault.
+	Grace time.Duration
+	// RetryBase and RetryMax bound the backoff after a failed attempt.
+	// Zero means planner.RetryDefaults(Interval).
+	RetryBase, RetryMax time.Duration
+	// NoInlineRepair leaves every repair to the reconciler: Record returns
+	// once the record is durable without trying the queue's fence.
+	NoInlineRepair bool
+	// Subscription, when not nil, records dead letters by joining the
+	// host's *_dlq topics as a consumer group of its own in QueueDSN (what
+	// mend run --queue-dsn does), for a host whose DLQ consumers do not
+	// call Record. Start runs it beside the reconciler. Nil: no
+	// subscription; the worker's consumers call Record.
+	Subscription *Subscription
+
+	// SkipChecks skips the checks Open runs (doctor.Preflight). For a
+	// caller that ran them itself, and for tests; a worker should not.
+	SkipChecks bool
+	// Hooks observe the parts (metrics); the zero value observes nothing.
+	Hooks Hooks
+	// Logger receives the parts' logs; nil discards.
+	Logger *slog.Logger
+	// NowFunc is the monotonic clock the fence measures its trust window
+	// on. Nil means time.Now; tests inject one.
+	NowFunc func() time.Time
+}
+
+// Subscription configures the Client's subscription (see package
+// subscribe). Every zero field means subscribe's default.
+type Subscription struct {
+	// Group is the consumer group in the host's queue_offsets. Empty
+	// means subscribe.GroupDefault ("mend"); Config.SubscriptionGroup is
+	// set from it.
+	Group string
+	// Interval is the time between the subscription's passes. Zero means
+	// subscribe.PollIntervalDefault.
+	Interval time.Duration
+	// Settle is how old an offset must be before the group's watermark
+	// passes it. Zero follows the queue database's waits
+	// (subscribe.SettleFor); a window that does not cover them is kept,
+	// with a warning in the log and from the checks.
+	Settle time.Duration
+	// PageSize is the rows read per query. Zero means
+	// subscribe.PageSizeDefault.
+	PageSize int
+}
+
+// Hooks are the parts' observation points. The library registers no
+// metrics of its own: bind these to yours (mend run binds Prometheus).
+type Hooks struct {
+	Fence     fence.Hooks
+	Planner   planner.Hooks
+	Reconcile reconcile.Hooks
+	Subscribe subscribe.Hooks
+	// OnDangling is called for each host membership row the adapter skips
+	// as dangling (see host.Options.OnDangling).
+	OnDangling func(queue, batchID, state string)
+}
+
+// ConfigError is a setting Open or one of the parts refused: nothing was
+// left open. Fix the Config; trying again cannot help.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refusal.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func (c Config) validate() error {
+	switch {
+	case c.DSN == "":
+		return errors.New("client: Config.DSN is required: mend's database, e.g. user:pass@tcp(127.0.0.1:3306)/mend")
+	case c.HostDSN == "":
+		return errors.New("client: Config.HostDSN is required: the submit queue's application database (DSN itself if its tables are in mend's database)")
+	case c.LeaseTTL != 0 && (c.LeaseTTL < storage.MinLeaseTTL || c.LeaseTTL > MaxLeaseTTL):
+		return fmt.Errorf("client: LeaseTTL must be between %s and %s, got %s", storage.MinLeaseTTL, MaxLeaseTTL, c.LeaseTTL)
+	case c.Concurrency < 0:
+		return fmt.Errorf("client: Concurrency must not be negative, got %d", c.Concurrency)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("client: MaxAttempts must not be negative, got %d", c.MaxAttempts)
+	case c.Grace < 0:
+		return fmt.Errorf("client: Grace must not be negative, got %s", c.Grace)
+	case c.RetryBase < 0 || c.RetryMax < 0 || (c.RetryBase > 0 && c.RetryMax > 0 && c.RetryBase > c.RetryMax):
+		return errors.New("client: RetryBase and RetryMax must not be negative, and the base not above the max")
+	}
+	if c.Holder != "" {
+		if err := fence.ValidateHolder(c.Holder); err != nil {
+			return fmt.Errorf("client: Holder: %w", err)
+		}
+	}
+	if c.WakeTopic != "" {
+		if err := host.ValidateWakeTopic(c.WakeTopic); err != nil {
+			return fmt.Errorf("client: WakeTopic: %w", err)
+		}
+	}
+	return nil
+}
+
+// withDefaults fills every zero field that has a default.
+func (c Config) withDefaults() Config {
+	c.QueueDSN = cmp.Or(c.QueueDSN, c.HostDSN)
+	c.Holder = cmp.Or(c.Holder, fence.DefaultHolder())
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, fence.TTLDefault)
+	c.WakeTopic = cmp.Or(c.WakeTopic, host.WakeTopicDefault)
+	if c.Subscription != nil {
+		sc := *c.Subscription
+		sc.Group = cmp.Or(sc.Group, c.SubscriptionGroup, subscribe.GroupDefault)
+		c.Subscription, c.SubscriptionGroup = &sc, sc.Group
+	}
+	c.SubscriptionGroup = cmp.Or(c.SubscriptionGroup, subscribe.GroupDefault)
+	c.Interval = cmp.Or(c.Interval, reconcile.IntervalDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, planner.MaxAttemptsDefault)
+	c.Grace = cmp.Or(c.Grace, planner.GraceDefault)
+	base, limit := planner.RetryDefaults(c.Interval)
+	c.RetryBase, c.RetryMax = cmp.Or(c.RetryBase, base), cmp.Or(c.RetryMax, max(limit, c.RetryBase))
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// CheckParams are the checks Open runs for cfg (with cfg's defaults), for
+// a caller that runs or prints them itself (mend doctor, mend run).
+func CheckParams(cfg Config) doctor.Params {
+	c := cfg.withDefaults()
+	p := doctor.Params{DSN: c.DSN, LeaseTTL: c.LeaseTTL, HostDSN: c.HostDSN, QueueDSN: c.QueueDSN,
+		WakeTopic: c.WakeTopic, WakeIgnore: doctor.WakeTopicIgnore(c.SubscriptionGroup),
+		WakeTopicUnjoined: c.WakeTopicUnjoined, Logger: c.Logger}
+	if c.Subscription != nil {
+		p.Subscription = &doctor.SubscriptionParams{Group: c.Subscription.Group, WarnAge: doctor.LagWarnDefault, Settle: c.Subscription.Settle}
+	}
+	return p
+}
+
+// IOTimeout bounds each network read and write of the Client's
+// connections: well above a lock wait (a third of the TTL) and any
+// statement mend runs, so it only fires on a connection that hangs, and a
+// client that hangs mid-transaction cannot hold the lease row (and so every
+// takeover) for the server's default 8 hours.
+func IOTimeout(ttl time.Duration) time.Duration { return max(2*ttl, 30*time.Second) }
+
+// Client is mend linked into a worker: the intake (Record, RecordMany), a
+// background reconciler (Start, Stop) and the parts they are built from.
+// Its methods are safe for concurrent use.
+type Client struct {
+	cfg     Config
+	store   *storage.DB
+	host    *host.DB
+	fence   *fence.Fence
+	planner *planner.Planner
+	rec     *reconcile.Reconciler
+	intake  *dlq.Intake
+	sub     *subscribe.Subscriber // nil without Config.Subscription
+	subDB   *sql.DB
+}
+
+// Open validates cfg, runs the checks mend run runs before it starts
+// (doctor.Preflight: the server, mend's schema range and grants, the
+// sessions, the host's tables and grants, a reader of the wake topic),
+// then opens mend's database and the host's and builds the parts. It
+// refuses what mend run refuses, with the same advice: a failed check is
+// a *doctor.RefusedError (errors.Is(err, doctor.ErrRefused)) naming the
+// first, and every failed check is logged. A setting refused is a
+// *ConfigError; any other error is a database that could not be opened.
+// Close the Client when done.
+func Open(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, &ConfigError{err}
+	}
+	c := cfg.withDefaults()
+	if !c.SkipChecks {
+		p := CheckParams(cfg)
+		p.Logger = p.Logger.With("component", "client")
+		if err := doctor.Preflight(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	openCtx, cancel := context.WithTimeout(ctx, OpenTimeoutDefault)
+	defer cancel()
+	store, err := storage.Open(openCtx, c.DSN,
+		storage.Options{LeaseTTL: c.LeaseTTL, SessionIdleTimeout: max(c.LeaseTTL, time.Second), IOTimeout: IOTimeout(c.LeaseTTL)})
+	if err != nil {
+		return nil, fmt.Errorf("open mend's database: %w", err)
+	}
+	hostDB, err := host.Open(openCtx, c.HostDSN, c.QueueDSN, host.Options{WakeTopic: c.WakeTopic, LeaseTTL: c.LeaseTTL,
+		IOTimeout: IOTimeout(c.LeaseTTL), Logger: c.Logger, OnDangling: c.Hooks.OnDangling,
+		// A wake-up nobody reads is never counted as sent.
+		RequireWakeConsumer: true, WakeConsumerIgnore: doctor.WakeTopicIgnore(c.SubscriptionGroup)})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("open the host's databases: %w", err), store.Close())
+	}
+	cl := &Client{cfg: c, store: store, host: hostDB}
+	fail := func(err error) (*Client, error) { return nil, errors.Join(err, cl.Close()) }
+	if cl.fence, err = fence.New(store, fence.Config{Holder: c.Holder, TTL: c.LeaseTTL, Logger: c.Logger, Hooks: c.Hooks.Fence, NowFunc: c.NowFunc}); err != nil {
+		return fail(&ConfigError{fmt.Errorf("lease settings: %w", err)})
+	}
+	if cl.planner, err = planner.New(planner.Config{Store: store, Batches: hostDB, Waker: hostDB,
+		MaxAttempts: c.MaxAttempts, Grace: c.Grace, BackoffBase: c.RetryBase, BackoffMax: c.RetryMax,
+		Actor: ActorPrefixPlanner + c.Holder, Hooks: c.Hooks.Planner, Logger: c.Logger}); err != nil {
+		return fail(&ConfigError{fmt.Errorf("planner settings: %w", err)})
+	}
+	if cl.rec, err = reconcile.New(reconcile.Config{Store: store, Fence: cl.fence, Planner: cl.planner,
+		Interval: c.Interval, Concurrency: c.Concurrency, ClusterConcurrency: c.ClusterConcurrency, Retention: c.Retention,
+		Hooks: c.Hooks.Reconcile, Logger: c.Logger}); err != nil {
+		return fail(&ConfigError{fmt.Errorf("reconciler settings: %w", err)})
+	}
+	icfg := dlq.Config{Builds: hostDB, Logger: c.Logger}
+	if !c.NoInlineRepair {
+		icfg.Repairer = cl.rec
+	}
+	if cl.intake, err = dlq.New(store, icfg); err != nil {
+		return fail(&ConfigError{fmt.Errorf("intake settings: %w", err)})
+	}
+	if c.Subscription != nil {
+		if err := cl.openSubscription(openCtx); err != nil {
+			return fail(err)
+		}
+	}
+	return cl, nil
+}
+
+// openSubscription wires the subscription: its intake records through
+// mend's store (no inline repair: the reconciler repairs what it records)
+// and finds a buildsignal's batch in the host's build table.
+func (cl *Client) openSubscription(ctx context.Context) error {
+	c, sc := cl.cfg, *cl.cfg.Subscription
+	db, err := subscribe.Open(ctx, c.QueueDSN)
+	if err != nil {
+		return fmt.Errorf("open the host's queue database for the subscription: %w", err)
+	}
+	cl.subDB = db
+	actor := "subscribe/" + c.Holder
+	in, err := dlq.New(cl.store, dlq.Config{Builds: cl.host, Actor: actor, Logger: c.Logger})
+	if err != nil {
+		return &ConfigError{fmt.Errorf("subscription intake settings: %w", err)}
+	}
+	cfg := subscribe.Config{DB: db, Intake: in, Parker: cl.store, Group: sc.Group, PageSize: sc.PageSize,
+		PollInterval: sc.Interval, Settle: settleWindow(ctx, db, sc.Settle, c.Logger), Actor: actor, Logger: c.Logger, Hooks: c.Hooks.Subscribe,
+		// Replicas divide the partitions through slot leases beside the queue leases.
+		Leases: cl.store, Holder: c.Holder + "/subscribe", SlotTTL: c.LeaseTTL,
+		// Register ahead the *_dlq partitions of every queue of the host for
+		// each topic it reads, quiet or not (host.ReadEvidence).
+		Queues: cl.host.Queues}
+	if cl.sub, err = subscribe.New(cfg); err != nil {
+		return &ConfigError{fmt.Errorf("subscription settings: %w", err)}
+	}
+	return nil
+}
+
+// settleWindow is the subscription's settle window: settle when given
+// (with a warning when it does not cover the queue database's waits,
+// subscribe.Waits.Covers), otherwise subscribe.SettleFor them.
+func settleWindow(ctx context.Context, db *sql.DB, settle time.Duration, log *slog.Logger) time.Duration {
+	waits, err := subscribe.ReadWaits(ctx, db)
+	if err != nil {
+		log.Warn("could not read the queue database's lock wait and semi-sync settings; the settle window is not checked against them",
+			"err", err, "settle", cmp.Or(settle, subscribe.SettleDefault).String())
+		return cmp.Or(settle, subscribe.SettleDefault)
+	}
+	return SettleFrom(waits, settle, log)
+}
+
+// SettleFrom is the settle window for the queue database's waits: settle
+// when not zero (logging a warning when it does not cover them), else
+// subscribe.SettleFor(waits).
+func SettleFrom(waits subscribe.Waits, settle time.Duration, log *slog.Logger) time.Duration {
+	switch {
+	case settle == 0:
+		return subscribe.SettleFor(waits)
+	case !waits.Covers(settle):
+		log.Warn(doctor.SettleRisk(settle, waits), "settle", settle.String(), "waits", waits.String())
+	}
+	return settle
+}
+
+// Record makes a dead letter's repair obligation durable (see
+// dlq.Intake.Record). Acknowledge the dead letter when it returns a nil
+// error, never before and never on an error: from then on the obligation
+// lives in mend's database, and redelivering it records nothing new.
+// Unless Config.NoInlineRepair, it then tries to finish the repair at once
+// under the queue's fence, without waiting for it; a failure of that try is
+// in Result.RepairErr and is the reconciler's to finish, not a reason to
+// withhold the acknowledgement.
+func (c *Client) Record(ctx context.Context, d dlq.Delivery) (dlq.Result, error) {
+	return c.intake.Record(ctx, d)
+}
+
+// RecordMany is Record for many dead letters in one transaction (see
+// dlq.Intake.RecordMany). With a nil error, acknowledge each delivery
+// whose result has no Err; a delivery with Err set was not recorded. With
+// an error, acknowledge none: nothing is known to be durable, and
+// recording again is safe.
+func (c *Client) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	return c.intake.RecordMany(ctx, ds)
+}
+
+// Start runs the reconciler in the background, a pass every
+// Config.Interval, and the subscription when configured, until Stop, Close
+// or ctx ends. A worker that records inline needs a reconciler (this one
+// or a mend run elsewhere) for the repairs an inline try could not finish.
+// Returns an error if it is already running.
+func (c *Client) Start(ctx context.Context) error {
+	if c.sub != nil {
+		if err := c.sub.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if err := c.rec.Start(ctx); err != nil {
+		c.stopSubscription()
+		return err
+	}
+	return nil
+}
+
+// Stop stops the subscription and the background reconciler: it stops
+// taking queues, cancels runs in flight and waits until their leases are
+// released. Idempotent and safe before Start.
+func (c *Client) Stop() {
+	c.stopSubscription()
+	c.rec.Stop()
+}
+
+func (c *Client) stopSubscription() {
+	if c.sub != nil {
+		c.sub.Stop()
+	}
+}
+
+// Drain runs passes until no queue has work due now and returns their
+// stats summed (mend run --once; see reconcile.Reconciler.Drain).
+func (c *Client) Drain(ctx context.Context) (reconcile.PassStats, error) { return c.rec.Drain(ctx) }
+
+// Close stops the reconciler and closes the databases. Record must not be
+// called after Close.
+func (c *Client) Close() error {
+	c.stopSubscription()
+	if c.rec != nil {
+		c.rec.Stop()
+	}
+	var subErr error
+	if c.subDB != nil {
+		subErr = c.subDB.Close()
+	}
+	return errors.Join(subErr, c.host.Close(), c.store.Close())
+}
+
+// Store is mend's database, for what the Client does not wrap (status,
+// leases, the subscription's ledger).
+func (c *Client) Store() *storage.DB { return c.store }
+
+// Host is the submit queue's adapter (batches, wake-ups, the stuck scan).
+func (c *Client) Host() *host.DB { return c.host }
+
+// Fence is the Client's fence; its leases expose Done().
+func (c *Client) Fence() *fence.Fence { return c.fence }
+
+// Reconciler is the Client's reconciler (Start and Stop wrap it).
+func (c *Client) Reconciler() *reconcile.Reconciler { return c.rec }
+
+// Subscriber is the Client's subscription, nil without
+// Config.Subscription (mend run --once drains it instead of starting it).
+func (c *Client) Subscriber() *subscribe.Subscriber { return c.sub }
+
+// Config is the Client's configuration with every default filled in.
+func (c *Client) Config() Config { return c.cfg }

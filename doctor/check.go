@@ -1,0 +1,138 @@
+package doctor
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/mendq/mend/fence"
+)
+
+// Status is a check's outcome. Only Fail refuses a start (Preflight) and
+// makes mend doctor exit non-zero.
+type Status string
+
+// The outcomes of a check, as mend doctor prints them.
+const (
+	OK   Status = "ok"
+	Warn Status = "warn"
+	Fail Status = "FAIL"
+)
+
+// Check is one check's result: what was checked, how it came out, what was
+// found and, when it is not OK, what fixes it.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// Params are what the checks look at: the databases and settings a mend
+// run (or a worker that links mend in) would use. The advice of a failed
+// check names mend run's flags (--dsn, --host-dsn, --queue-dsn,
+// --wake-topic, ...); each is the Params field of the same name.
+type Params struct {
+	// DSN is mend's own database. Required.
+	DSN string
+	// LeaseTTL is the lease TTL the fences use, to compare the lock wait
+	// timeout with; 0 means fence.TTLDefault.
+	LeaseTTL time.Duration
+	// HostDSN is the submit queue's application database; empty: its
+	// tables are not checked.
+	HostDSN string
+	// QueueDSN is the submit queue's queue database; empty: its tables,
+	// the wake topic and the subscription are not checked.
+	QueueDSN string
+	// WakeTopic is the topic wake-ups are published to, checked for a
+	// reader in the queue database (with QueueDSN).
+	WakeTopic string
+	// WakeIgnore are the consumer groups that do not count as readers of
+	// WakeTopic (WakeTopicIgnore: mend's own subscription's).
+	WakeIgnore []string
+	// WakeTopicUnjoined turns a wake topic nobody reads into a warning.
+	WakeTopicUnjoined bool
+	// Subscription, when not nil, checks the subscription too (with
+	// QueueDSN; its QueueDSN field is taken from here).
+	Subscription *SubscriptionParams
+	// Logger gets a line per failed check from Preflight; nil: discarded.
+	Logger *slog.Logger
+}
+
+// Run runs every check p asks for, in mend doctor's order, and returns them
+// with the target they ran on ("addr/database as user"). A check that
+// cannot run (no connection) is reported as failed, never skipped.
+func Run(ctx context.Context, p Params) (checks []Check, target string) {
+	checks, target = Database(ctx, p.DSN, cmp.Or(p.LeaseTTL, fence.TTLDefault))
+	checks = append(checks, Host(ctx, p.HostDSN, p.QueueDSN)...)
+	if p.QueueDSN != "" {
+		checks = append(checks, WakeTopic(ctx, WakeTopicParams{QueueDSN: p.QueueDSN, Topic: p.WakeTopic, Ignore: p.WakeIgnore, UnjoinedOK: p.WakeTopicUnjoined}))
+		if p.Subscription != nil {
+			s := *p.Subscription
+			s.QueueDSN = p.QueueDSN
+			checks = append(checks, Subscription(ctx, s)...)
+		}
+	}
+	return checks, target
+}
+
+// PreflightTimeout bounds Preflight.
+const PreflightTimeout = 30 * time.Second
+
+// ErrRefused is what a failed Preflight wraps: a start refused because a
+// check failed.
+var ErrRefused = errors.New("refusing to start")
+
+// RefusedError is a start Preflight refused. Its message is one line
+// naming the first failed check, its detail and its fix, so the last line
+// of a refused start says what to fix.
+type RefusedError struct {
+	// Target is where the checks ran ("addr/database as user").
+	Target string
+	// Failed are the checks that failed, at least one, in order.
+	Failed []Check
+}
+
+func (e *RefusedError) Error() string {
+	first := e.Failed[0]
+	line := fmt.Sprintf("%s %s: %s", Fail, first.Name, first.Detail)
+	if first.Fix != "" {
+		line += " (fix: " + first.Fix + ")"
+	}
+	more := ""
+	if len(e.Failed) > 1 {
+		more = fmt.Sprintf(" and %d more", len(e.Failed)-1)
+	}
+	return fmt.Sprintf("%v: doctor check failed on %s: %s%s; mend doctor with the same flags lists them all", ErrRefused, e.Target, line, more)
+}
+
+// Unwrap makes errors.Is(err, ErrRefused) hold.
+func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+// Preflight runs the checks (they only read) within PreflightTimeout and
+// refuses a start on any failure: it returns a *RefusedError (wrapping
+// ErrRefused) naming the first, after logging each failed check to
+// p.Logger. Warnings do not refuse.
+func Preflight(ctx context.Context, p Params) error {
+	ctx, cancel := context.WithTimeout(ctx, PreflightTimeout)
+	defer cancel()
+	log := p.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	checks, target := Run(ctx, p)
+	var failed []Check
+	for _, ch := range checks {
+		if ch.Status == Fail {
+			failed = append(failed, ch)
+			log.Error("doctor check failed", "check", ch.Name, "detail", ch.Detail, "fix", ch.Fix)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return &RefusedError{Target: target, Failed: failed}
+}

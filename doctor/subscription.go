@@ -1,0 +1,153 @@
+package doctor
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mendq/mend/subscribe"
+)
+
+// queueOffsetsTable is queue_offsets as the subscription uses it: the real
+// subscriber's join (INSERT IGNORE) and advance (a guarded UPDATE, whose
+// WHERE reads the row). Leaving (DELETE) is mend subscribe --remove's alone,
+// run by whoever decommissions mend, so run and doctor do not ask for it: no
+// more than the queue's own consumers hold.
+var queueOffsetsTable = hostTable{name: "queue_offsets",
+	columns: []string{"consumer_group", "topic", "partition_key", "offset_acked", "updated_at"},
+	key:     []string{"consumer_group", "topic", "partition_key"},
+	privs: []hostPriv{
+		{"SELECT", "EXPLAIN SELECT offset_acked FROM queue_offsets WHERE FALSE", "reading the group's watermarks and the partitions other groups joined"},
+		{"INSERT", "EXPLAIN INSERT INTO queue_offsets (consumer_group, topic, partition_key, offset_acked, updated_at) VALUES ('', '', '', 0, 0)", "joining a partition"},
+		{"UPDATE", "EXPLAIN UPDATE queue_offsets SET offset_acked = 0 WHERE FALSE", "advancing the group's watermark"},
+	}}
+
+// queueMessagesRead is queue_messages as the subscription reads it.
+var queueMessagesRead = hostTable{name: "queue_messages", columns: queueMessageColumns, key: []string{"topic", "partition_key", "id"},
+	privs: []hostPriv{{"SELECT", "EXPLAIN SELECT topic FROM queue_messages WHERE FALSE", "the subscription reads dead letters"}}}
+
+// SubscriptionParams are the subscription check's inputs.
+type SubscriptionParams struct {
+	// QueueDSN is the host's queue database (mend run's --queue-dsn).
+	QueueDSN string
+	// Group is the subscription's consumer group.
+	Group string
+	// WarnAge is the age of the oldest unreleased dead letter above which
+	// the lag is a warning; 0 means LagWarnDefault.
+	WarnAge time.Duration
+	// Settle is the settle window the subscription is given; 0 means the
+	// default, which follows the server.
+	Settle time.Duration
+}
+
+// LagWarnDefault is when the subscription check warns that the oldest
+// unreleased dead letter is old.
+const LagWarnDefault = 10 * time.Minute
+
+// Subscription checks what the subscription needs on the host's queue
+// database, and reports the group's lag (a warning when its oldest row is
+// older than p.WarnAge: a stopped or failing mend holding GC back).
+func Subscription(ctx context.Context, p SubscriptionParams) []Check {
+	queueDSN, group, warnAge, settle := p.QueueDSN, p.Group, cmp.Or(p.WarnAge, LagWarnDefault), p.Settle
+	label := "subscription"
+	db, err := subscribe.Open(ctx, queueDSN)
+	if err != nil {
+		return []Check{{Name: label, Status: Fail, Detail: err.Error(), Fix: "check --queue-dsn"}}
+	}
+	defer db.Close()
+	var user string
+	if err := db.QueryRowContext(ctx, currentUserQuery).Scan(&user); err != nil {
+		return []Check{{Name: label, Status: Fail, Detail: "cannot read the current user: " + err.Error()}}
+	}
+	var schema string
+	if err := db.QueryRowContext(ctx, databaseQuery).Scan(&schema); err != nil {
+		return []Check{{Name: label, Status: Fail, Detail: "cannot read the database name: " + err.Error()}}
+	}
+	grantee := quoteAccount(user)
+	out := []Check{
+		checkHostTable(ctx, db, label, schema, grantee, queueMessagesRead),
+		checkHostTable(ctx, db, label, schema, grantee, queueOffsetsTable),
+	}
+	if out[0].Status == Fail || out[1].Status == Fail {
+		return out
+	}
+	out = append(out, checkSettle(ctx, db, label, settle), checkOpenVisible(ctx, db, label, grantee))
+	lag, err := subscribe.Lag(ctx, db, group)
+	if err != nil {
+		return append(out, Check{Name: label + " lag", Status: Fail, Detail: err.Error()})
+	}
+	now := time.Now()
+	var rows int64
+	var oldest time.Duration
+	for _, l := range lag {
+		rows += l.Rows
+		oldest = max(oldest, l.Age(now))
+	}
+	c := Check{Name: label + " lag", Status: OK,
+		Detail: fmt.Sprintf("group %q: %d topic(s), %d row(s) above its watermarks, oldest %s", group, len(lag), rows, fmtAge(oldest))}
+	switch {
+	case len(lag) == 0:
+		c.Detail = fmt.Sprintf("group %q has joined no partition yet (mend run joins them on its first pass)", group)
+	case oldest > warnAge:
+		c.Status = Warn
+		c.Detail += fmt.Sprintf(": older than %s, so the group holds the host's GC back", warnAge)
+		c.Fix = "check that mend run is running with --queue-dsn (mend subscribe shows the lag per topic); to leave for good: mend subscribe --remove"
+	}
+	return append(out, c)
+}
+
+// checkSettle compares the settle window (0: the default, which follows
+// the server) with the queue database's waits, by the bound mend run
+// applies (subscribe.Waits.Covers).
+func checkSettle(ctx context.Context, db *sql.DB, label string, settle time.Duration) Check {
+	c := Check{Name: label + " settle window", Status: OK}
+	waits, err := subscribe.ReadWaits(ctx, db)
+	if err != nil {
+		c.Status, c.Detail = Warn, err.Error()
+		return c
+	}
+	return settleCheck(c, waits, settle)
+}
+
+// settleCheck is checkSettle once the waits are read.
+func settleCheck(c Check, waits subscribe.Waits, settle time.Duration) Check {
+	if settle == 0 {
+		c.Detail = fmt.Sprintf("%s by default: covers %s plus %s", subscribe.SettleFor(waits), waits, subscribe.SettleMargin)
+		return c
+	}
+	c.Detail = fmt.Sprintf("--subscribe-settle %s, waits %s", settle, waits)
+	if !waits.Covers(settle) {
+		c.Status, c.Detail = Warn, SettleRisk(settle, waits)
+		c.Fix = fmt.Sprintf("leave --subscribe-settle out (it then follows the server) or set it to at least %s", waits.Bound()+subscribe.SettleMargin)
+	}
+	return c
+}
+
+// checkOpenVisible says whether the subscription sees the queue
+// database's open transactions, by reading them as a pass does, and what
+// is at risk when it cannot.
+func checkOpenVisible(ctx context.Context, db *sql.DB, label, grantee string) Check {
+	c := Check{Name: label + " open transactions", Status: OK,
+		Detail: "mend's user may read the server's open transactions (PROCESS): a watermark waits for a MoveToDLQ that began before its sample, however long it stays open"}
+	err := subscribe.OpenVisible(ctx, db)
+	switch {
+	case errors.Is(err, subscribe.ErrOpenHidden):
+		c.Status = Warn
+		c.Detail = "mend's user may not read the server's open transactions (" + oneLine(err.Error()) + "): the settle window alone protects a late commit, " +
+			"so a MoveToDLQ held open longer than the window (a client frozen mid-transaction) commits below mend's watermark, and the host's GC deletes it unrecorded"
+		c.Fix = subscribe.OpenGrant(grantee) + " (docs/operations.md, \"The settle window\")"
+	case err != nil:
+		c.Status, c.Detail = Warn, "cannot tell whether the subscription sees open transactions: "+oneLine(err.Error())
+	}
+	return c
+}
+
+// SettleRisk says what a settle window that does not cover the waits
+// puts at risk.
+func SettleRisk(settle time.Duration, waits subscribe.Waits) string {
+	return fmt.Sprintf("--subscribe-settle %s does not cover the queue database's waits after a MoveToDLQ allocates its offset (%s, plus %s margin = %s): a MoveToDLQ that waits that long "+
+		"commits below mend's watermark, and the host's GC deletes it unrecorded", settle, waits, subscribe.SettleMargin, waits.Bound()+subscribe.SettleMargin)
+}

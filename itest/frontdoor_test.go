@@ -1,0 +1,117 @@
+package itest
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/client"
+	"github.com/mendq/mend/host"
+)
+
+// The inline-path scenarios again, with mend linked in through the front
+// door only (client.Open with its checks on, the application and queue
+// databases apart as in production): a worker built from it passes what the
+// hand-wired one passes.
+
+// frontDoor opens the front door on w, its host planner reading the wake
+// topic as a running submit queue's does (the checks refuse a topic nobody
+// reads).
+func (w *world) frontDoor(t *testing.T, queue string) *client.Client {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.sq.Join(ctx, "orchestrator", host.WakeTopicDefault, queue); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Open(ctx, client.Config{DSN: w.mendDB.DSN, HostDSN: w.appDB.DSN, QueueDSN: w.queueDB.DSN})
+	if err != nil {
+		t.Fatalf("client.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestFrontDoorBuildDeadLetterFailsAndWakes is TestBuildDeadLetterFailsAndWakes
+// through the front door.
+func TestFrontDoorBuildDeadLetterFailsAndWakes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorldWith(t, worldOpts{splitQueue: true})
+	const q = "q-build"
+	b10, b11 := q+"/batch/10", q+"/batch/11"
+	w.seed(t, q, b10, mend.BatchSpeculating, q+"/1")
+	w.seed(t, q, b11, mend.BatchCreated, q+"/2")
+	c := w.frontDoor(t, q)
+	d := w.deadLetter(t, dead{topic: "build", partition: b10, id: b10 + "@1764482400000000000-1", payload: batchMsg(q, b10)})
+	res, err := c.Record(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Record.Source.Queue != q {
+		t.Fatalf("record filed under queue %q; want %q", res.Record.Source.Queue, q)
+	}
+	if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
+		t.Fatalf("record is %s; want done by the inline repair", got)
+	}
+	if got := w.batchState(t, q, b10); got != mend.BatchFailed {
+		t.Fatalf("batch 10 is %s; want failed", got)
+	}
+	w.requireFannedOut(t, q, b10, host.RequestError)
+	if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b11 {
+		t.Fatalf("wake-ups = %+v; want one for batch 11", ups)
+	}
+}
+
+// TestFrontDoorConcurrentRedeliveries is TestConcurrentRedeliveries through
+// the front door: one DLQ row recorded 50 times at once gives one record,
+// one settle and one wake-up.
+func TestFrontDoorConcurrentRedeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorldWith(t, worldOpts{splitQueue: true})
+	const q = "q-storm"
+	b1, b2 := q+"/batch/1", q+"/batch/2"
+	w.seed(t, q, b1, mend.BatchSpeculating, q+"/1")
+	w.seed(t, q, b2, mend.BatchCreated, q+"/2")
+	c := w.frontDoor(t, q)
+	d := w.deadLetter(t, dead{topic: "speculate", partition: q, id: b1, payload: batchMsg(q, b1), blame: []string{b1}})
+	const n = 50
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	creators := 0
+	var firstErr error
+	for range n {
+		wg.Go(func() {
+			res, err := c.Record(ctx, d)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			if res.Created {
+				creators++
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("Record: %v", firstErr)
+	}
+	if creators != 1 {
+		t.Fatalf("%d calls created the record; want 1", creators)
+	}
+	converge(t, c.Reconciler(), 20, func() bool { return w.record(t, d.Source).State == mend.StateDone })
+	settles := 0
+	for _, k := range w.kinds(t, w.record(t, d.Source)) {
+		if k == mend.EventSettled {
+			settles++
+		}
+	}
+	if settles != 1 {
+		t.Fatalf("%d settle events; want 1", settles)
+	}
+	if ups := w.wakeUps(t, q, true); len(ups) != 1 {
+		t.Fatalf("%d wake-ups; want 1", len(ups))
+	}
+}
