@@ -374,8 +374,14 @@ func (o listOpts) header(w io.Writer, cols string) {
 // twin's environment twin: all four mean the same (issue 45: the
 // Deployment's MEND_QUEUE_DSN_FILE once left the subscription off).
 func (f *flags) given(name string) bool {
-	return f.Changed(name) || f.fromEnv[name] || f.fromFile[name]
+	return f.Changed(name) || f.fromEnv[name] || (f.fromFile[name] && plantFileTwinNotGiven == "")
 }
+
+// plantFileTwinNotGiven is empty in every release. A test links a binary
+// with it set (-ldflags -X main.plantFileTwinNotGiven=1) to plant issue
+// 45's old resolution, in which --X-file did not count as --X given, and
+// shows TestManifestsRun catches it.
+var plantFileTwinNotGiven string
 
 // setDefault changes a flag's default, as -h shows it too.
 func (f *flags) setDefault(name, value string) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -34,7 +35,7 @@ import (
 // resolves to it through --add-host, as DNS would in a cluster.
 type kubelet struct {
 	t       *testing.T
-	image   string
+	images  map[string]string            // the manifests' image -> the local tag a node has for it
 	dir     string                       // secret volumes are projected under it
 	secrets map[string]map[string]string // Secret name -> key -> content
 	hosts   []string                     // --add-host entries
@@ -164,7 +165,11 @@ func (k *kubelet) args(pod string, spec corev1.PodSpec, c corev1.Container, extr
 	if len(c.Command) > 0 {
 		t.Fatalf("pod %s: command is not simulated (the image's entrypoint is /mend)", pod)
 	}
-	a = append(a, k.image)
+	image, ok := k.images[c.Image]
+	if !ok {
+		t.Fatalf("pod %s: image %q is on no node (the test tagged %v)", pod, c.Image, k.images)
+	}
+	a = append(a, image)
 	return append(append(a, c.Args...), extra...)
 }
 
@@ -218,8 +223,18 @@ func until(d, interval time.Duration, cond func() bool) bool {
 // the DDL user from its own Secret; then both Deployment replicas until
 // /readyz answers; a dead letter moved to the DLQ on the queue database is
 // recorded, repaired and the next batch woken (the subscription is on in
-// the shipped configuration); the CronJob's run --once exits 0; SIGTERM
-// stops each replica with exit 0. What it does not cover: docs/operations.md.
+// the shipped configuration); the CronJob's run --once exits 0 with the
+// subscription on. Then a rollout to the next release, rendered as the docs
+// say (the image tag and the migrate Job's name changed; the same image
+// tagged again on the node): that release's migrate Job, under its own
+// name, to exit 0; the replicas rolled one at a time (the old one stopped
+// with SIGTERM, exit 0; the new one ready); a dead letter recorded and
+// woken by the new replicas; SIGTERM stops them with exit 0. Its controls
+// show it fails on the issue's two blockers: manifests without fsGroup
+// (permission denied on the Secret's files) and a binary whose
+// MEND_QUEUE_DSN_FILE does not count as --queue-dsn given (the
+// subscription off: no "subscribing" line from the CronJob). What it does
+// not cover: docs/operations.md.
 func TestManifestsRun(t *testing.T) {
 	if v, _ := strconv.ParseBool(os.Getenv(EnvTestImage)); !v {
 		t.Skip(EnvTestImage + "=1 builds the image and runs the manifests' containers (needs a Docker engine)")
@@ -265,7 +280,11 @@ func TestManifestsRun(t *testing.T) {
 	}
 	const mount = "/var/run/secrets/mend"
 	tag := "mend-k8stest:" + strconv.Itoa(os.Getpid())
-	k := &kubelet{t: t, image: tag, dir: t.TempDir(), hosts: []string{tlstest.ServerName + ":127.0.0.1"},
+	nextTag := tag + "-next" // the same image, tagged again: the next release on the node
+	release := imageTag(m.job.Spec.Template.Spec.Containers[0].Image)
+	nextRelease := release + "-next"
+	k := &kubelet{t: t, images: map[string]string{"mend:" + release: tag, "mend:" + nextRelease: nextTag},
+		dir: t.TempDir(), hosts: []string{tlstest.ServerName + ":127.0.0.1"},
 		secrets: map[string]map[string]string{
 			"mend-db": {"dsn": dsn("mend", runPW, "mend"), "host-dsn": dsn("mend", runPW, "submitqueue"),
 				"queue-dsn": dsn("mend", runPW, "queue"), "ca.pem": string(ca)},
@@ -285,7 +304,10 @@ func TestManifestsRun(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/image.sh: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { _, _ = docker(context.Background(), "image", "rm", "-f", tag) })
+	t.Cleanup(func() { _, _ = docker(context.Background(), "image", "rm", "-f", tag, nextTag) })
+	if out, err := docker(ctx, "tag", tag, nextTag); err != nil {
+		t.Fatalf("docker tag %s %s: %v\n%s", tag, nextTag, err, out)
+	}
 	prefix := fmt.Sprintf("mend-k8stest-%d-", os.Getpid())
 	var started []string
 	t.Cleanup(func() {
@@ -293,15 +315,13 @@ func TestManifestsRun(t *testing.T) {
 			_, _ = docker(context.Background(), "rm", "-f", name)
 		}
 	})
-	// runToEnd runs a Job's container to its end and returns its exit code.
-	runToEnd := func(pod string, spec corev1.PodSpec, c corev1.Container, env map[string]string) (int, string) {
+	// runToEnd runs a Job's container to its end (or ctx's) and returns
+	// its exit code and output. The container is named after the pod, so a
+	// second Job of the same name fails as the API server would refuse it.
+	runToEnd := func(ctx context.Context, t *testing.T, k *kubelet, pod string, spec corev1.PodSpec, c corev1.Container, extra ...string) (int, string) {
 		t.Helper()
-		args := k.args(prefix+pod, spec, c)
-		for name, v := range env {
-			args = append([]string{"-e", name + "=" + v}, args...)
-		}
 		started = append(started, prefix+pod)
-		out, err := docker(ctx, append([]string{"run"}, args...)...)
+		out, err := docker(ctx, append([]string{"run"}, k.args(prefix+pod, spec, c, extra...)...)...)
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
@@ -313,7 +333,7 @@ func TestManifestsRun(t *testing.T) {
 
 	// 1. The migrate Job, to completion, before any replica.
 	job := m.job.Spec.Template.Spec
-	if code, out := runToEnd("migrate", job, job.Containers[0], nil); code != 0 {
+	if code, out := runToEnd(ctx, t, k, m.job.Name, job, job.Containers[0]); code != 0 {
 		t.Fatalf("migrate Job: exit %d\n%s", code, out)
 	}
 	srv.Admin(t, // step 3: the runtime user's grants on the tables the migration made
@@ -334,6 +354,13 @@ func TestManifestsRun(t *testing.T) {
 			return w.Publish(ctx, "speculate", "q", "q/batch/1", []byte(`{"id":"q/batch/1","queue":"q"}`), nil)
 		},
 		func() error { return w.Join(ctx, "orchestrator", "speculate", "q") },
+		// The same for queue r, whose dead letter comes after the rollout.
+		func() error { return w.SeedBatch(ctx, "r", "r/batch/1", "speculating", "r/1") },
+		func() error { return w.SeedBatch(ctx, "r", "r/batch/2", "created", "r/2") },
+		func() error {
+			return w.Publish(ctx, "speculate", "r", "r/batch/1", []byte(`{"id":"r/batch/1","queue":"r"}`), nil)
+		},
+		func() error { return w.Join(ctx, "orchestrator", "speculate", "r") },
 	} {
 		if err := seed(); err != nil {
 			t.Fatal(err)
@@ -344,26 +371,8 @@ func TestManifestsRun(t *testing.T) {
 	// on :9464, so each gets its own loopback port after the manifest's
 	// args (the last --metrics-addr wins); the probes follow it.
 	d := m.deployment.Spec.Template.Spec
-	c := d.Containers[0]
 	if m.deployment.Spec.Replicas == nil {
 		t.Fatal("deployment: no replicas")
-	}
-	var replicas []string
-	var probes []string
-	for i := 0; i < int(*m.deployment.Spec.Replicas); i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		probeAddr := l.Addr().String()
-		_ = l.Close()
-		name := prefix + "mend-" + strconv.Itoa(i)
-		started = append(started, name)
-		if out, err := docker(ctx, append([]string{"run", "-d"}, k.args(name, d, c, "--metrics-addr="+probeAddr)...)...); err != nil {
-			t.Fatalf("docker run replica %d: %v\n%s", i, err, out)
-		}
-		replicas = append(replicas, name)
-		probes = append(probes, probeAddr)
 	}
 	logs := func(name string) string { out, _ := docker(context.Background(), "logs", name); return out }
 	get := func(url string) int {
@@ -377,14 +386,47 @@ func TestManifestsRun(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
-	for i, p := range probes {
+	// startReady starts a replica of spec as pod name and waits for its
+	// readiness probe, then asks its liveness probe once.
+	startReady := func(name string, spec corev1.PodSpec) {
+		t.Helper()
+		c := spec.Containers[0]
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := l.Addr().String()
+		_ = l.Close()
+		started = append(started, name)
+		if out, err := docker(ctx, append([]string{"run", "-d"}, k.args(name, spec, c, "--metrics-addr="+probe)...)...); err != nil {
+			t.Fatalf("docker run replica %s: %v\n%s", name, err, out)
+		}
 		path := c.ReadinessProbe.HTTPGet.Path
-		if !until(90*time.Second, time.Duration(c.ReadinessProbe.PeriodSeconds)*time.Second/5, func() bool { return get("http://"+p+path) == http.StatusOK }) {
-			t.Fatalf("replica %d never ready on %s:\n%s", i, path, logs(replicas[i]))
+		if !until(90*time.Second, time.Duration(c.ReadinessProbe.PeriodSeconds)*time.Second/5, func() bool { return get("http://"+probe+path) == http.StatusOK }) {
+			t.Fatalf("replica %s never ready on %s:\n%s", name, path, logs(name))
 		}
-		if code := get("http://" + p + c.LivenessProbe.HTTPGet.Path); code != http.StatusOK {
-			t.Fatalf("replica %d: %s = %d", i, c.LivenessProbe.HTTPGet.Path, code)
+		if code := get("http://" + probe + c.LivenessProbe.HTTPGet.Path); code != http.StatusOK {
+			t.Fatalf("replica %s: %s = %d", name, c.LivenessProbe.HTTPGet.Path, code)
 		}
+	}
+	// stop is docker stop with the pod's grace period (SIGTERM, then
+	// SIGKILL); the replica must exit 0.
+	grace := strconv.FormatInt(*m.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds, 10)
+	stop := func(name string) {
+		t.Helper()
+		if out, err := docker(ctx, "stop", "-t", grace, name); err != nil {
+			t.Fatalf("docker stop %s: %v\n%s", name, err, out)
+		}
+		code, err := docker(ctx, "inspect", "-f", "{{.State.ExitCode}}", name)
+		if err != nil || strings.TrimSpace(code) != "0" {
+			t.Fatalf("%s after SIGTERM: exit %s (%v)\n%s", name, strings.TrimSpace(code), err, logs(name))
+		}
+	}
+	var replicas []string
+	for i := 0; i < int(*m.deployment.Spec.Replicas); i++ {
+		name := prefix + "mend-" + release + "-" + strconv.Itoa(i)
+		startReady(name, d)
+		replicas = append(replicas, name)
 	}
 
 	// 3. A dead letter on the queue database is recorded, repaired, and
@@ -405,22 +447,116 @@ func TestManifestsRun(t *testing.T) {
 		t.Fatalf("speculate = %+v, %v; want one wake-up naming q/batch/2", wakes, err)
 	}
 
-	// 4. The CronJob's run --once, beside the replicas.
+	// 4. The CronJob's run --once, beside the replicas, subscribing.
 	cj := m.cronJob.Spec.JobTemplate.Spec.Template.Spec
-	if code, out := runToEnd("once", cj, cj.Containers[0], nil); code != 0 {
-		t.Fatalf("cronjob run --once: exit %d\n%s", code, out)
+	if code, out := runToEnd(ctx, t, k, "once", cj, cj.Containers[0]); code != 0 || !strings.Contains(out, subscribingLine) {
+		t.Fatalf("cronjob run --once: exit %d; want 0 with the subscription on (%q)\n%s", code, subscribingLine, out)
 	}
 
-	// 5. SIGTERM (docker stop, the pod's grace period) ends each replica
-	// with exit 0.
-	grace := strconv.FormatInt(*m.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds, 10)
-	for _, name := range replicas {
-		if out, err := docker(ctx, "stop", "-t", grace, name); err != nil {
-			t.Fatalf("docker stop %s: %v\n%s", name, err, out)
-		}
-		code, err := docker(ctx, "inspect", "-f", "{{.State.ExitCode}}", name)
-		if err != nil || strings.TrimSpace(code) != "0" {
-			t.Fatalf("%s after SIGTERM: exit %s (%v)\n%s", name, strings.TrimSpace(code), err, logs(name))
-		}
+	// 5. The next release, rendered as a release is made: its migrate Job
+	// under its own name (the first one's template is immutable, and a
+	// container of the same name would fail to start here) to exit 0, on
+	// the next release's image.
+	next := renderRelease(t, files, user, release, nextRelease)
+	if next.job.Name == m.job.Name {
+		t.Fatalf("the next release's migrate Job is named %s as the first one's", next.job.Name)
 	}
+	job = next.job.Spec.Template.Spec
+	if code, out := runToEnd(ctx, t, k, next.job.Name, job, job.Containers[0]); code != 0 {
+		t.Fatalf("migrate Job %s: exit %d\n%s", next.job.Name, code, out)
+	}
+	if img, err := docker(ctx, "inspect", "-f", "{{.Config.Image}}", prefix+next.job.Name); err != nil || strings.TrimSpace(img) != nextTag {
+		t.Fatalf("migrate Job %s ran image %q (%v); want %s", next.job.Name, strings.TrimSpace(img), err, nextTag)
+	}
+
+	// 6. The rolling update, one replica at a time (maxUnavailable 1): the
+	// old one stopped by SIGTERM with exit 0, then the new one ready.
+	for i, old := range replicas {
+		stop(old)
+		replicas[i] = prefix + "mend-" + nextRelease + "-" + strconv.Itoa(i)
+		startReady(replicas[i], next.deployment.Spec.Template.Spec)
+	}
+
+	// 7. The dead-letter path on the new release: queue r's dead letter is
+	// recorded, repaired, and its next batch woken.
+	if err := w.MoveToDLQ(ctx, "speculate", "r", "r/batch/1", sqtest.Failure{Count: 3, LastError: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	state = ""
+	if !until(3*time.Minute, 500*time.Millisecond, func() bool {
+		_ = mendDB.QueryRowContext(ctx, "SELECT state FROM mend_records WHERE message_id = 'r/batch/1'").Scan(&state)
+		return state == "done"
+	}) {
+		t.Fatalf("after the rollout, the dead letter's record is %q after 3 minutes; want done\n%s\n%s", state, logs(replicas[0]), logs(replicas[1]))
+	}
+	wakes, err = w.ConsumeSpeculate(ctx, "r", true)
+	if err != nil || len(wakes) != 1 || wakes[0].Batch.ID != "r/batch/2" {
+		t.Fatalf("after the rollout, speculate = %+v, %v; want one wake-up naming r/batch/2", wakes, err)
+	}
+
+	// 8. SIGTERM ends each new replica with exit 0.
+	for _, name := range replicas {
+		stop(name)
+	}
+
+	// The controls: the same steps fail on each of issue 45's blockers.
+	t.Run("control: no fsGroup", func(t *testing.T) {
+		broken := map[string][]byte{}
+		for name, b := range files {
+			broken[name] = bytes.ReplaceAll(b, []byte("fsGroup: 65532\n"), nil)
+		}
+		bm, err := loadManifests(broken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bm.job.Spec.Template.Spec.SecurityContext.FSGroup != nil || bm.deployment.Spec.Template.Spec.SecurityContext.FSGroup != nil {
+			t.Fatal("the broken copy still sets fsGroup")
+		}
+		kc := *k
+		kc.t = t
+		job := bm.job.Spec.Template.Spec
+		if code, out := runToEnd(ctx, t, &kc, "nofsgroup-migrate", job, job.Containers[0]); code == 0 || !strings.Contains(out, "permission denied") {
+			t.Fatalf("migrate Job without fsGroup: exit %d; want a failure naming permission denied (the test would not catch it)\n%s", code, out)
+		}
+		// A replica exits at start the same way (it would run until the
+		// context ends if it could read its files).
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		spec := bm.deployment.Spec.Template.Spec
+		if code, out := runToEnd(rctx, t, &kc, "nofsgroup-mend", spec, spec.Containers[0], "--metrics-addr=127.0.0.1:0"); code == 0 || !strings.Contains(out, "permission denied") {
+			t.Fatalf("replica without fsGroup: exit %d; want a failure at start naming permission denied\n%s", code, out)
+		}
+	})
+	t.Run("control: MEND_QUEUE_DSN_FILE not counted as given", func(t *testing.T) {
+		// The same image with a binary linked with issue 45's old flag
+		// resolution planted (cli.go, plantFileTwinNotGiven).
+		dir := t.TempDir()
+		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-X main.plantFileTwinNotGiven=1", "-o", filepath.Join(dir, "mend"), ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build (planted): %v\n%s", err, out)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+tag+"\nCOPY mend /mend\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		planted := tag + "-planted"
+		t.Cleanup(func() { _, _ = docker(context.Background(), "image", "rm", "-f", planted) })
+		b := exec.CommandContext(ctx, "docker", "build", "-q", "-t", planted, dir)
+		b.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			t.Fatalf("docker build (planted): %v\n%s", err, out)
+		}
+		kc := *k
+		kc.t = t
+		kc.images = map[string]string{"mend:" + release: planted}
+		// It runs (exit 0: nothing failed, as the issue found) with the
+		// subscription silently off: step 4's check fails on it.
+		code, out := runToEnd(ctx, t, &kc, "planted-once", cj, cj.Containers[0])
+		if code != 0 || !strings.Contains(out, "mend run starting") || strings.Contains(out, subscribingLine) {
+			t.Fatalf("planted: run --once: exit %d; want 0, started, and no %q (else the control plants nothing)\n%s", code, subscribingLine, out)
+		}
+	})
 }
+
+// subscribingLine is what mend run logs when its subscription starts.
+const subscribingLine = "subscribing to the host's dead-letter topics"
