@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -503,7 +503,7 @@ func TestManifestsRun(t *testing.T) {
 	t.Run("control: no fsGroup", func(t *testing.T) {
 		broken := map[string][]byte{}
 		for name, b := range files {
-			broken[name] = bytes.ReplaceAll(b, []byte("fsGroup: 65532\n"), nil)
+			broken[name] = fsGroupLine.ReplaceAll(b, nil)
 		}
 		bm, err := loadManifests(broken)
 		if err != nil {
@@ -560,3 +560,6 @@ func TestManifestsRun(t *testing.T) {
 
 // subscribingLine is what mend run logs when its subscription starts.
 const subscribingLine = "subscribing to the host's dead-letter topics"
+
+// fsGroupLine is the manifests' fsGroup line, indentation and all.
+var fsGroupLine = regexp.MustCompile(`(?m)^[ \t]*fsGroup: 65532\n`)
