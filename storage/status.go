@@ -224,6 +224,11 @@ type RetryParams struct {
 	Actor  string // who asked, e.g. "operator/alice"; required
 	OpID   string // see mend.NewOpID; required
 	Reason string // optional note kept in the event
+	// Version, when not 0, is the version the caller saw and decided on
+	// (a confirmation page's): the retry happens only if the record is
+	// still at it, as part of the same compare-and-set. 0 retries the
+	// record at whatever version it is, if it is parked (mend retry).
+	Version int64
 }
 
 // ErrNotParked is returned by RecordRetry for a record that is not parked.
@@ -234,10 +239,10 @@ var ErrNotParked = fmt.Errorf("%w: only a parked record can be retried", mend.Er
 // compare-and-set (unfenced, epoch 0: a parked record is not due, so no
 // planner is working on it). It returns the record as it now is.
 //
-// Returns ErrNotFound if there is no such record, an error matching
-// ErrNotParked (and ErrInvalid) if it is not parked, ErrConflict if it
-// changed while being retried, and *mend.AmbiguousError if the commit's
-// outcome is unknown (look OpID up).
+// Returns ErrNotFound if there is no such record, ErrConflict if it is
+// not at p.Version (when set) or changed while being retried, an error
+// matching ErrNotParked (and ErrInvalid) if it is not parked, and
+// *mend.AmbiguousError if the commit's outcome is unknown (look OpID up).
 func (d *DB) RecordRetry(ctx context.Context, p RetryParams) (mend.Record, error) {
 	if err := validateActor(p.Actor); err != nil {
 		return mend.Record{}, err
@@ -245,9 +250,9 @@ func (d *DB) RecordRetry(ctx context.Context, p RetryParams) (mend.Record, error
 	if err := mend.ValidateOpID(p.OpID); err != nil {
 		return mend.Record{}, err
 	}
-	rec, err := d.RecordFind(ctx, p.ID)
+	rec, err := d.findAtVersion(ctx, p.ID, p.Version)
 	if err != nil {
-		return mend.Record{}, err
+		return rec, err
 	}
 	if rec.State != mend.StateParked {
 		return rec, fmt.Errorf("storage: retry record %s: %w (it is %s)", rec.ID, ErrNotParked, rec.State)
@@ -263,6 +268,28 @@ func (d *DB) RecordRetry(ctx context.Context, p RetryParams) (mend.Record, error
 		return mend.Record{}, err
 	}
 	return d.RecordGetByID(ctx, rec.Source.Queue, rec.ID)
+}
+
+// findAtVersion reads a record for an operator's change decided at
+// version (0: at any version). The change's append is a compare-and-set
+// from the version read here, so a record found at the expected version
+// cannot move before the change lands: the check and the change are one.
+//
+// Returns ErrNotFound if there is no such record, ErrConflict (with the
+// record as it is) if it is not at version, ErrInvalid for a negative
+// version.
+func (d *DB) findAtVersion(ctx context.Context, id mend.RecordID, version int64) (mend.Record, error) {
+	if version < 0 {
+		return mend.Record{}, &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("a record version is 1 or more (0: any), got %d", version)}
+	}
+	rec, err := d.RecordFind(ctx, id)
+	if err != nil {
+		return mend.Record{}, err
+	}
+	if version != 0 && rec.Version != version {
+		return rec, fmt.Errorf("storage: record %s is at version %d, not %d: %w", id, rec.Version, version, mend.ErrConflict)
+	}
+	return rec, nil
 }
 
 // jsonObject encodes an event's data, leaving out empty strings.
