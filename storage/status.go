@@ -56,8 +56,16 @@ type QueueStatus struct {
 // raises them in these states). A waiting record counts its checks in
 // attempts and is bounded by --grace instead, so it is not failing; a
 // parked one is MendRecordsParked's. Its age is NOW(6) - state_since:
-// every attempt since then has failed.
+// every attempt since then has failed. Migration 0017's generated column
+// mend_records.failing_attempts is attempts where this holds and NULL
+// elsewhere, for its index (TestFailingAttemptsColumn holds them together).
 const FailingCondition = `state IN ('pending', 'settled') AND attempts > 0`
+
+// FailingAgeUS is how long a record FailingCondition names has been
+// failing, in microseconds by the database clock: since it entered its
+// step. mend status (oldest failing, the failing list), the metric
+// mend_oldest_failing_seconds and mend console's "failing for" all read it.
+const FailingAgeUS = `TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6))`
 
 // The GROUP BY reads every record of every queue: it is an operator and
 // metrics query, run at human or scrape rate, never on the repair path.
@@ -66,7 +74,7 @@ SELECT queue, state, COUNT(*) AS n,
 	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
 	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us,
 	COALESCE(SUM(` + FailingCondition + `), 0) AS failing,
-	COALESCE(MAX(CASE WHEN ` + FailingCondition + ` THEN TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) END), 0) AS oldest_failing_us
+	COALESCE(MAX(CASE WHEN ` + FailingCondition + ` THEN ` + FailingAgeUS + ` END), 0) AS oldest_failing_us
 FROM mend_records
 GROUP BY queue, state`
 
@@ -135,7 +143,7 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 // the LIMIT only; the filter reads the (state, ...) index's pending and
 // settled ranges, as StatusCounts reads every record.
 const sqlStatusFailing = `-- name: StatusFailing
-SELECT queue, record_id, attempts, TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) AS us, last_error
+SELECT queue, record_id, attempts, ` + FailingAgeUS + ` AS us, last_error
 FROM mend_records WHERE ` + FailingCondition + `
 ORDER BY state_since, record_id LIMIT ?`
 
