@@ -204,30 +204,55 @@ func (s *Server) doRecord(r *http.Request) (string, string, error) {
 	}
 	back := "/record/" + rec.ID.String()
 	// The confirmation described the record at this version; act on
-	// nothing else.
-	if version != rec.Version {
-		return "", "", &httpError{http.StatusConflict, fmt.Sprintf("the record changed since the confirmation page (version %d, now %d): look at it again", version, rec.Version)}
+	// nothing else. This comparison only words the refusal: the guard is
+	// the storage call's, which changes the record only if it is still at
+	// this version, in the same compare-and-set as the change.
+	moved := func(now int64) error {
+		return &httpError{http.StatusConflict, fmt.Sprintf("the record changed since the confirmation page (version %d, now %d): nothing was done; look at it again", version, now)}
+	}
+	expect := version
+	if s.versionUnguarded {
+		expect = 0
+	} else if version != rec.Version {
+		return "", "", moved(rec.Version)
+	}
+	if s.versionCheckOnly {
+		expect = 0
 	}
 	ctx := r.Context()
 	opID := mend.NewOpID()
 	var after mend.Record
 	switch action {
 	case "retry":
-		if rec.State != mend.StateParked {
+		if rec.State != mend.StateParked && !s.parkedUnchecked {
 			return "", "", &httpError{http.StatusConflict, fmt.Sprintf("it is %s, not parked: only parked records can be retried", rec.State)}
 		}
 		if why := noTarget(rec); why != "" {
 			return "", "", &httpError{http.StatusConflict, why}
 		}
-		after, err = s.cfg.Store.RecordRetry(ctx, storage.RetryParams{ID: rec.ID, Actor: actorOf(r), OpID: opID, Reason: reason})
+		if s.beforeWrite != nil {
+			s.beforeWrite()
+		}
+		after, err = s.cfg.Store.RecordRetry(ctx, storage.RetryParams{ID: rec.ID, Actor: actorOf(r), OpID: opID, Reason: reason, Version: expect})
 	case "resolve":
-		after, err = s.cfg.Store.RecordResolve(ctx, storage.ResolveParams{ID: rec.ID, Actor: actorOf(r), OpID: opID, Reason: reason})
+		if s.beforeWrite != nil {
+			s.beforeWrite()
+		}
+		after, err = s.cfg.Store.RecordResolve(ctx, storage.ResolveParams{ID: rec.ID, Actor: actorOf(r), OpID: opID, Reason: reason, Version: expect})
 	}
 	var amb *mend.AmbiguousError
-	if errors.As(err, &amb) {
+	switch {
+	case errors.As(err, &amb):
 		return "", "", fmt.Errorf("the outcome is unknown (the connection broke at commit): look up op %s in queue %q before trying again: %w", opID, rec.Source.Queue, err)
-	}
-	if err != nil {
+	case errors.Is(err, mend.ErrConflict):
+		now := after.Version
+		if cur, ferr := s.cfg.Store.RecordFind(ctx, rec.ID); now == 0 && ferr == nil {
+			now = cur.Version
+		}
+		return "", "", moved(now)
+	case errors.Is(err, storage.ErrNotParked):
+		return "", "", &httpError{http.StatusConflict, fmt.Sprintf("it is %s, not parked: only parked records can be retried", after.State)}
+	case err != nil:
 		return "", "", err
 	}
 	return fmt.Sprintf("record %s in queue %q: %s → %s (op %s)", after.ID, after.Source.Queue, rec.State, after.State, opID), back, nil

@@ -96,6 +96,14 @@ type Server struct {
 	skipHost     bool // no Host check
 	skipOrigin   bool // no Origin / Sec-Fetch-Site check
 	csrfLoose    bool // a token bound to the person and time only, as before issue 46
+	// The planted slips of a record action: versionUnguarded acts on the
+	// record at whatever version it is; versionCheckOnly compares the
+	// version the page confirmed but does not make the write depend on it
+	// (check-then-act, as before); parkedUnchecked skips the console's own
+	// "only parked" check (the store's remains).
+	versionUnguarded, versionCheckOnly, parkedUnchecked bool
+	// beforeWrite runs between an action's checks and its write.
+	beforeWrite func()
 }
 
 // New returns a console serving cfg.

@@ -69,13 +69,11 @@ const (
 	// dueQueuesRead bounds the due records the overview reads to order
 	// the queues with work due (ConsoleDueQueues).
 	dueQueuesRead = 10_000
-	// failingRead bounds the open records of each state (pending,
-	// settled) the overview reads, the most recently changed, for its
-	// "failing now" section (ConsoleFailingQueues): each costs a primary
-	// key lookup (attempts is in no index). The console bench at 10,000
-	// queues measured the overview at 1.6 s with 10,000 (on a machine at
-	// load ~25), hence 1,000. failingShow is how many failing queues it
-	// lists, with their worst record's error.
+	// failingRead bounds the failing records of each state (pending,
+	// settled) the overview reads for its "failing now" section
+	// (ConsoleFailingQueues), the most attempts first: an index-only range
+	// of failing records alone (migration 0017). failingShow is how many
+	// failing queues it lists, with their worst record's error.
 	failingRead = 1_000
 	failingShow = 20
 	// restRounds bounds the reads of queue names one overview page makes

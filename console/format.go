@@ -21,6 +21,7 @@ var funcs = template.FuncMap{
 	"add":     func(a, b int) int { return a + b },
 	"isState": func(r mend.Record, s string) bool { return string(r.State) == s },
 	"noRetry": noTarget,
+	"stuck":   stuckWake,
 	"sh":      shellQuote,
 	"neg":     func(d time.Duration) time.Duration { return -d },
 }

@@ -547,6 +547,12 @@ func (s *Server) findRecord(r *http.Request) (mend.Record, error) {
 
 // noTarget is mend retry's refusal: a record that names nothing to repair
 // would only fail again.
+// stuckWake reports whether r was recorded by the stuck-queue scan (package
+// stuck) rather than from a dead letter: a wake-up owed to a queue found
+// with live batches and nothing in flight, whose synthetic source identity
+// has topic mend.StuckTopic. Its snapshot's last error is the scan's reason.
+func stuckWake(r mend.Record) bool { return r.Source.Topic == mend.StuckTopic }
+
 func noTarget(r mend.Record) string {
 	if r.Target.BatchID == "" || r.Target.Desired == mend.OutcomeNone {
 		return "its dead letter names no batch to repair (undecodable or not mend's topic); a retry would only fail again"

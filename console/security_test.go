@@ -285,29 +285,6 @@ func TestConsoleTokens(t *testing.T) {
 	})
 }
 
-func TestConsoleActionGuards(t *testing.T) {
-	b := setup(t)
-	s := b.proxyConsole(t, nil)
-	rt := func(rec mend.Record, v int64) string { return recordTarget(rec.ID.String(), v) }
-	t.Run("a stale version is refused", func(t *testing.T) {
-		// The token and form of version v-1, as a page confirmed before the record moved.
-		old := b.parked.Version - 1
-		code, body := send(s, request(http.MethodPost, "/record/"+b.parked.ID.String()+"/resolve", "alice",
-			url.Values{"csrf": {s.csrfToken("alice", "resolve", rt(b.parked, old), time.Now())}, "reason": {"x"}, "version": {fmt.Sprint(old)}}))
-		if code != http.StatusConflict || b.version(t, b.parked.ID) != b.parked.Version {
-			t.Errorf("stale version: %d %.200s", code, body)
-		}
-	})
-	t.Run("a retry of a record that is not parked is refused", func(t *testing.T) {
-		rec := b.done
-		code, body := send(s, request(http.MethodPost, "/record/"+rec.ID.String()+"/retry", "alice",
-			url.Values{"csrf": {s.csrfToken("alice", "retry", rt(rec, rec.Version), time.Now())}, "reason": {"x"}, "version": {fmt.Sprint(rec.Version)}}))
-		if code != http.StatusConflict || b.version(t, rec.ID) != rec.Version {
-			t.Errorf("retry of a done record: %d %.200s", code, body)
-		}
-	})
-}
-
 // authFile is an htpasswd file with alice and bob at cost, and its auth.
 func authFile(t *testing.T, cost int) *BasicAuth {
 	t.Helper()

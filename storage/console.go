@@ -739,40 +739,21 @@ func (d *DB) ConsoleParked(ctx context.Context, f ParkedFilter) ([]mend.Record, 
 	return recordsOf(rows)
 }
 
-// The repairs failing now: records still owed a repair (pending, or
-// settled and owed a wake-up) whose attempts keep failing, attempts > 0.
-// A pending or settled record's attempts count failed attempts only (the
-// planner resets them when a record settles); a waiting record's count its
-// checks of the host's batch, so waiting records are not read here.
-//
-// Bounded, not index-only (no index holds attempts): the derived table
-// reads each open state's most recently changed records in the order
-// of a (state, updated_at) index, at most the limit's per state, and looks each up by
-// primary key for its attempts. A failing record changes at every attempt
-// (attempts, next_attempt_at, last_error), so the failing ones are among
-// the most recently changed; only more than the limit's records of its state
-// changed since a failing record's last attempt can hide it, and the read
-// then says it reached its bound.
+// The repairs failing now: the records FailingCondition names, the most
+// attempts first (then the most recently failed), at most the limit: a
+// backward, index-only range of mend_records_failing (migration 0017),
+// which holds the failing records' failing_attempts (the generated
+// column's CASE is FailingCondition; TestFailingAttemptsColumn holds them
+// together), so its cost follows the failing records read, not the table.
+// The limit is the read's bound plus one, which tells whether more are
+// failing. Their age is FailingAgeUS, mend status's "failing for".
 const sqlConsoleFailing = `-- name: ConsoleFailing
-SELECT queue, record_id, attempts, next_us, last_us, open_us FROM (
-	(SELECT queue, record_id, attempts,
-		TIMESTAMPDIFF(MICROSECOND, NOW(6), next_attempt_at) AS next_us,
-		TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS last_us,
-		TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) AS open_us
-	FROM mend_records WHERE state = 'pending' ORDER BY updated_at DESC LIMIT ?)
-	UNION ALL
-	(SELECT queue, record_id, attempts,
-		TIMESTAMPDIFF(MICROSECOND, NOW(6), next_attempt_at) AS next_us,
-		TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS last_us,
-		TIMESTAMPDIFF(MICROSECOND, created_at, NOW(6)) AS open_us
-	FROM mend_records WHERE state = 'settled' ORDER BY updated_at DESC LIMIT ?)) r
-WHERE attempts > 0`
-
-// Whether an open state holds more records than ConsoleFailing read of
-// it: its (limit+1)th most recent exists (index-only).
-const sqlConsoleOpenBeyond = `-- name: ConsoleOpenBeyond
-SELECT (SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'pending' ORDER BY updated_at DESC LIMIT 1 OFFSET ?) p) +
-	(SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'settled' ORDER BY updated_at DESC LIMIT 1 OFFSET ?) s)`
+SELECT queue, record_id, failing_attempts AS attempts,
+	TIMESTAMPDIFF(MICROSECOND, NOW(6), next_attempt_at) AS next_us,
+	TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS last_us,
+	` + FailingAgeUS + ` AS failing_us
+FROM mend_records WHERE failing_attempts > 0
+ORDER BY failing_attempts DESC, updated_at DESC LIMIT ?`
 
 // The last error of the shown queues' worst record, by primary key.
 const sqlConsoleFailingErrors = `-- name: ConsoleFailingErrors
@@ -790,26 +771,28 @@ type FailingQueue struct {
 	LastError string
 	// NextAttempt is the time until the soonest next attempt among them
 	// (negative: due now, by so much); LastFailed the time since the newest
-	// failure; OpenFor since the oldest of them was recorded.
-	NextAttempt, LastFailed, OpenFor time.Duration
+	// failure; FailingFor how long the longest-failing of them has been
+	// failing, by mend status's definition (QueueStatus.OldestFailing:
+	// since it entered its step, state_since).
+	NextAttempt, LastFailed, FailingFor time.Duration
 }
 
 // FailingQueues is the console's "failing now": the queues with failing
 // repairs, the most attempts first (then the most records, then by name).
 type FailingQueues struct {
 	Queues []FailingQueue
-	// Records is how many failing records were read; Truncated says an
-	// open state holds more records than were read (a queue whose last
-	// failure is older than those read may be missing; counts are lower
-	// bounds).
+	// Records is how many failing records were read; Truncated says more
+	// are failing than were read (those with the fewest attempts are left
+	// out: a queue whose records all have fewer may be missing, and counts
+	// are lower bounds).
 	Records   int64
 	Truncated bool
 }
 
-// ConsoleFailingQueues reads at most read open records of each of the
-// pending and settled states, the most recently changed, and returns the
-// queues of the failing ones among them, with the last error of the worst record of the first show
-// queues (the others' LastError is empty).
+// ConsoleFailingQueues reads at most read failing records (pending or
+// settled), the most attempts first, and returns their queues, with the
+// last error of the worst record of the first show queues (the others'
+// LastError is empty).
 //
 // Returns ErrInvalid for a read below 1 or a negative show.
 func (d *DB) ConsoleFailingQueues(ctx context.Context, read, show int) (FailingQueues, error) {
@@ -818,25 +801,21 @@ func (d *DB) ConsoleFailingQueues(ctx context.Context, read, show int) (FailingQ
 		return out, &mend.ValidationError{Field: "limit", Reason: "read must be at least 1, show at least 0"}
 	}
 	var rows []struct {
-		Queue    []byte `db:"queue"`
-		RecordID []byte `db:"record_id"`
-		Attempts int    `db:"attempts"`
-		NextUS   int64  `db:"next_us"`
-		LastUS   int64  `db:"last_us"`
-		OpenUS   int64  `db:"open_us"`
+		Queue     []byte `db:"queue"`
+		RecordID  []byte `db:"record_id"`
+		Attempts  int    `db:"attempts"`
+		NextUS    int64  `db:"next_us"`
+		LastUS    int64  `db:"last_us"`
+		FailingUS int64  `db:"failing_us"`
 	}
-	if err := d.db.SelectContext(ctx, &rows, sqlConsoleFailing, read, read); err != nil {
+	if err := d.db.SelectContext(ctx, &rows, sqlConsoleFailing, read+1); err != nil {
 		return out, fmt.Errorf("storage: console failing: %w", translate(err))
 	}
-	// The open records read are not counted back; a read whose failing
-	// rows alone fill it certainly stopped at its bound. Open records
-	// beyond the limit are told by a second, index-only probe.
+	// The row past read says more are failing; it is not shown.
+	if len(rows) > read {
+		rows, out.Truncated = rows[:read], true
+	}
 	out.Records = int64(len(rows))
-	var beyond int
-	if err := d.db.GetContext(ctx, &beyond, sqlConsoleOpenBeyond, read, read); err != nil {
-		return out, fmt.Errorf("storage: console failing: %w", translate(err))
-	}
-	out.Truncated = beyond > 0
 	us := func(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
 	by := map[string]int{}
 	for _, r := range rows {
@@ -850,7 +829,7 @@ func (d *DB) ConsoleFailingQueues(ctx context.Context, read, show int) (FailingQ
 		f := &out.Queues[i]
 		f.Records++
 		f.NextAttempt = min(f.NextAttempt, us(r.NextUS))
-		f.OpenFor = max(f.OpenFor, us(r.OpenUS))
+		f.FailingFor = max(f.FailingFor, us(r.FailingUS))
 		if r.Attempts > f.Attempts || (r.Attempts == f.Attempts && us(r.LastUS) < f.LastFailed) {
 			f.Attempts = r.Attempts
 			copy(f.Record[:], r.RecordID)

@@ -20,7 +20,6 @@ const (
 	SQLConsoleParked        = sqlConsoleParked
 	SQLConsoleRecordEvents  = sqlConsoleRecordEvents
 	SQLConsoleFailing       = sqlConsoleFailing
-	SQLConsoleOpenBeyond    = sqlConsoleOpenBeyond
 	SQLConsoleFailingErrors = sqlConsoleFailingErrors
 	SQLConsoleParkedScan    = sqlConsoleParkedScan
 )

@@ -504,12 +504,13 @@ func explainRows(t *testing.T, b *bundle, query string, args ...any) []map[strin
 // whole-index scan), through the index it was written for, and the reads
 // over many rows are index-only. A world of 3,000 records in 30 queues
 // (a third finished within the hour, the rest a day ago, some parked and
-// some due) gives the optimizer the choice. The negative control drops
-// migration 0014's indexes: the check must then fail the reads they serve.
+// some due, some failing) gives the optimizer the choice. The negative
+// control drops migrations 0014's and 0017's indexes: the check must then
+// fail the reads they serve.
 func TestConsoleQueryPlans(t *testing.T) {
 	mysqltest.SkipVitess(t, "vtgate answers EXPLAIN with one shard's plan in MySQL's tree format (one column), not the rows this test reads")
 	t.Parallel()
-	t.Run("with migration 0014", func(t *testing.T) {
+	t.Run("with migrations 0014 and 0017", func(t *testing.T) {
 		t.Parallel()
 		b := planWorld(t)
 		for name, problems := range consolePlanProblems(t, b) {
@@ -519,14 +520,14 @@ func TestConsoleQueryPlans(t *testing.T) {
 	t.Run("negative control: without its indexes", func(t *testing.T) {
 		t.Parallel()
 		b := planWorld(t)
-		if _, err := b.db.SQL(t).Exec("ALTER TABLE mend_records DROP INDEX mend_records_recent, DROP INDEX mend_records_queue_state"); err != nil {
+		if _, err := b.db.SQL(t).Exec("ALTER TABLE mend_records DROP INDEX mend_records_recent, DROP INDEX mend_records_queue_state, DROP INDEX mend_records_failing"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.db.SQL(t).Exec("ANALYZE TABLE mend_records"); err != nil {
 			t.Fatal(err)
 		}
 		got := consolePlanProblems(t, b)
-		for _, name := range []string{"ConsoleQueueCounts", "ConsoleQueueLatency", "ConsoleRecentDone", "ConsoleSlowRepairs", "ConsoleParkedByQueue"} {
+		for _, name := range []string{"ConsoleQueueCounts", "ConsoleQueueLatency", "ConsoleRecentDone", "ConsoleSlowRepairs", "ConsoleParkedByQueue", "ConsoleFailing"} {
 			if len(got[name]) == 0 {
 				t.Errorf("%s passes the plan check without the index it was written for", name)
 			}
@@ -574,6 +575,7 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		recent     = "mend_records_recent"
 		queueState = "mend_records_queue_state"
 		due        = "mend_records_due"
+		failing    = "mend_records_failing"
 	)
 	out := map[string][]string{}
 	for _, tc := range []struct {
@@ -595,10 +597,8 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		{"ConsoleQueueLatency", in(storage.SQLConsoleQueueLatency), append([]any{3600}, append(page, lim)...), []string{queueState}, true},
 		{"ConsoleOverdue", storage.SQLConsoleOverdue, []any{int64(600_000_000), 1000}, []string{due}, true},
 		{"ConsoleParkedByQueue", storage.SQLConsoleParkedByQueue, []any{1000}, []string{recent}, true},
-		// Bounded by its LIMIT over the open states' recent range; it looks
-		// up attempts, which no index holds.
-		{"ConsoleFailing", storage.SQLConsoleFailing, []any{10_000, 10_000}, []string{recent, "mend_records_finished"}, false},
-		{"ConsoleOpenBeyond", storage.SQLConsoleOpenBeyond, []any{10_000, 10_000}, []string{recent, "mend_records_finished"}, true},
+		// Bounded by its LIMIT over the failing records alone.
+		{"ConsoleFailing", storage.SQLConsoleFailing, []any{1001}, []string{failing}, true},
 		// Two of planWorld's records (record_id is the first half of SHA2 of 'r' and the sequence): MariaDB plans
 		// IDs that are not there as "Impossible WHERE", reading nothing.
 		{"ConsoleFailingErrors", fmt.Sprintf(storage.SQLConsoleFailingErrors, "?, ?"), []any{worldID(1), worldID(151)}, []string{"PRIMARY"}, false},
@@ -669,17 +669,89 @@ func TestConsoleFailingQueues(t *testing.T) {
 	if g.Queue != "q/grant" || g.Records != 2 || g.Attempts != 4 || g.Record != worst.ID || g.LastError != "host: Error 1142: SELECT command denied <b>" {
 		t.Errorf("first = %+v, want q/grant: 2 records, 4 attempts, record %s and its error", g, worst.ID)
 	}
-	if g.NextAttempt <= 0 || g.NextAttempt > 6*time.Second || g.OpenFor <= 0 || g.LastFailed < 0 {
-		t.Errorf("q/grant times: next %s (want the soonest, ~5s), open %s, last failed %s", g.NextAttempt, g.OpenFor, g.LastFailed)
+	if g.NextAttempt <= 0 || g.NextAttempt > 6*time.Second || g.FailingFor <= 0 || g.LastFailed < 0 {
+		t.Errorf("q/grant times: next %s (want the soonest, ~5s), failing for %s, last failed %s", g.NextAttempt, g.FailingFor, g.LastFailed)
 	}
 	if w.Queue != "q/wake" || w.Record != wake.ID || w.LastError != "" || w.NextAttempt >= 0 {
 		t.Errorf("second = %+v, want q/wake, its error not read (show 1), due (negative next attempt)", w)
 	}
-	// Reading 2 records of each open state: q/grant's two pending (the
-	// most recently changed) and q/wake's settled one; the other pending
-	// records (q/fine) are past the bound, which the read says.
-	if got, err := b.store.ConsoleFailingQueues(t.Context(), 1, 5); err != nil || !got.Truncated {
-		t.Errorf("read 1 per state: %+v %v, want truncated", got, err)
+	// Reading 2 failing records: q/grant's two (the most attempts); q/wake's
+	// is past the bound, which the read says.
+	got, err = b.store.ConsoleFailingQueues(t.Context(), 2, 5)
+	if err != nil || !got.Truncated || got.Records != 2 || len(got.Queues) != 1 || got.Queues[0].Record != worst.ID {
+		t.Errorf("read 2: %+v %v, want truncated, q/grant's two", got, err)
+	}
+	// Records that are not failing (q/fine's pending one, waiting, parked,
+	// done) are not read: 3 holds every failing one.
+	if got, err := b.store.ConsoleFailingQueues(t.Context(), 3, 5); err != nil || got.Truncated || got.Records != 3 {
+		t.Errorf("read 3: %+v %v, want all 3 failing records, not truncated", got, err)
+	}
+}
+
+// mend_records.failing_attempts (migration 0017's generated column, which
+// the console's failing read goes by) is set exactly where FailingCondition
+// holds, for every state and both sides of attempts > 0. Its control: a
+// condition that also counts waiting records must disagree with it here.
+func TestFailingAttemptsColumn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	db := b.db.SQL(t)
+	for i, st := range []mend.State{mend.StatePending, mend.StateWaiting, mend.StateSettled, mend.StateParked, mend.StateDone} {
+		for _, attempts := range []int{0, 3} {
+			rec := b.create(t, src("q", fmt.Sprintf("m%d-%d", i, attempts)))
+			if _, err := db.Exec("UPDATE mend_records SET state = ?, attempts = ? WHERE record_id = ?", string(st), attempts, rec.ID[:]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	disagree := func(cond string) int {
+		t.Helper()
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM mend_records WHERE (failing_attempts IS NOT NULL) <> (" + cond + ") OR COALESCE(failing_attempts <> attempts, FALSE)").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := disagree(storage.FailingCondition); n != 0 {
+		t.Errorf("failing_attempts disagrees with FailingCondition on %d of 10 records", n)
+	}
+	if n := disagree("state IN ('pending', 'waiting', 'settled') AND attempts > 0"); n == 0 {
+		t.Errorf("control: a condition counting waiting records agrees with failing_attempts; the check would pass anything")
+	}
+}
+
+// "Failing for" has one definition (storage.FailingAgeUS: since the record
+// entered its step, state_since): the console's failing section, mend
+// status's oldest failing (the metric MendRepairsFailing pages on) and its
+// failing list agree. A record recorded a day ago that has failed for an
+// hour in its step shows an hour in each; the console measured it from
+// created_at (a day) before.
+func TestConsoleFailingAgreesWithStatus(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	rec := b.create(t, src("q/agree", "m1"))
+	if _, err := b.db.SQL(t).Exec(`UPDATE mend_records SET state = 'settled', attempts = 3, last_error = 'wake-up: broker down',
+		next_attempt_at = NOW(6) + INTERVAL 1 MINUTE, created_at = NOW(6) - INTERVAL 1 DAY, state_since = NOW(6) - INTERVAL 1 HOUR,
+		updated_at = NOW(6) - INTERVAL 10 SECOND WHERE record_id = ?`, rec.ID[:]); err != nil {
+		t.Fatal(err)
+	}
+	console, err := b.store.ConsoleFailingQueues(ctx, 10, 10)
+	if err != nil || len(console.Queues) != 1 {
+		t.Fatalf("ConsoleFailingQueues = %+v, %v; want q/agree", console, err)
+	}
+	st, err := b.store.Status(ctx)
+	if err != nil || len(st) != 1 {
+		t.Fatalf("Status = %+v, %v; want q/agree", st, err)
+	}
+	list, err := b.store.StatusFailing(ctx, 10)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("StatusFailing = %+v, %v; want its record", list, err)
+	}
+	// The three reads run at slightly different NOW(6)s.
+	near := func(a, b time.Duration) bool { return (a - b).Abs() < time.Minute }
+	c, s, l := console.Queues[0].FailingFor, st[0].OldestFailing, list[0].For
+	if !near(c, time.Hour) || !near(c, s) || !near(c, l) {
+		t.Errorf("failing for: console %s, mend status %s, its failing list %s; want the same, about 1h (state_since), not 24h (created_at)", c, s, l)
 	}
 }
 

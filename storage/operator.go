@@ -74,6 +74,11 @@ type ResolveParams struct {
 	Actor  string // who closes it; required
 	OpID   string // see mend.NewOpID; required
 	Reason string // why; required, kept in the event and the record's last error
+	// Version, when not 0, is the version the caller saw and decided on
+	// (a confirmation page's): the record is closed only if it is still
+	// at it, as part of the same compare-and-set. 0 closes it at whatever
+	// version it is (mend resolve).
+	Version int64
 }
 
 // ErrResolveDone is returned by RecordResolve for a record that is already done.
@@ -87,9 +92,10 @@ var ErrResolveDone = fmt.Errorf("%w: the record is already done", mend.ErrInvali
 // normal unfenced compare-and-set: a planner working on a due record at
 // the same moment gets ErrConflict and sees it done.
 //
-// Returns ErrNotFound if there is no such record, an error matching
+// Returns ErrNotFound if there is no such record, ErrConflict if it is not
+// at p.Version (when set) or changed meanwhile, an error matching
 // ErrResolveDone (and ErrInvalid) if it is done already, ErrInvalid for a
-// missing actor or reason, ErrConflict if it changed meanwhile, and
+// missing actor or reason, and
 // *mend.AmbiguousError if the commit's outcome is unknown (look OpID up).
 func (d *DB) RecordResolve(ctx context.Context, p ResolveParams) (mend.Record, error) {
 	if err := validateActor(p.Actor); err != nil {
@@ -101,9 +107,9 @@ func (d *DB) RecordResolve(ctx context.Context, p ResolveParams) (mend.Record, e
 	if p.Reason == "" {
 		return mend.Record{}, &mend.ValidationError{Field: "reason", Reason: "must say why the record is closed by hand"}
 	}
-	rec, err := d.RecordFind(ctx, p.ID)
+	rec, err := d.findAtVersion(ctx, p.ID, p.Version)
 	if err != nil {
-		return mend.Record{}, err
+		return rec, err
 	}
 	if rec.State == mend.StateDone {
 		return rec, fmt.Errorf("storage: resolve record %s: %w", rec.ID, ErrResolveDone)

@@ -57,6 +57,24 @@ func TestRecordResolve(t *testing.T) {
 		}
 	})
 
+	t.Run("at a version it is not at, it is refused with ErrConflict and nothing changes", func(t *testing.T) {
+		t.Parallel()
+		b, rec := setupParked(t)
+		got, err := b.store.RecordResolve(ctx, storage.ResolveParams{ID: rec.ID, Actor: "alice", OpID: mend.NewOpID(), Reason: "x", Version: rec.Version - 1})
+		if !errors.Is(err, mend.ErrConflict) || got.Version != rec.Version {
+			t.Fatalf("RecordResolve(version %d) = %d, %v; want ErrConflict and the record at %d", rec.Version-1, got.Version, err, rec.Version)
+		}
+		if now, err := b.store.RecordFind(ctx, rec.ID); err != nil || now.Version != rec.Version || now.State != mend.StateParked {
+			t.Fatalf("after a refused resolve: %s at %d (%v); want parked at %d", now.State, now.Version, err, rec.Version)
+		}
+		if _, err := b.store.RecordResolve(ctx, storage.ResolveParams{ID: rec.ID, Actor: "alice", OpID: mend.NewOpID(), Reason: "x", Version: -1}); !errors.Is(err, mend.ErrInvalid) {
+			t.Fatalf("RecordResolve(version -1) = %v; want ErrInvalid", err)
+		}
+		if got, err := b.store.RecordResolve(ctx, storage.ResolveParams{ID: rec.ID, Actor: "alice", OpID: mend.NewOpID(), Reason: "x", Version: rec.Version}); err != nil || got.State != mend.StateDone {
+			t.Fatalf("RecordResolve(its version) = %s, %v; want done", got.State, err)
+		}
+	})
+
 	t.Run("a done record and a missing reason are refused", func(t *testing.T) {
 		t.Parallel()
 		b, rec := setupParked(t)

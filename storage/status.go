@@ -56,8 +56,16 @@ type QueueStatus struct {
 // raises them in these states). A waiting record counts its checks in
 // attempts and is bounded by --grace instead, so it is not failing; a
 // parked one is MendRecordsParked's. Its age is NOW(6) - state_since:
-// every attempt since then has failed.
+// every attempt since then has failed. Migration 0017's generated column
+// mend_records.failing_attempts is attempts where this holds and NULL
+// elsewhere, for its index (TestFailingAttemptsColumn holds them together).
 const FailingCondition = `state IN ('pending', 'settled') AND attempts > 0`
+
+// FailingAgeUS is how long a record FailingCondition names has been
+// failing, in microseconds by the database clock: since it entered its
+// step. mend status (oldest failing, the failing list), the metric
+// mend_oldest_failing_seconds and mend console's "failing for" all read it.
+const FailingAgeUS = `TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6))`
 
 // The GROUP BY reads every record of every queue: it is an operator and
 // metrics query, run at human or scrape rate, never on the repair path.
@@ -66,7 +74,7 @@ SELECT queue, state, COUNT(*) AS n,
 	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
 	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us,
 	COALESCE(SUM(` + FailingCondition + `), 0) AS failing,
-	COALESCE(MAX(CASE WHEN ` + FailingCondition + ` THEN TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) END), 0) AS oldest_failing_us
+	COALESCE(MAX(CASE WHEN ` + FailingCondition + ` THEN ` + FailingAgeUS + ` END), 0) AS oldest_failing_us
 FROM mend_records
 GROUP BY queue, state`
 
@@ -135,7 +143,7 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 // the LIMIT only; the filter reads the (state, ...) index's pending and
 // settled ranges, as StatusCounts reads every record.
 const sqlStatusFailing = `-- name: StatusFailing
-SELECT queue, record_id, attempts, TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6)) AS us, last_error
+SELECT queue, record_id, attempts, ` + FailingAgeUS + ` AS us, last_error
 FROM mend_records WHERE ` + FailingCondition + `
 ORDER BY state_since, record_id LIMIT ?`
 
@@ -224,6 +232,11 @@ type RetryParams struct {
 	Actor  string // who asked, e.g. "operator/alice"; required
 	OpID   string // see mend.NewOpID; required
 	Reason string // optional note kept in the event
+	// Version, when not 0, is the version the caller saw and decided on
+	// (a confirmation page's): the retry happens only if the record is
+	// still at it, as part of the same compare-and-set. 0 retries the
+	// record at whatever version it is, if it is parked (mend retry).
+	Version int64
 }
 
 // ErrNotParked is returned by RecordRetry for a record that is not parked.
@@ -234,10 +247,10 @@ var ErrNotParked = fmt.Errorf("%w: only a parked record can be retried", mend.Er
 // compare-and-set (unfenced, epoch 0: a parked record is not due, so no
 // planner is working on it). It returns the record as it now is.
 //
-// Returns ErrNotFound if there is no such record, an error matching
-// ErrNotParked (and ErrInvalid) if it is not parked, ErrConflict if it
-// changed while being retried, and *mend.AmbiguousError if the commit's
-// outcome is unknown (look OpID up).
+// Returns ErrNotFound if there is no such record, ErrConflict if it is
+// not at p.Version (when set) or changed while being retried, an error
+// matching ErrNotParked (and ErrInvalid) if it is not parked, and
+// *mend.AmbiguousError if the commit's outcome is unknown (look OpID up).
 func (d *DB) RecordRetry(ctx context.Context, p RetryParams) (mend.Record, error) {
 	if err := validateActor(p.Actor); err != nil {
 		return mend.Record{}, err
@@ -245,9 +258,9 @@ func (d *DB) RecordRetry(ctx context.Context, p RetryParams) (mend.Record, error
 	if err := mend.ValidateOpID(p.OpID); err != nil {
 		return mend.Record{}, err
 	}
-	rec, err := d.RecordFind(ctx, p.ID)
+	rec, err := d.findAtVersion(ctx, p.ID, p.Version)
 	if err != nil {
-		return mend.Record{}, err
+		return rec, err
 	}
 	if rec.State != mend.StateParked {
 		return rec, fmt.Errorf("storage: retry record %s: %w (it is %s)", rec.ID, ErrNotParked, rec.State)
@@ -263,6 +276,28 @@ func (d *DB) RecordRetry(ctx context.Context, p RetryParams) (mend.Record, error
 		return mend.Record{}, err
 	}
 	return d.RecordGetByID(ctx, rec.Source.Queue, rec.ID)
+}
+
+// findAtVersion reads a record for an operator's change decided at
+// version (0: at any version). The change's append is a compare-and-set
+// from the version read here, so a record found at the expected version
+// cannot move before the change lands: the check and the change are one.
+//
+// Returns ErrNotFound if there is no such record, ErrConflict (with the
+// record as it is) if it is not at version, ErrInvalid for a negative
+// version.
+func (d *DB) findAtVersion(ctx context.Context, id mend.RecordID, version int64) (mend.Record, error) {
+	if version < 0 {
+		return mend.Record{}, &mend.ValidationError{Field: "version", Reason: fmt.Sprintf("a record version is 1 or more (0: any), got %d", version)}
+	}
+	rec, err := d.RecordFind(ctx, id)
+	if err != nil {
+		return mend.Record{}, err
+	}
+	if version != 0 && rec.Version != version {
+		return rec, fmt.Errorf("storage: record %s is at version %d, not %d: %w", id, rec.Version, version, mend.ErrConflict)
+	}
+	return rec, nil
 }
 
 // jsonObject encodes an event's data, leaving out empty strings.

@@ -127,6 +127,26 @@ func TestRecordRetry(t *testing.T) {
 			t.Fatalf("QueuesDue after retry = %q, %v; want [q]", due, err)
 		}
 	})
+	t.Run("at a version it is not at, it is refused with ErrConflict and nothing changes", func(t *testing.T) {
+		b, rec := setupParked(t)
+		parked, err := b.store.RecordFind(ctx, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []int64{parked.Version - 1, parked.Version + 1} {
+			got, err := b.store.RecordRetry(ctx, storage.RetryParams{ID: rec.ID, Actor: "operator/test", OpID: mend.NewOpID(), Version: v})
+			if !errors.Is(err, mend.ErrConflict) || got.Version != parked.Version {
+				t.Errorf("RecordRetry(version %d) = %d, %v; want ErrConflict and the record at %d", v, got.Version, err, parked.Version)
+			}
+		}
+		if now, err := b.store.RecordFind(ctx, rec.ID); err != nil || now.Version != parked.Version || now.State != mend.StateParked {
+			t.Fatalf("after refused retries: %s at %d (%v); want parked at %d", now.State, now.Version, err, parked.Version)
+		}
+		got, err := b.store.RecordRetry(ctx, storage.RetryParams{ID: rec.ID, Actor: "operator/test", OpID: mend.NewOpID(), Version: parked.Version})
+		if err != nil || got.Version != parked.Version+1 || got.State != mend.StatePending {
+			t.Fatalf("RecordRetry(its version) = %+v, %v; want pending at %d", got, err, parked.Version+1)
+		}
+	})
 	t.Run("a record that is not parked is refused", func(t *testing.T) {
 		b := setup(t)
 		rec := b.create(t, src("q", "m"))

@@ -31,7 +31,7 @@ var scatterReads = []string{
 	"ConsoleDueQueues", "ConsoleLeaseQueues", "ConsoleOverdue", "ConsoleParked", "ConsoleParkedByQueue",
 	"ConsoleRecentDone", "ConsoleRecordQueues", "ConsoleRecordedOpen", "ConsoleSlowRepairs",
 	"ConsoleTotalDue", "ConsoleTotalOpen", "ConsoleTotalParked",
-	"ConsoleFailing", "ConsoleOpenBeyond", "ConsoleFailingErrors", // the overview's "failing now"
+	"ConsoleFailing", "ConsoleFailingErrors", // the overview's "failing now"
 	"ConsoleParkedScan", "ConsoleParkedRows", // the parked page's reason filter
 }
 

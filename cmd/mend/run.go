@@ -36,7 +36,8 @@ type runConfig struct {
 	WakeTopicUnjoined      bool          // start although no host group joined WakeTopic yet (waketopic.go)
 	RetryBase, RetryMax    time.Duration // zero: planner.RetryDefaults(Interval)
 	Sub                    subscribeConfig
-	Stuck                  stuckConfig // the stuck-queue scan (stuck.go)
+	Stuck                  stuckConfig   // the stuck-queue scan (stuck.go)
+	VerifyEvery            time.Duration // the periodic verify (verifyevery.go); 0: off
 }
 
 func (c runConfig) validate() error {
@@ -63,6 +64,9 @@ func (c runConfig) validate() error {
 		// Zero would read as "keep nothing", which the pruner cannot mean
 		// safely, or as "the default", which it does not say.
 		return usagef("--retention 0 is ambiguous: give how long done records are kept (e.g. 336h), or a negative value to keep them forever")
+	}
+	if err := checkVerifyEvery(c.VerifyEvery); err != nil {
+		return err
 	}
 	return c.Stuck.validate()
 }
@@ -91,6 +95,7 @@ func newRunCmd(a *app) *cobra.Command {
 	f.timeoutApplies = func() bool { return c.Once }
 	addSubscribeFlags(f, &c.Sub)
 	addStuckFlags(f, &c.Stuck, true)
+	addVerifyEveryFlag(f, &c.VerifyEvery)
 	var err error
 	return f.run(func(ctx context.Context, args []string) error {
 		if c.DSN, err = f.needDSN(); err != nil {
@@ -253,6 +258,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		return err
 	}
 	defer stopStuck()
+	defer startVerifyEvery(ctx, c, svc.Store(), log)()
 	if err := svc.Start(ctx); err != nil { // the subscription and the reconciler
 		return err
 	}

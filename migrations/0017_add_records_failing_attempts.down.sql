@@ -1,0 +1,1 @@
+ALTER TABLE mend_records DROP COLUMN failing_attempts

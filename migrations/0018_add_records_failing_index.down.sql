@@ -1,0 +1,1 @@
+ALTER TABLE mend_records DROP INDEX mend_records_failing
