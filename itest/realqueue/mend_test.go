@@ -192,7 +192,7 @@ func (m *mendProc) wokenIDs(t *testing.T, queue string) []string {
 
 // checkMendWakes asserts that the wake-ups mend published on speculate/queue are exactly those its event
 // log says its repairs sent (one per repair, none twice, at least one), each naming a batch that was
-// live when it was inserted. It returns how many.
+// live when it was inserted, and each read by the real orchestrator (checkRead). It returns how many.
 func checkMendWakes(t *testing.T, s *sqreal.Stack, m *mendProc, queue string) int {
 	t.Helper()
 	ws := wakes(t, s, queue, "mend/")
@@ -209,7 +209,17 @@ func checkMendWakes(t *testing.T, s *sqreal.Stack, m *mendProc, queue string) in
 		t.Errorf("mend published wake-ups %v on speculate/%s; its repairs woke with %v (want the same, one per repair, at least one)",
 			published, queue, repairs)
 	}
+	checkRead(t, s, published)
 	return len(published)
+}
+
+// checkRead asserts from the real services' logs that the orchestrator's speculate consumer processed
+// each wake-up of ids successfully, and that no service logged an error about any of them or a poll
+// failure on speculate (a row it cannot decode fails its whole partition's fetch).
+func checkRead(t *testing.T, s *sqreal.Stack, ids []string) {
+	t.Helper()
+	waitConsumed(t, s, ids)
+	checkNoLoggedErrors(t, s, "speculate", ids)
 }
 
 func freeAddr(t *testing.T) string {

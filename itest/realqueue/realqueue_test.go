@@ -146,6 +146,10 @@ func lostWakeup(t *testing.T, mode int) {
 	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
 	culprit := s.Land(t, queue, "fake://realq/culprit?sq-fake=trigger-error")
 	dependent := s.Land(t, queue, "fake://realq/dependent")
+	if mode == modeSubscribed {
+		// The typo'd wake topic is refused on the busy host too: both requests on their way, mend running.
+		refuseTypo(t, s, m, "busy")
+	}
 	culpritBatch, dependentBatch := batchOf(t, s, culprit), batchOf(t, s, dependent)
 	// Settled: the culprit has dead-lettered, and every build of the dependent has succeeded and its
 	// signal has been read on speculate (the dependent waits on the culprit's outcome). Checked twice, a
@@ -224,8 +228,9 @@ func lostWakeup(t *testing.T, mode int) {
 	// here: one wake-up, naming a live batch.
 	ws := wakes(t, s, queue, "mend/")
 	if len(ws) != 1 || !liveStates[ws[0].BatchState] {
-		t.Errorf("mend's wake-ups after adoption: %+v; want one, naming a live batch", ws)
+		t.Fatalf("mend's wake-ups after adoption: %+v; want one, naming a live batch", ws)
 	}
+	checkRead(t, s, []string{ws[0].ID})
 }
 
 // hostFactsQuiet establishes, on a stuck and otherwise quiet host, what the wake-topic rule (issue 42,
@@ -454,7 +459,7 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 		t.Fatalf("the dependent is %q before mend restarts, want it stuck at batched\n%s", st, s.Snapshot(t, queue))
 	}
 	if quiet {
-		refuseTypo(t, s, m)
+		refuseTypo(t, s, m, "quiet")
 		m.doctor(t, s)
 	}
 	m.run.Start(t)
@@ -485,21 +490,28 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 // typoTopic is issue 30's typo of the wake topic: no group of the host reads it.
 const typoTopic = "speculat"
 
-// refuseTypo checks, on the quiet host, that mend doctor fails and mend run refuses to start with
-// --wake-topic speculat (the same flags as m's run otherwise), naming the topic.
-func refuseTypo(t *testing.T, s *sqreal.Stack, m *mendProc) {
+// refuseTypo checks that mend doctor fails and mend run refuses to start with --wake-topic speculat
+// (the same flags as m's run otherwise, but a metrics address of its own, since m's run may be
+// running), naming the topic. host says which host it is ("quiet", "busy") for the messages.
+func refuseTypo(t *testing.T, s *sqreal.Stack, m *mendProc, host string) {
 	t.Helper()
 	out, code := sqreal.Run(t, time.Minute, nil, m.bin, "doctor", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
 		"--wake-topic", typoTopic)
 	if code == 0 || !strings.Contains(out, typoTopic) {
-		t.Fatalf("mend doctor --wake-topic %s on the quiet host: exit %d, want a failure naming the topic\n%s", typoTopic, code, out)
+		t.Fatalf("mend doctor --wake-topic %s on the %s host: exit %d, want a failure naming the topic\n%s", typoTopic, host, code, out)
 	}
-	args := append(append([]string{}, m.run.Args...), "--wake-topic", typoTopic)
+	args := append([]string{}, m.run.Args...)
+	for i := range args {
+		if args[i] == "--metrics-addr" && i+1 < len(args) {
+			args[i+1] = freeAddr(t)
+		}
+	}
+	args = append(args, "--wake-topic", typoTopic)
 	out, code = sqreal.Run(t, time.Minute, nil, m.bin, args...)
 	if code <= 0 || !strings.Contains(out, typoTopic) {
-		t.Fatalf("mend run --wake-topic %s on the quiet host: exit %d, want it refused naming the topic\n%s", typoTopic, code, out)
+		t.Fatalf("mend run --wake-topic %s on the %s host: exit %d, want it refused naming the topic\n%s", typoTopic, host, code, out)
 	}
-	t.Logf("--wake-topic %s refused on the quiet host by doctor and run (run exit %d): %s", typoTopic, code, lastLine(out))
+	t.Logf("--wake-topic %s refused on the %s host by doctor and run (run exit %d): %s", typoTopic, host, code, lastLine(out))
 }
 
 func lastLine(s string) string {
