@@ -3,8 +3,10 @@ package realqueue
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +15,9 @@ import (
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqreal"
 )
+
+// mendInterval is mend run's --interval here: one pass every 2 s.
+const mendInterval = 2 * time.Second
 
 // mendProc is the mend binary beside a stack: its own database (migrated with `mend migrate up`) and
 // `mend run` as docs/operations.md deploys it beside an unmodified queue (subscription mode).
@@ -55,7 +60,7 @@ func (m *mendProc) attach(t *testing.T, s *sqreal.Stack, extra ...string) {
 		Name: "mend",
 		Bin:  m.bin,
 		Args: append([]string{"run", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
-			"--interval", "2s", "--metrics-addr", metrics}, extra...),
+			"--interval", mendInterval.String(), "--metrics-addr", metrics}, extra...),
 		Addr: metrics,
 		Log:  filepath.Join(s.Dir, "logs", "mend.log"),
 	}
@@ -192,7 +197,7 @@ func (m *mendProc) wokenIDs(t *testing.T, queue string) []string {
 
 // checkMendWakes asserts that the wake-ups mend published on speculate/queue are exactly those its event
 // log says its repairs sent (one per repair, none twice, at least one), each naming a batch that was
-// live when it was inserted. It returns how many.
+// live when it was inserted, and each read by the real orchestrator (checkRead). It returns how many.
 func checkMendWakes(t *testing.T, s *sqreal.Stack, m *mendProc, queue string) int {
 	t.Helper()
 	ws := wakes(t, s, queue, "mend/")
@@ -209,7 +214,17 @@ func checkMendWakes(t *testing.T, s *sqreal.Stack, m *mendProc, queue string) in
 		t.Errorf("mend published wake-ups %v on speculate/%s; its repairs woke with %v (want the same, one per repair, at least one)",
 			published, queue, repairs)
 	}
+	checkRead(t, s, published)
 	return len(published)
+}
+
+// checkRead asserts from the real services' logs that the orchestrator's speculate consumer processed
+// each wake-up of ids successfully, and that no service logged an error about any of them or a poll
+// failure on speculate (a row it cannot decode fails its whole partition's fetch).
+func checkRead(t *testing.T, s *sqreal.Stack, ids []string) {
+	t.Helper()
+	waitConsumed(t, s, ids)
+	checkNoLoggedErrors(t, s, "speculate", ids)
 }
 
 func freeAddr(t *testing.T) string {
@@ -227,4 +242,64 @@ func (m *mendProc) stuckRecords(t *testing.T, queue string) int64 {
 		t.Fatalf("count stuck-queue records: %v", err)
 	}
 	return n
+}
+
+// passDone is mend run's line at the end of a pass (cmd/mend logPass, text format): at info level when
+// the pass ran at least one queue.
+var (
+	passDone  = regexp.MustCompile(`msg="pass done" .*\bqueues=(\d+)\b.*\bwoken=(\d+)\b.*\btook=(\S+)`)
+	passStart = "==== sqreal: start mend"
+)
+
+// passSlack is what checkWokeInOnePass allows beyond one pass for a timer that fires late and the
+// database's and mend's clocks read at different moments on a loaded machine: passes start at a fixed
+// rate (reconcile.Start), so a record due at c is listed by a pass that starts by c + --interval.
+const passSlack = 500 * time.Millisecond
+
+// checkWokeInOnePass checks that mend's current run woke queue in the first pass that ran it: in mend's
+// log since its last start, the first "pass done" line with queues > 0 has woken > 0; and, by mend's
+// database clock, its "woken" event came at most one --interval (2 s) plus that pass's own time (and
+// passSlack) after the record's "created" event (so no pass was spent holding the wake-up).
+func (m *mendProc) checkWokeInOnePass(t *testing.T, queue string) {
+	t.Helper()
+	var pass string
+	var took time.Duration
+	deadline := time.Now().Add(30 * time.Second)
+	for pass == "" {
+		b, err := os.ReadFile(m.run.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := string(b)
+		log = log[strings.LastIndex(log, passStart):]
+		for _, l := range strings.Split(log, "\n") {
+			if mm := passDone.FindStringSubmatch(l); mm != nil && mm[1] != "0" {
+				if mm[2] == "0" {
+					t.Fatalf("mend's first pass that ran a queue after its restart woke nothing:\n%s", l)
+				}
+				pass = l
+				if took, err = time.ParseDuration(mm[3]); err != nil {
+					t.Fatalf("took=%s: %v", mm[3], err)
+				}
+				break
+			}
+		}
+		if pass == "" && time.Now().After(deadline) {
+			t.Fatalf("no pass that ran a queue in mend's log since its restart\n%s", sqreal.Tail(m.run.Log, 40))
+		}
+		time.Sleep(100 * time.Millisecond) // polling the log file, with the deadline above
+	}
+	var gapUS int64
+	if err := m.db.SQL(t).QueryRowContext(context.Background(), `SELECT TIMESTAMPDIFF(MICROSECOND,
+			(SELECT MIN(created_at) FROM mend_events WHERE queue = ? AND kind = 'created'),
+			(SELECT MIN(created_at) FROM mend_events WHERE queue = ? AND kind = 'woken'))`, queue, queue).Scan(&gapUS); err != nil {
+		t.Fatalf("read mend_events: %v", err)
+	}
+	gap := time.Duration(gapUS) * time.Microsecond
+	if bound := mendInterval + took + passSlack; gap > bound {
+		t.Errorf("the wake-up came %v after the record (by mend's database clock), want within one pass: --interval %v + the pass's %v (+ %v slack)",
+			gap, mendInterval, took, passSlack)
+	}
+	t.Logf("woken in the first pass that ran %s after the restart, %v after the record was created (one pass: --interval %v + took %v): %s",
+		queue, gap.Round(time.Millisecond), mendInterval, took, pass)
 }

@@ -146,6 +146,10 @@ func lostWakeup(t *testing.T, mode int) {
 	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
 	culprit := s.Land(t, queue, "fake://realq/culprit?sq-fake=trigger-error")
 	dependent := s.Land(t, queue, "fake://realq/dependent")
+	if mode == modeSubscribed {
+		// The typo'd wake topic is refused on the busy host too: both requests on their way, mend running.
+		refuseTypo(t, s, m, "busy")
+	}
 	culpritBatch, dependentBatch := batchOf(t, s, culprit), batchOf(t, s, dependent)
 	// Settled: the culprit has dead-lettered, and every build of the dependent has succeeded and its
 	// signal has been read on speculate (the dependent waits on the culprit's outcome). Checked twice, a
@@ -224,8 +228,9 @@ func lostWakeup(t *testing.T, mode int) {
 	// here: one wake-up, naming a live batch.
 	ws := wakes(t, s, queue, "mend/")
 	if len(ws) != 1 || !liveStates[ws[0].BatchState] {
-		t.Errorf("mend's wake-ups after adoption: %+v; want one, naming a live batch", ws)
+		t.Fatalf("mend's wake-ups after adoption: %+v; want one, naming a live batch", ws)
 	}
+	checkRead(t, s, []string{ws[0].ID})
 }
 
 // hostFactsQuiet establishes, on a stuck and otherwise quiet host, what the wake-topic rule (issue 42,
@@ -313,7 +318,10 @@ func TestDeadLetterWhileMendDown(t *testing.T) {
 // TestRestartAfterQuietSpell is TestDeadLetterWhileMendDown with the host quiet for longer than 2 × its
 // lease duration before mend starts again: the orchestrator has released speculate/<queue> (no
 // queue_offsets row of any host group is left on it), the state every lost wake-up leads to. mend doctor
-// must pass there and the restarted mend must wake the queue within one pass; a typo'd wake topic
+// must pass there and the restarted mend must wake the queue within one pass (checkWokeInOnePass: the
+// first pass that ran the queue woke it, by mend's log and its database clock) and register ahead on
+// the *_dlq partitions of a second queue it never saw (queueUnseen), from the quiet host's evidence
+// alone (subscriber heartbeats and the queue's request row); a typo'd wake topic
 // (--wake-topic speculat) is still refused there by doctor and run (the rule: a live subscriber heartbeat
 // on the topic, or a group's queue_offsets row on it; host.CheckWakeTopic). Control: the same without
 // mend stays stuck.
@@ -340,7 +348,13 @@ const envQuiet = "MEND_TEST_REALQUEUE_QUIET"
 
 func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Duration) {
 	ctx := context.Background()
-	s := sqreal.Start(t, sqreal.Options{Queues: []string{queue}})
+	// aheadCheck: after the quiet spell, the restarted mend must register ahead on a queue it never saw.
+	aheadCheck := withMend && quiet
+	queues := []string{queue}
+	if aheadCheck {
+		queues = append(queues, queueUnseen)
+	}
+	s := sqreal.Start(t, sqreal.Options{Queues: queues})
 	observeSpeculate(t, s)
 	warm := warmUp(t, s)
 	var m *mendProc
@@ -400,6 +414,11 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 	s.Eventually(t, landTimeout, "the host's DLQ group to acknowledge the dead letter", func() (bool, string) {
 		return acked(t, s, sqreal.GroupDLQ, "merge-signal_dlq", queue), s.Snapshot(t, queue)
 	})
+	if aheadCheck {
+		// A queue mend has never seen: a request row, landed while mend is down, before the quiet spell.
+		unseen := s.Land(t, queueUnseen, "fake://realq/unseen")
+		s.WaitRequests(t, landTimeout, queueUnseen, []string{unseen}, "landed")
+	}
 	quietFrom := time.Now()
 
 	dlqRows := func() int64 {
@@ -454,16 +473,42 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 		t.Fatalf("the dependent is %q before mend restarts, want it stuck at batched\n%s", st, s.Snapshot(t, queue))
 	}
 	if quiet {
-		refuseTypo(t, s, m)
+		refuseTypo(t, s, m, "quiet")
 		m.doctor(t, s)
 	}
+	if aheadCheck {
+		// The unseen queue's partitions are as quiet as the stuck one's: no host group holds a row on
+		// them, and mend none on their *_dlq partitions, so a row of mend's there is new.
+		s.WaitReleased(t, time.Minute, sqreal.GroupOrchestrator, "speculate", queueUnseen)
+		for _, topic := range aheadTopics {
+			if n := groupRows(t, s, topic, queueUnseen); n != 0 {
+				t.Fatalf("mend's group has %d rows on %s/%s before it restarts, want none (it never saw the queue)", n, topic, queueUnseen)
+			}
+		}
+	}
+	restarted := time.Now()
 	m.run.Start(t)
 	if quiet {
-		started := time.Now()
-		s.Eventually(t, 30*time.Second, "the restarted mend's wake-up (one pass is --interval 2s)", func() (bool, string) {
+		s.Eventually(t, 30*time.Second, "the restarted mend's wake-up", func() (bool, string) {
 			return len(wakes(t, s, queue, "mend/")) > 0, "none yet"
 		})
-		t.Logf("the restarted mend woke the quiet queue %v after it started", time.Since(started).Round(100*time.Millisecond))
+		t.Logf("the restarted mend woke the quiet queue %v after it started", time.Since(restarted).Round(100*time.Millisecond))
+		m.checkWokeInOnePass(t, queue)
+	}
+	if aheadCheck {
+		// Register ahead on the quiet host: from the orchestrator's live heartbeats on the topic (no host
+		// group has a queue_offsets row there) and the queue's request row (host.DB.Queues).
+		s.Eventually(t, time.Minute, "mend to register ahead on the unseen queue's *_dlq partitions", func() (bool, string) {
+			var missing []string
+			for _, topic := range aheadTopics {
+				if groupRows(t, s, topic, queueUnseen) != 1 {
+					missing = append(missing, topic+"/"+queueUnseen)
+				}
+			}
+			return len(missing) == 0, "no row of group mend on " + strings.Join(missing, ", ")
+		})
+		t.Logf("the restarted mend had registered ahead on %v of %s (a queue it never saw, host quiet) at the latest %v after it started",
+			aheadTopics, queueUnseen, time.Since(restarted).Round(100*time.Millisecond))
 	}
 	s.WaitRequests(t, landTimeout, queue, []string{dependent, warm}, "landed")
 	s.Eventually(t, time.Minute, "mend to finish its record", func() (bool, string) {
@@ -482,24 +527,39 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 	}
 }
 
+// queueUnseen is TestRestartAfterQuietSpell's second queue: one request landed while mend was down,
+// before the quiet spell, so mend's first sight of it is after its restart on the quiet host.
+const queueUnseen = "realq-unseen"
+
+// aheadTopics are *_dlq topics the restarted mend must register ahead on queueUnseen: those of
+// queue-partitioned topics the orchestrator reads (subscribe.AheadTopicsDefault).
+var aheadTopics = []string{"speculate_dlq", "merge-signal_dlq"}
+
 // typoTopic is issue 30's typo of the wake topic: no group of the host reads it.
 const typoTopic = "speculat"
 
-// refuseTypo checks, on the quiet host, that mend doctor fails and mend run refuses to start with
-// --wake-topic speculat (the same flags as m's run otherwise), naming the topic.
-func refuseTypo(t *testing.T, s *sqreal.Stack, m *mendProc) {
+// refuseTypo checks that mend doctor fails and mend run refuses to start with --wake-topic speculat
+// (the same flags as m's run otherwise, but a metrics address of its own, since m's run may be
+// running), naming the topic. host says which host it is ("quiet", "busy") for the messages.
+func refuseTypo(t *testing.T, s *sqreal.Stack, m *mendProc, host string) {
 	t.Helper()
 	out, code := sqreal.Run(t, time.Minute, nil, m.bin, "doctor", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
 		"--wake-topic", typoTopic)
 	if code == 0 || !strings.Contains(out, typoTopic) {
-		t.Fatalf("mend doctor --wake-topic %s on the quiet host: exit %d, want a failure naming the topic\n%s", typoTopic, code, out)
+		t.Fatalf("mend doctor --wake-topic %s on the %s host: exit %d, want a failure naming the topic\n%s", typoTopic, host, code, out)
 	}
-	args := append(append([]string{}, m.run.Args...), "--wake-topic", typoTopic)
+	args := append([]string{}, m.run.Args...)
+	for i := range args {
+		if args[i] == "--metrics-addr" && i+1 < len(args) {
+			args[i+1] = freeAddr(t)
+		}
+	}
+	args = append(args, "--wake-topic", typoTopic)
 	out, code = sqreal.Run(t, time.Minute, nil, m.bin, args...)
 	if code <= 0 || !strings.Contains(out, typoTopic) {
-		t.Fatalf("mend run --wake-topic %s on the quiet host: exit %d, want it refused naming the topic\n%s", typoTopic, code, out)
+		t.Fatalf("mend run --wake-topic %s on the %s host: exit %d, want it refused naming the topic\n%s", typoTopic, host, code, out)
 	}
-	t.Logf("--wake-topic %s refused on the quiet host by doctor and run (run exit %d): %s", typoTopic, code, lastLine(out))
+	t.Logf("--wake-topic %s refused on the %s host by doctor and run (run exit %d): %s", typoTopic, host, code, lastLine(out))
 }
 
 func lastLine(s string) string {
