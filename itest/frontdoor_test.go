@@ -2,6 +2,7 @@ package itest
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -114,4 +115,63 @@ func TestFrontDoorConcurrentRedeliveries(t *testing.T) {
 	if ups := w.wakeUps(t, q, true); len(ups) != 1 {
 		t.Fatalf("%d wake-ups; want 1", len(ups))
 	}
+}
+
+// TestFrontDoorLostWakeUpIsResent is TestLostWakeUpIsResent (the bug that
+// started mend) through the front door. The fault is the host's own: a
+// trigger on the queue database refuses the first wake-up's insert (its ID
+// ends in /v2, the record's version when it was settled), as a failed
+// publish would; the redelivery's inline repair must re-send it under a new
+// ID and the record end done.
+func TestFrontDoorLostWakeUpIsResent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorldWith(t, worldOpts{splitQueue: true})
+	const q = "q-lost"
+	b1, b2 := q+"/batch/1", q+"/batch/2"
+	w.seed(t, q, b1, mend.BatchSpeculating, q+"/1", q+"/2")
+	w.seed(t, q, b2, mend.BatchCreated, q+"/3")
+	if _, err := w.queueDB.SQL(t).ExecContext(ctx, `CREATE TRIGGER fd_refuse_first_wake BEFORE INSERT ON queue_messages FOR EACH ROW
+		BEGIN
+			IF NEW.topic = 'speculate' AND NEW.id LIKE 'mend/wake/%/v2' THEN
+				SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'itest: the first wake-up publish is refused';
+			END IF;
+		END`); err != nil {
+		t.Fatal(err)
+	}
+	c := w.frontDoor(t, q)
+	d := w.deadLetter(t, dead{topic: "speculate", partition: q, id: b1, payload: batchMsg(q, b1), blame: []string{b1}})
+
+	res, err := c.Record(ctx, d)
+	if err != nil || !res.Created {
+		t.Fatalf("first delivery: created %v, %v", res.Created, err)
+	}
+	src := res.Record.Source
+	rec := w.record(t, src)
+	if rec.State != mend.StateSettled || len(w.wakeUps(t, q, true)) != 0 {
+		t.Fatalf("after the refused publish: record %s, %d wake-ups; want settled and none", rec.State, len(w.wakeUps(t, q, true)))
+	}
+	if got := w.batchState(t, q, b1); got != mend.BatchFailed {
+		t.Fatalf("batch 1 is %s; want failed", got)
+	}
+
+	// The backoff passes and the DLQ message is redelivered: the front
+	// door's inline repair re-sends the wake-up it owes.
+	w.makeDue(t, src)
+	if res, err := c.Record(ctx, d); err != nil || res.Created || res.RepairErr != nil {
+		t.Fatalf("redelivery: created %v, repair %v, %v; want the existing record repaired", res.Created, res.RepairErr, err)
+	}
+	rec = w.record(t, src)
+	if rec.State != mend.StateDone {
+		t.Fatalf("after the redelivery the record is %s; want done", rec.State)
+	}
+	ups := w.wakeUps(t, q, true)
+	if len(ups) != 1 || ups[0].Batch.ID != b2 || ups[0].ID != "mend/wake/"+rec.ID.String()+"/v3" {
+		t.Fatalf("wake-ups = %+v; want exactly one, for batch 2, at record version 3", ups)
+	}
+	want := []mend.EventKind{mend.EventCreated, mend.EventSettled, mend.EventWakeFailed, mend.EventWoken}
+	if got := w.kinds(t, rec); !slices.Equal(got, want) {
+		t.Fatalf("events = %v; want %v", got, want)
+	}
+	w.requireFannedOut(t, q, b1, host.RequestError)
 }
