@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mendq/mend/doctor"
 )
 
 //go:embed web/*.html web/static/*
@@ -30,6 +32,11 @@ const PageSizeDefault = 50
 // RefreshDefault is how often the pages' script reloads a page.
 const RefreshDefault = 15 * time.Second
 
+// HealthEveryDefault is how often at most the overview runs Config.Health:
+// the checks open their own connections, and a page reloads every
+// RefreshDefault in every open tab.
+const HealthEveryDefault = time.Minute
+
 // Config configures a console. The zero value of every optional field is
 // documented; Store is required.
 type Config struct {
@@ -38,6 +45,15 @@ type Config struct {
 	// Lag, when set, reads the subscription's lag per dead-letter topic for
 	// the overview (mend console --queue-dsn). Nil: no subscription section.
 	Lag func(ctx context.Context) ([]TopicLag, error)
+	// Health, when set, runs mend doctor's checks (package doctor) of what
+	// the console reads, for the overview's health line: the same checks,
+	// with the same advice, as mend doctor and mend run's start-up. The
+	// overview runs it at most once per HealthEvery and shows the last
+	// result with its age. Nil: no health line.
+	Health func(ctx context.Context) []doctor.Check
+	// HealthEvery is how stale the health line may get; 0 means
+	// HealthEveryDefault.
+	HealthEvery time.Duration
 	// AllowActions turns on retry, resolve and lease release. Off, every
 	// action is refused by the server (403), whatever a request carries.
 	AllowActions bool
@@ -88,6 +104,7 @@ type Server struct {
 	tmpl    *template.Template
 	mux     *http.ServeMux
 	csrfKey []byte
+	health  healthCache
 
 	// Test hooks for the negative controls: a server that forgets a check
 	// must be caught by the tests that check it. Never set outside tests.

@@ -11,6 +11,8 @@
 // identity byte for byte, the dead letter, every event as a timeline, the
 // batch outcome it settled and the wake-up message ID), the parked records
 // across queues, and a chart of the last hour drawn as SVG by the server.
+// With Config.Health the overview also shows a health line: mend doctor's
+// checks (package doctor), run at most once per HealthEvery.
 // html/template renders everything; the stylesheet and a short reload
 // script are embedded in the binary. No page needs JavaScript.
 //

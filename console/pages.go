@@ -147,6 +147,7 @@ type overviewPage struct {
 	Lag        []TopicLag
 	LagOn      bool
 	LagErr     string
+	Health     *healthLine // nil without Config.Health
 	Chart      chart
 	ChartPart  bool
 }
@@ -338,6 +339,7 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			}
 		}
 	}
+	p.Health = s.healthNow(ctx)
 	return "overview", p, nil
 }
 

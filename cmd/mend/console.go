@@ -13,6 +13,8 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/console"
+	"github.com/mendq/mend/doctor"
+	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
@@ -109,7 +111,7 @@ func newConsoleCmd(a *app) *cobra.Command {
 		}
 		defer store.Close()
 		cfg := console.Config{Store: store, AllowActions: *allow, Auth: auth, PageSize: *pageSize, Logger: log, Redact: a.scrub.clean,
-			Hosts: consoleHosts(*listen, *external)}
+			Hosts: consoleHosts(*listen, *external), Health: consoleHealth(dsn)}
 		if *queueDSN != "" {
 			qdsn, grp := *queueDSN, *group
 			cfg.Lag = func(ctx context.Context) ([]console.TopicLag, error) {
@@ -169,4 +171,22 @@ func consoleHosts(listen string, external []string) []string {
 		}
 	}
 	return append(hosts, external...)
+}
+
+// consoleHealth is the console's health line: mend doctor's checks of
+// mend's database (package doctor, the same definitions as mend doctor and
+// mend run's start-up), run as the console's user. The grants check is
+// left out: it asks whether the user may do what mend run does, and the
+// console's user is often read-only by design (docs/console.md).
+func consoleHealth(dsn string) func(context.Context) []doctor.Check {
+	return func(ctx context.Context) []doctor.Check {
+		all, _ := doctor.Database(ctx, dsn, fence.TTLDefault)
+		out := all[:0:0]
+		for _, c := range all {
+			if c.Name != "grants" {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
 }

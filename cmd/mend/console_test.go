@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mendq/mend/doctor"
+	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/migrations"
 )
 
 // The console's exposure rules are refused as usage errors before any
@@ -74,5 +78,35 @@ func TestConsoleHosts(t *testing.T) {
 	}
 	if got := strings.Join(consoleHosts("10.0.0.5:8089", nil), " "); got != "10.0.0.5:8089" {
 		t.Errorf("consoleHosts(10.0.0.5:8089) = %q", got)
+	}
+}
+
+// TestConsoleHealth: the console's health line runs mend doctor's checks of
+// mend's database (package doctor) as the console's user, without the
+// grants check (the console's user may be read-only by design). A migrated
+// database passes them; one without mend's tables fails its schema check.
+func TestConsoleHealth(t *testing.T) {
+	t.Parallel()
+	byName := func(checks []doctor.Check) map[string]doctor.Check {
+		m := map[string]doctor.Check{}
+		for _, c := range checks {
+			m[c.Name] = c
+		}
+		return m
+	}
+	ok := byName(consoleHealth(mysqltest.NewDB(t, migrations.Up).DSN)(t.Context()))
+	if _, has := ok["grants"]; has {
+		t.Errorf("the console's health line has the grants check: %+v", ok["grants"])
+	}
+	for _, name := range []string{"connect", "server", "schema", "sql_mode", "identity columns", "time zone"} {
+		if c, has := ok[name]; !has && name != "connect" {
+			t.Errorf("no %q check in the console's health: %+v", name, ok)
+		} else if has && c.Status == doctor.Fail {
+			t.Errorf("%s fails on a migrated database: %+v", name, c)
+		}
+	}
+	empty := byName(consoleHealth(mysqltest.NewDB(t).DSN)(t.Context()))
+	if c := empty["schema"]; c.Status != doctor.Fail {
+		t.Errorf("schema on a database without mend's tables = %+v; want a failure", c)
 	}
 }
