@@ -122,7 +122,8 @@ func TestBuildDeadLetterFailsAndWakes(t *testing.T) {
 }
 
 // TestMergeOutcomeIsProtected covers F3: a reported success is honoured,
-// and a merging batch is never failed blindly.
+// and a merging batch is never failed blindly. Each case runs wired by hand
+// and through the front door.
 func TestMergeOutcomeIsProtected(t *testing.T) {
 	t.Parallel()
 
@@ -132,36 +133,39 @@ func TestMergeOutcomeIsProtected(t *testing.T) {
 	// mend deliberately differs: it honours SUCCEEDED.
 	t.Run("merge-signal SUCCEEDED makes a merging batch succeeded", func(t *testing.T) {
 		t.Parallel()
-		ctx := context.Background()
-		w := newWorld(t)
-		const q = "q-merge"
-		b5 := q + "/batch/5"
-		w.seed(t, q, b5, mend.BatchMerging, q+"/1", q+"/2")
-		a := w.actor(t, actorOpts{})
-		d := w.deadLetter(t, dead{topic: "merge-signal", partition: q, id: b5, payload: mergeResult(q, b5, "SUCCEEDED")})
-		res, err := w.intake(t, a.rec).Record(ctx, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Record.Target.Desired != mend.OutcomeSucceeded {
-			t.Fatalf("record target %+v; want the merge's success", res.Record.Target)
-		}
-		if b := w.batch(t, q, b5); b.State != string(mend.BatchSucceeded) || b.Version != 2 {
-			t.Fatalf("batch is %s at version %d; want succeeded at 2", b.State, b.Version)
-		}
-		w.requireMembership(t, q, b5)
-		w.requireFannedOut(t, q, b5, host.RequestLanded)
-		if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
-			t.Fatalf("record is %s; want done (no live batch to wake)", got)
-		}
-		if ups := w.wakeUps(t, q, true); len(ups) != 0 {
-			t.Fatalf("wake-ups %+v with no live batch", ups)
-		}
+		bothWays(t, func(t *testing.T, w *world, via func(string, actorOpts) worker) {
+			ctx := context.Background()
+			const q = "q-merge"
+			b5 := q + "/batch/5"
+			w.seed(t, q, b5, mend.BatchMerging, q+"/1", q+"/2")
+			m := via(q, actorOpts{})
+			d := w.deadLetter(t, dead{topic: "merge-signal", partition: q, id: b5, payload: mergeResult(q, b5, "SUCCEEDED")})
+			res, err := m.Record(ctx, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Record.Target.Desired != mend.OutcomeSucceeded {
+				t.Fatalf("record target %+v; want the merge's success", res.Record.Target)
+			}
+			if b := w.batch(t, q, b5); b.State != string(mend.BatchSucceeded) || b.Version != 2 {
+				t.Fatalf("batch is %s at version %d; want succeeded at 2", b.State, b.Version)
+			}
+			w.requireMembership(t, q, b5)
+			w.requireFannedOut(t, q, b5, host.RequestLanded)
+			if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
+				t.Fatalf("record is %s; want done (no live batch to wake)", got)
+			}
+			if ups := w.wakeUps(t, q, true); len(ups) != 0 {
+				t.Fatalf("wake-ups %+v with no live batch", ups)
+			}
+		})
 	})
 
 	t.Run("speculate dead letter leaves a merging batch alone, then parks", func(t *testing.T) {
 		t.Parallel()
-		waitThenPark(t, mend.BatchMerging, "speculate")
+		bothWays(t, func(t *testing.T, w *world, via func(string, actorOpts) worker) {
+			waitThenPark(t, w, via, mend.BatchMerging, "speculate")
+		})
 	})
 }
 
@@ -171,17 +175,18 @@ func TestMergeOutcomeIsProtected(t *testing.T) {
 // the grace period, with the batch untouched.
 func TestCancellingBatchIsWaitedOnThenParked(t *testing.T) {
 	t.Parallel()
-	waitThenPark(t, mend.BatchCancelling, "submitqueue-merge")
+	bothWays(t, func(t *testing.T, w *world, via func(string, actorOpts) worker) {
+		waitThenPark(t, w, via, mend.BatchCancelling, "submitqueue-merge")
+	})
 }
 
 // waitThenPark dead-letters a message of topic for a batch in state and
 // checks that the record waits, then parks after the grace period, without
 // the batch, its requests or its membership row being touched, and without
 // a wake-up.
-func waitThenPark(t *testing.T, state mend.BatchState, topic string) {
+func waitThenPark(t *testing.T, w *world, via func(string, actorOpts) worker, state mend.BatchState, topic string) {
 	t.Helper()
 	ctx := context.Background()
-	w := newWorld(t)
 	q := "q-" + string(state)
 	b7 := q + "/batch/7"
 	w.seed(t, q, b7, state, q+"/1")
@@ -191,9 +196,9 @@ func waitThenPark(t *testing.T, state mend.BatchState, topic string) {
 	}
 	// Time is injected through the database clock (makeDue, ageState), so
 	// the test never waits for the grace period to pass.
-	a := w.actor(t, actorOpts{grace: time.Hour, backoff: time.Hour})
+	m := via(q, actorOpts{grace: time.Hour, backoff: time.Hour})
 	d := w.deadLetter(t, dead{topic: topic, partition: q, id: b7 + "/" + topic, payload: batchMsg(q, b7), blame: []string{b7}})
-	res, err := w.intake(t, a.rec).Record(ctx, d)
+	res, err := m.Record(ctx, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +208,7 @@ func waitThenPark(t *testing.T, state mend.BatchState, topic string) {
 	}
 	// Checked again before the grace period ends: still waiting.
 	w.makeDue(t, src)
-	if _, err := a.rec.RunOnce(ctx); err != nil {
+	if _, err := m.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := w.record(t, src).State; got != mend.StateWaiting {
@@ -212,7 +217,7 @@ func waitThenPark(t *testing.T, state mend.BatchState, topic string) {
 	// The grace period passes.
 	w.ageState(t, src, 2*time.Hour)
 	w.makeDue(t, src)
-	if _, err := a.rec.RunOnce(ctx); err != nil {
+	if _, err := m.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rec := w.record(t, src)
@@ -241,50 +246,52 @@ func waitThenPark(t *testing.T, state mend.BatchState, topic string) {
 // TestConcludeFinishesFanOut covers F4: a conclude dead letter on a batch
 // that already succeeded lands its requests and leaves the batch alone. The
 // batch has lost its membership row (the host's transition stopped after
-// its CAS); finishing re-creates it, as the real EnsureRecord does.
+// its CAS); finishing re-creates it, as the real EnsureRecord does. Wired
+// by hand and through the front door.
 func TestConcludeFinishesFanOut(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	w := newWorld(t)
-	const q = "q-conclude"
-	b3, b4 := q+"/batch/3", q+"/batch/4"
-	w.seed(t, q, b3, mend.BatchSucceeded, q+"/1", q+"/2")
-	w.seed(t, q, b4, mend.BatchCreated, q+"/3")
-	if err := w.sq.DropMembership(ctx, q, string(mend.BatchSucceeded), b3); err != nil {
-		t.Fatal(err)
-	}
-	a := w.actor(t, actorOpts{})
-	d := w.deadLetter(t, dead{topic: "conclude", partition: q, id: b3 + "/conclude/merged", payload: batchMsg(q, b3)})
-	res, err := w.intake(t, a.rec).Record(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b := w.batch(t, q, b3); b.State != string(mend.BatchSucceeded) || b.Version != 1 {
-		t.Fatalf("batch is %s at version %d; a succeeded batch must never be overwritten", b.State, b.Version)
-	}
-	w.requireMembership(t, q, b3)
-	w.requireFannedOut(t, q, b3, host.RequestLanded)
-	rec := w.record(t, res.Record.Source)
-	if rec.State != mend.StateDone {
-		t.Fatalf("record is %s; want done", rec.State)
-	}
-	evs, err := w.store.RecordHistory(ctx, q, rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var settled struct {
-		Outcome   string `json:"outcome"`
-		Divergent bool   `json:"divergent"`
-	}
-	if err := json.Unmarshal(evs[1].Data, &settled); err != nil || evs[1].Kind != mend.EventSettled {
-		t.Fatalf("second event %s %s: %v", evs[1].Kind, evs[1].Data, err)
-	}
-	if settled.Outcome != "succeeded" || !settled.Divergent {
-		t.Fatalf("settled event = %+v; want outcome succeeded, divergence recorded", settled)
-	}
-	if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b4 {
-		t.Fatalf("wake-ups = %+v; want one for batch 4", ups)
-	}
+	bothWays(t, func(t *testing.T, w *world, via func(string, actorOpts) worker) {
+		ctx := context.Background()
+		const q = "q-conclude"
+		b3, b4 := q+"/batch/3", q+"/batch/4"
+		w.seed(t, q, b3, mend.BatchSucceeded, q+"/1", q+"/2")
+		w.seed(t, q, b4, mend.BatchCreated, q+"/3")
+		if err := w.sq.DropMembership(ctx, q, string(mend.BatchSucceeded), b3); err != nil {
+			t.Fatal(err)
+		}
+		m := via(q, actorOpts{})
+		d := w.deadLetter(t, dead{topic: "conclude", partition: q, id: b3 + "/conclude/merged", payload: batchMsg(q, b3)})
+		res, err := m.Record(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := w.batch(t, q, b3); b.State != string(mend.BatchSucceeded) || b.Version != 1 {
+			t.Fatalf("batch is %s at version %d; a succeeded batch must never be overwritten", b.State, b.Version)
+		}
+		w.requireMembership(t, q, b3)
+		w.requireFannedOut(t, q, b3, host.RequestLanded)
+		rec := w.record(t, res.Record.Source)
+		if rec.State != mend.StateDone {
+			t.Fatalf("record is %s; want done", rec.State)
+		}
+		evs, err := w.store.RecordHistory(ctx, q, rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var settled struct {
+			Outcome   string `json:"outcome"`
+			Divergent bool   `json:"divergent"`
+		}
+		if err := json.Unmarshal(evs[1].Data, &settled); err != nil || evs[1].Kind != mend.EventSettled {
+			t.Fatalf("second event %s %s: %v", evs[1].Kind, evs[1].Data, err)
+		}
+		if settled.Outcome != "succeeded" || !settled.Divergent {
+			t.Fatalf("settled event = %+v; want outcome succeeded, divergence recorded", settled)
+		}
+		if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b4 {
+			t.Fatalf("wake-ups = %+v; want one for batch 4", ups)
+		}
+	})
 }
 
 // TestConcurrentRedeliveries: one DLQ row handed to the intake 50 times at

@@ -8,7 +8,9 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/client"
+	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/reconcile"
 )
 
 // The inline-path scenarios again, with mend linked in through the front
@@ -21,11 +23,22 @@ import (
 // reads).
 func (w *world) frontDoor(t *testing.T, queue string) *client.Client {
 	t.Helper()
+	return w.frontDoorWith(t, queue, actorOpts{})
+}
+
+// frontDoorWith is frontDoor with an actor's grace period and backoff, as
+// the front door's Config takes them.
+func (w *world) frontDoorWith(t *testing.T, queue string, o actorOpts) *client.Client {
+	t.Helper()
 	ctx := context.Background()
 	if err := w.sq.Join(ctx, "orchestrator", host.WakeTopicDefault, queue); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Open(ctx, client.Config{DSN: w.mendDB.DSN, HostDSN: w.appDB.DSN, QueueDSN: w.queueDB.DSN})
+	cfg := client.Config{DSN: w.mendDB.DSN, HostDSN: w.appDB.DSN, QueueDSN: w.queueDB.DSN, Grace: o.grace}
+	if o.backoff > 0 {
+		cfg.RetryBase, cfg.RetryMax = o.backoff, o.backoff
+	}
+	c, err := client.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("client.Open: %v", err)
 	}
@@ -174,4 +187,45 @@ func TestFrontDoorLostWakeUpIsResent(t *testing.T) {
 		t.Fatalf("events = %v; want %v", got, want)
 	}
 	w.requireFannedOut(t, q, b1, host.RequestError)
+}
+
+// worker is how a scenario reaches mend: the parts wired by hand (an
+// actor's reconciler and an intake) or the front door. The scenarios that
+// take one run through both.
+type worker interface {
+	Record(ctx context.Context, d dlq.Delivery) (dlq.Result, error)
+	RunOnce(ctx context.Context) (reconcile.PassStats, error)
+}
+
+type handWired struct {
+	*dlq.Intake
+	rec *reconcile.Reconciler
+}
+
+func (h handWired) RunOnce(ctx context.Context) (reconcile.PassStats, error) {
+	return h.rec.RunOnce(ctx)
+}
+
+type viaFrontDoor struct{ *client.Client }
+
+func (f viaFrontDoor) RunOnce(ctx context.Context) (reconcile.PassStats, error) {
+	return f.Reconciler().RunOnce(ctx)
+}
+
+// bothWays runs a scenario with mend wired by hand and through the front
+// door, each on a world of its own.
+func bothWays(t *testing.T, scenario func(t *testing.T, w *world, via func(queue string, o actorOpts) worker)) {
+	t.Run("hand-wired", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		scenario(t, w, func(_ string, o actorOpts) worker {
+			a := w.actor(t, o)
+			return handWired{w.intake(t, a.rec), a.rec}
+		})
+	})
+	t.Run("front door", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		scenario(t, w, func(queue string, o actorOpts) worker { return viaFrontDoor{w.frontDoorWith(t, queue, o)} })
+	})
 }
