@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mendq/mend"
@@ -236,16 +237,45 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		}
 		off = n
 	}
-	failing, err := st.ConsoleFailingQueues(ctx, failingRead, failingShow)
+	// The reads that do not depend on this page's queues run at once, each
+	// on a connection of its own: the page costs the slowest, not the sum
+	// (docs/console.md, Performance).
+	var (
+		failing storage.FailingQueues
+		al      storage.ConsoleAlerts
+		run     storage.VerifyRun
+		runOK   bool
+		runErr  error
+		due     []storage.QueueAge
+		dueMore bool
+		lag     []TopicLag
+		lagErr  error
+	)
+	err := concurrently(
+		func() (err error) { failing, err = st.ConsoleFailingQueues(ctx, failingRead, failingShow); return err },
+		func() (err error) { al, err = st.ConsoleAlerts(ctx, alertParams); return err },
+		func() error {
+			run, runOK, runErr = st.VerifyRunLast(ctx)
+			if errors.Is(runErr, storage.ErrNoVerifyRuns) {
+				return nil
+			}
+			return runErr
+		},
+		func() (err error) { p.Totals, err = st.ConsoleTotals(ctx); return err },
+		func() (err error) { due, dueMore, err = st.ConsoleDueQueues(ctx, dueQueuesRead); return err },
+		func() error {
+			if s.cfg.Lag != nil {
+				lag, lagErr = s.cfg.Lag(ctx)
+			}
+			return nil // the host's queue database: shown on the page, never failing it
+		},
+		func() error { p.Health = s.healthNow(ctx); return nil },
+	)
 	if err != nil {
 		return "", nil, err
 	}
 	p.FailingAll, p.FailingRecs, p.FailingMore = len(failing.Queues), failing.Records, failing.Truncated
 	p.Failing = failing.Queues[:min(len(failing.Queues), failingShow)]
-	al, err := st.ConsoleAlerts(ctx, alertParams)
-	if err != nil {
-		return "", nil, err
-	}
 	p.AlertsMore = al.Truncated
 	for _, q := range al.Overdue {
 		p.Alerts = append(p.Alerts, alertRow{"MendRepairStuck", q.Queue, fmt.Sprintf("%d record(s) due for over %s, the oldest for %s", q.Count, dur(alertParams.OverdueAfter), dur(q.Age)), true})
@@ -256,23 +286,14 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	for _, q := range al.Parked {
 		p.Alerts = append(p.Alerts, alertRow{"MendRecordsParked", q.Queue, fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed", q.Count, dur(q.Age)), q.Age >= parkedPagesAfter})
 	}
-	switch run, ok, err := st.VerifyRunLast(ctx); {
-	case errors.Is(err, storage.ErrNoVerifyRuns):
+	switch {
+	case errors.Is(runErr, storage.ErrNoVerifyRuns):
 		p.VerifyNote = "mend's schema is before migration 0015: verify runs are not recorded (mend migrate up)"
-	case err != nil:
-		return "", nil, err
-	case ok:
+	case runOK:
 		p.Verify = &run
 		if run.Divergent > 0 {
 			p.Alerts = append(p.Alerts, alertRow{Rule: "MendVerifyDivergent", Detail: fmt.Sprintf("the last mend verify (%s ago) found %d record(s) whose row differs from their events: see docs/operations.md (mend verify --rebuild)", dur(run.Age), run.Divergent)})
 		}
-	}
-	if p.Totals, err = st.ConsoleTotals(ctx); err != nil {
-		return "", nil, err
-	}
-	due, dueMore, err := st.ConsoleDueQueues(ctx, dueQueuesRead)
-	if err != nil {
-		return "", nil, err
 	}
 	stuck := orderStuck(failing.Queues, al, due)
 	p.Stuck, p.StuckMore = len(stuck), dueMore
@@ -303,13 +324,14 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			p.Next = "/?" + url.Values{"after": {next}}.Encode()
 		}
 	}
-	qs, part, err := st.ConsoleQueueStatus(ctx, names)
-	if err != nil {
-		return "", nil, err
-	}
-	p.CountsPart = part
-	act, err := st.ConsoleActivity(ctx, chartMinutes, names)
-	if err != nil {
+	var (
+		qs  []storage.QueueStatus
+		act storage.ConsoleActivity
+	)
+	if err := concurrently(
+		func() (err error) { qs, p.CountsPart, err = st.ConsoleQueueStatus(ctx, names); return err },
+		func() (err error) { act, err = st.ConsoleActivity(ctx, chartMinutes, names); return err },
+	); err != nil {
 		return "", nil, err
 	}
 	p.Latency, p.Chart, p.ChartPart = act.Latency, makeChart(act.Minutes), act.Truncated
@@ -323,11 +345,10 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	}
 	if s.cfg.Lag != nil {
 		p.LagOn = true
-		lag, err := s.cfg.Lag(ctx)
-		if err != nil {
+		if lagErr != nil {
 			// The queue database is the host's: its outage must not hide
 			// mend's own state.
-			p.LagErr = err.Error()
+			p.LagErr = lagErr.Error()
 			if s.cfg.Redact != nil {
 				p.LagErr = s.cfg.Redact(p.LagErr)
 			}
@@ -339,8 +360,24 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			}
 		}
 	}
-	p.Health = s.healthNow(ctx)
 	return "overview", p, nil
+}
+
+// concurrently runs fns at once and waits for all of them; the error is
+// the first in fns' order that failed.
+func concurrently(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // restNames returns up to n queue names after after, by name, leaving out
