@@ -123,7 +123,7 @@ test-vitess-failover: ## Run the failover scenario (storm through vtgate, Planne
 # stuck. make test skips the package (it needs MEND_TEST_REALQUEUE=1). RUN= selects tests (go test -run).
 RUN ?= .
 .PHONY: test-realqueue
-test-realqueue: ## Run the real-queue suite: uber/submitqueue's own services from source, mend beside them, on MySQL (first build ~1 min; ~12 min)
+test-realqueue: ## Run the real-queue suite: uber/submitqueue's own services from source, mend beside them, on MySQL (first build ~1 min; ~14 min)
 	MEND_TEST_ENGINE=mysql bash scripts/ensure-mysql.sh
 	@start=$$(date +%s); status=0; \
 	MEND_TEST_REALQUEUE=1 MEND_TEST_ENGINE=mysql $(GO) test -race -count=1 -timeout=30m -v -run '$(RUN)' ./itest/realqueue/ || status=$$?; \
