@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 
@@ -10,10 +11,18 @@ import (
 
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/internal/testserver"
 	"github.com/mendq/mend/migrations"
 )
 
 func TestMain(m *testing.M) {
+	// The Examples need a server and cannot skip as a test does: without
+	// one (and outside CI, where that is a failure) the package skips whole,
+	// saying why, as its tests would one by one.
+	if c := testserver.Discover(testserver.SystemProbes()); c.Backend == testserver.BackendNone && !c.Fatal {
+		fmt.Printf("client: no test server (%s); skipping the package, Examples included\n", c.Reason)
+		os.Exit(0)
+	}
 	mysqltest.Main(m, func() error { return goleak.Find() })
 }
 
