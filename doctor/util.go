@@ -21,7 +21,11 @@ func oneLine(s string) string {
 	return strings.ReplaceAll(s, "\n", "; ")
 }
 
-func fmtAge(d time.Duration) string {
+func fmtAge(d time.Duration) string { return FormatAge(d) }
+
+// FormatAge prints a duration for people as doctor and mend's other
+// commands print ages: "-" for zero or less, else rounded to its scale.
+func FormatAge(d time.Duration) string {
 	if d <= 0 {
 		return "-"
 	}

@@ -91,34 +91,35 @@ func TestLostWakeUpIsResent(t *testing.T) {
 // TestBuildDeadLetterFailsAndWakes: dead letters of other stages wake the
 // queue too (F2). A build message is partitioned by its batch ID, not the
 // queue, and has a unique ID; the record is still filed under the queue its
-// payload names.
+// payload names. Wired by hand and through the front door.
 func TestBuildDeadLetterFailsAndWakes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	w := newWorld(t)
-	const q = "q-build"
-	b10, b11 := q+"/batch/10", q+"/batch/11"
-	w.seed(t, q, b10, mend.BatchSpeculating, q+"/1")
-	w.seed(t, q, b11, mend.BatchCreated, q+"/2")
-	a := w.actor(t, actorOpts{})
-	d := w.deadLetter(t, dead{topic: "build", partition: b10, id: b10 + "@1764482400000000000-1", payload: batchMsg(q, b10)})
-	res, err := w.intake(t, a.rec).Record(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Record.Source.Queue != q {
-		t.Fatalf("record filed under queue %q; want %q", res.Record.Source.Queue, q)
-	}
-	if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
-		t.Fatalf("record is %s; want done by the inline repair", got)
-	}
-	if got := w.batchState(t, q, b10); got != mend.BatchFailed {
-		t.Fatalf("batch 10 is %s; want failed", got)
-	}
-	w.requireFannedOut(t, q, b10, host.RequestError)
-	if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b11 {
-		t.Fatalf("wake-ups = %+v; want one for batch 11", ups)
-	}
+	bothWays(t, func(t *testing.T, w *world, via func(string, actorOpts) worker) {
+		ctx := context.Background()
+		const q = "q-build"
+		b10, b11 := q+"/batch/10", q+"/batch/11"
+		w.seed(t, q, b10, mend.BatchSpeculating, q+"/1")
+		w.seed(t, q, b11, mend.BatchCreated, q+"/2")
+		m := via(q, actorOpts{})
+		d := w.deadLetter(t, dead{topic: "build", partition: b10, id: b10 + "@1764482400000000000-1", payload: batchMsg(q, b10)})
+		res, err := m.Record(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Record.Source.Queue != q {
+			t.Fatalf("record filed under queue %q; want %q", res.Record.Source.Queue, q)
+		}
+		if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
+			t.Fatalf("record is %s; want done by the inline repair", got)
+		}
+		if got := w.batchState(t, q, b10); got != mend.BatchFailed {
+			t.Fatalf("batch 10 is %s; want failed", got)
+		}
+		w.requireFannedOut(t, q, b10, host.RequestError)
+		if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b11 {
+			t.Fatalf("wake-ups = %+v; want one for batch 11", ups)
+		}
+	})
 }
 
 // TestMergeOutcomeIsProtected covers F3: a reported success is honoured,

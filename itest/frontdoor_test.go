@@ -46,37 +46,6 @@ func (w *world) frontDoorWith(t *testing.T, queue string, o actorOpts) *client.C
 	return c
 }
 
-// TestFrontDoorBuildDeadLetterFailsAndWakes is TestBuildDeadLetterFailsAndWakes
-// through the front door.
-func TestFrontDoorBuildDeadLetterFailsAndWakes(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	w := newWorldWith(t, worldOpts{splitQueue: true})
-	const q = "q-build"
-	b10, b11 := q+"/batch/10", q+"/batch/11"
-	w.seed(t, q, b10, mend.BatchSpeculating, q+"/1")
-	w.seed(t, q, b11, mend.BatchCreated, q+"/2")
-	c := w.frontDoor(t, q)
-	d := w.deadLetter(t, dead{topic: "build", partition: b10, id: b10 + "@1764482400000000000-1", payload: batchMsg(q, b10)})
-	res, err := c.Record(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Record.Source.Queue != q {
-		t.Fatalf("record filed under queue %q; want %q", res.Record.Source.Queue, q)
-	}
-	if got := w.record(t, res.Record.Source).State; got != mend.StateDone {
-		t.Fatalf("record is %s; want done by the inline repair", got)
-	}
-	if got := w.batchState(t, q, b10); got != mend.BatchFailed {
-		t.Fatalf("batch 10 is %s; want failed", got)
-	}
-	w.requireFannedOut(t, q, b10, host.RequestError)
-	if ups := w.wakeUps(t, q, true); len(ups) != 1 || ups[0].Batch.ID != b11 {
-		t.Fatalf("wake-ups = %+v; want one for batch 11", ups)
-	}
-}
-
 // TestFrontDoorConcurrentRedeliveries is TestConcurrentRedeliveries through
 // the front door: one DLQ row recorded 50 times at once gives one record,
 // one settle and one wake-up.

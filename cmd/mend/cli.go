@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 )
@@ -491,20 +492,9 @@ func requireFlag(name, value string) error {
 	return nil
 }
 
-// fmtAge prints a duration for people: "-" for zero, else rounded.
-func fmtAge(d time.Duration) string {
-	if d <= 0 {
-		return "-"
-	}
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	default:
-		return d.Round(time.Minute).String()
-	}
-}
+// fmtAge prints a duration for people: "-" for zero, else rounded, as
+// doctor's checks print it.
+func fmtAge(d time.Duration) string { return doctor.FormatAge(d) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
