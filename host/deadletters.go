@@ -39,6 +39,10 @@ func OpenDeadLetters(ctx context.Context, queueDSN string) (*DeadLetters, error)
 // Close closes the connection pool.
 func (d *DeadLetters) Close() error { return d.db.Close() }
 
+// DB is the pool, with mend's session settings, for other reads of the
+// queue database (the binary-log reader's reads of the server's state).
+func (d *DeadLetters) DB() *sql.DB { return d.db }
+
 // DeadLetterFilter narrows DeadLetters.Page. The zero value reads every
 // dead letter.
 type DeadLetterFilter struct {

@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { mysqltest.Main(m) }
 
 // allTables is every table mend's migrations create, sorted.
-var allTables = []string{"mend_events", "mend_lease_history", "mend_leases", "mend_records", "mend_schema_migrations", "mend_verify_runs"}
+var allTables = []string{"mend_binlog_positions", "mend_events", "mend_lease_history", "mend_leases", "mend_records", "mend_schema_migrations", "mend_verify_runs"}
 
 func TestSchema(t *testing.T) {
 	t.Parallel()

@@ -6,8 +6,9 @@ import "regexp"
 // reconcilers ("mend-reconcile/replica/NN", reconcile.ReplicaSlotName) and
 // the subscription's replicas ("mend-subscribe/<group>/replica/NN",
 // subscribe.SlotName) hold in mend_leases beside the queues' leases to
-// count and divide the work.
-var slotLeaseRE = regexp.MustCompile(`^mend-(reconcile|subscribe/.+)/replica/[0-9]{2,}$`)
+// count and divide the work, and the binary-log reader's one lease per
+// queue database ("mend-binlog/<source>", binlog.LeaseName).
+var slotLeaseRE = regexp.MustCompile(`^mend-(reconcile|subscribe/.+)/replica/[0-9]{2,}$|^mend-binlog/.+$`)
 
 // SlotLease reports whether a lease name is one of mend's own slot leases
 // rather than a queue's. A queue of that name could exist; Status tells the

@@ -341,6 +341,28 @@ func (s *Subscriber) park(ctx context.Context, r dlq.Row, cause error) error {
 	if s.cfg.Hooks.OnUnrecordable != nil {
 		s.cfg.Hooks.OnUnrecordable(r.Topic, r.PartitionKey, r.Offset, cause)
 	}
+	p := StandIn(r, cause, fmt.Sprintf("This parked stand-in keeps it visible so the %q group's watermark could pass it", s.cfg.Group), s.cfg.Actor)
+	src := p.Source
+	_, _, err := s.cfg.Parker.RecordCreate(ctx, p)
+	if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) && !planted.parkSwallows {
+		return fmt.Errorf("subscribe: park the stand-in for offset %d of %s/%q: %w", r.Offset, r.Topic, r.PartitionKey, err)
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "a dead letter could not be recorded, nor its stand-in; passing it so the watermark does not stall",
+			"topic", r.Topic, "partition", r.PartitionKey, "offset", r.Offset, "cause", cause, "err", err)
+		return nil
+	}
+	s.log.WarnContext(ctx, "a dead letter could not be recorded as itself; recorded a parked stand-in naming its offset",
+		"topic", r.Topic, "partition", r.PartitionKey, "offset", r.Offset, "message_id", src.MessageID, "cause", cause)
+	return nil
+}
+
+// StandIn is the parked record that stands in for a dead-letter row mend
+// could not record as itself (cause): a record under the row's queue where
+// that is a valid name (else dlq.QueueUnresolved) whose message ID names
+// the row's offset, with why (what the stand-in lets the reader do) in its
+// reason. The binary-log reader (package binlog) parks with it too.
+func StandIn(r dlq.Row, cause error, why, actor string) mend.CreateParams {
 	src := mend.SourceID{Queue: dlq.QueueUnresolved, Topic: r.Topic, Partition: r.PartitionKey,
 		MessageID: fmt.Sprintf("mend-subscribe/unrecordable/offset/%d", r.Offset)}
 	d := r.Delivery()
@@ -353,26 +375,14 @@ func (s *Subscriber) park(ctx context.Context, r dlq.Row, cause error) error {
 	if mend.ValidateIdentity("topic", src.Topic, true) != nil {
 		src.Topic = "(unrecordable)" + dlq.DLQSuffix
 	}
-	reason := fmt.Sprintf("subscribe: the dead letter at offset %d of the host's queue_messages (topic %q, partition %q, id %q, %d payload bytes) could not be recorded as itself: %v. "+
-		"This parked stand-in keeps it visible so the %q group's watermark could pass it; the row itself stays in queue_messages only until the host's GC removes it: copy what you need from it now.",
-		r.Offset, clip(r.Topic, 300), clip(r.PartitionKey, 300), clip(r.ID, 300), len(r.Payload), cause, s.cfg.Group)
+	reason := fmt.Sprintf("the dead letter at offset %d of the host's queue_messages (topic %q, partition %q, id %q, %d payload bytes) could not be recorded as itself: %v. "+
+		"%s; the row itself stays in queue_messages only until the host's GC removes it: copy what you need from it now.",
+		r.Offset, clip(r.Topic, 300), clip(r.PartitionKey, 300), clip(r.ID, 300), len(r.Payload), cause, why)
 	snap := mend.Snapshot{OriginalTopic: d.OriginalTopic, FailureCount: d.FailureCount, LastError: clip(d.LastError, 4096), FailedAt: d.FailedAt, Subjects: d.Subjects}
 	if snap.OriginalTopic == "" || mend.ValidateIdentity("original_topic", snap.OriginalTopic, false) != nil {
 		snap.OriginalTopic = dlq.BaseTopic(src.Topic)
 	}
-	_, _, err := s.cfg.Parker.RecordCreate(ctx, mend.CreateParams{Source: src, Snapshot: snap, State: mend.StateParked, Reason: reason,
-		OpID: mend.NewOpID(), Actor: s.cfg.Actor})
-	if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) && !planted.parkSwallows {
-		return fmt.Errorf("subscribe: park the stand-in for offset %d of %s/%q: %w", r.Offset, r.Topic, r.PartitionKey, err)
-	}
-	if err != nil {
-		s.log.ErrorContext(ctx, "a dead letter could not be recorded, nor its stand-in; passing it so the watermark does not stall",
-			"topic", r.Topic, "partition", r.PartitionKey, "offset", r.Offset, "cause", cause, "err", err)
-		return nil
-	}
-	s.log.WarnContext(ctx, "a dead letter could not be recorded as itself; recorded a parked stand-in naming its offset",
-		"topic", r.Topic, "partition", r.PartitionKey, "offset", r.Offset, "message_id", src.MessageID, "cause", cause)
-	return nil
+	return mend.CreateParams{Source: src, Snapshot: snap, State: mend.StateParked, Reason: reason, OpID: mend.NewOpID(), Actor: actor}
 }
 
 func clip(s string, n int) string {

@@ -32,7 +32,9 @@ const (
 // serverFlags are the settings every server runs with: utf8mb4 and strict mode like
 // production, durability relaxed to flush-at-commit=2, which still keeps every acknowledged
 // commit across a SIGKILL of the server process. The collation is left to each engine's
-// default for utf8mb4 (see ServerFlags), as production servers leave it.
+// default for utf8mb4 (see ServerFlags), as production servers leave it. The binary log is on,
+// in ROW format with full images (binlogFlags), as MySQL 8+ has it by default and as mend's
+// binlog mode (issue 44) reads it: every suite runs beside it, as production does.
 var serverFlags = []string{
 	"--bind-address=127.0.0.1",
 	"--skip-name-resolve",
@@ -40,7 +42,6 @@ var serverFlags = []string{
 	"--sql-mode=STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
 	"--innodb-flush-log-at-trx-commit=2",
 	"--innodb-buffer-pool-size=128M",
-	"--skip-log-bin",
 	"--performance-schema=OFF",
 	"--max-connections=500",
 }
@@ -52,8 +53,20 @@ var serverFlags = []string{
 // utf8mb4_uca1400_ai_ci on MariaDB 11.8 (its character_set_collations; PAD SPACE),
 // utf8mb4_0900_ai_ci on MySQL 8+ (NO PAD).
 func ServerFlags(flavor string) []string {
-	_ = flavor // the same for both today; the parameter keeps callers explicit
-	return append([]string(nil), serverFlags...)
+	return append(append([]string(nil), serverFlags...), binlogFlags(flavor)...)
+}
+
+// binlogFlags turn the binary log on: a server_id of 1 (mend's reader registers with its own),
+// ROW format (MariaDB's default is MIXED; MySQL's is ROW, and naming binlog_format there is
+// deprecated), full row images (both engines' default), sync_binlog=0 (durability as relaxed
+// as flush-at-commit=2), and stored functions and triggers creatable without SUPER, as tests
+// create them.
+func binlogFlags(flavor string) []string {
+	f := []string{"--log-bin=mend-bin", "--server-id=1", "--sync-binlog=0", "--log-bin-trust-function-creators=1"}
+	if flavor == "mariadb" {
+		f = append(f, "--binlog-format=ROW")
+	}
+	return f
 }
 
 // binaryDirs are searched after PATH, in order.

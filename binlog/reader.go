@@ -1,0 +1,447 @@
+package binlog
+
+import (
+	"context"
+	"crypto/tls"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/fence"
+	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
+)
+
+// Why the reader started over from the tables' contents (the first words of
+// a reset's reason; storage.BinlogPosition.ResetReason).
+const (
+	ResetFirstStart = "first start"
+	ResetPurged     = "the saved position was purged"
+	ResetFailover   = "the server changed and the position has no GTIDs"
+	ResetFlavor     = "the server's flavor changed"
+)
+
+// ErrPurged matches a reset because the server no longer has the saved
+// position's events (mend was stopped longer than the server keeps its
+// binary log). Dead letters committed and collected by the host's GC in
+// that gap are lost; those the tables still hold were imported.
+var ErrPurged = errors.New("binlog: the saved position was purged from the server's binary log")
+
+// Status is what the reader reports of itself (mend status, the console,
+// the metrics).
+type Status struct {
+	Role     string // "reader", "standby" or "stopped"
+	Position storage.BinlogPosition
+	// CaughtUp: the server said it had nothing more to send (a heartbeat)
+	// since the last event. Lag is how far behind the last event read was
+	// when it was read (0 when caught up).
+	CaughtUp bool
+	Lag      time.Duration
+	// Retention is the server's binlog_expire_logs_seconds.
+	Retention time.Duration
+	// Resets and Purges count start-overs since the process started;
+	// Recorded the dead letters recorded (created or already there).
+	Resets, Purges, Recorded, Parked int64
+	LastErr                          string
+}
+
+// Reader streams the queue database server's binary log and records every
+// dead letter committed into queue_messages.
+type Reader struct {
+	cfg Config
+	log interface {
+		InfoContext(context.Context, string, ...any)
+		WarnContext(context.Context, string, ...any)
+		ErrorContext(context.Context, string, ...any)
+	}
+
+	mu     sync.Mutex
+	status Status
+}
+
+// New checks cfg and returns a Reader. It connects to nothing.
+func New(cfg Config) (*Reader, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Reader{cfg: cfg, log: cfg.Log}
+	r.status.Role = "stopped"
+	r.status.Position.Name = LeaseName(cfg.Source)
+	return r, nil
+}
+
+// Status returns the reader's status now.
+func (r *Reader) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+func (r *Reader) setStatus(f func(*Status)) {
+	r.mu.Lock()
+	f(&r.status)
+	r.mu.Unlock()
+}
+
+// Run reads until ctx ends: it takes the reader's lease (standing by while
+// another replica holds it), resumes from the saved position (or starts
+// over from the tables, see Reset*), and streams. A failure of the server,
+// of mend's store or of the lease ends the term and starts again after a
+// pause. It returns ctx's error, or an error that retrying cannot fix
+// (ErrConfig, a server without a binary log).
+func (r *Reader) Run(ctx context.Context) error {
+	defer r.setStatus(func(s *Status) { s.Role = "stopped" })
+	backoff := r.cfg.StandbyPoll
+	for ctx.Err() == nil {
+		le, err := r.cfg.Fence.TryAcquire(ctx, LeaseName(r.cfg.Source))
+		if err != nil {
+			if !errors.Is(err, mend.ErrLeaseHeld) {
+				r.failed(ctx, fmt.Errorf("binlog: take the reader's lease: %w", err))
+			}
+			r.setStatus(func(s *Status) { s.Role = "standby" })
+			sleep(ctx, r.cfg.StandbyPoll)
+			continue
+		}
+		r.setStatus(func(s *Status) { s.Role = "reader" })
+		err = r.lead(ctx, le)
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = le.Release(relCtx)
+		cancel()
+		r.setStatus(func(s *Status) { s.Role = "standby" })
+		if ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, ErrConfig) || errors.Is(err, errNoBinlog) {
+			return err
+		}
+		if err != nil {
+			r.failed(ctx, err)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, time.Minute)
+			continue
+		}
+		backoff = r.cfg.StandbyPoll
+	}
+	return ctx.Err()
+}
+
+func (r *Reader) failed(ctx context.Context, err error) {
+	r.setStatus(func(s *Status) { s.LastErr = err.Error() })
+	r.log.WarnContext(ctx, "binlog reader: will retry", "err", err)
+	if r.cfg.Hooks.OnFailed != nil {
+		r.cfg.Hooks.OnFailed(err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+var errNoBinlog = errors.New("binlog: the queue database server cannot be read in binlog mode")
+
+// term is one lease term's reading: the host connection, the position,
+// and the rows committed but not yet recorded.
+type term struct {
+	r     *Reader
+	lease *fence.Lease
+	db    *sql.DB // the queue database, for the server's state
+	dl    *host.DeadLetters
+	srv   Server
+	pos   storage.BinlogPosition // what is recorded and saved
+	read  storage.BinlogPosition // what has been read (pending rows up to it)
+
+	pending   []dlq.Row
+	failures  map[mend.SourceID]int
+	savedAt   time.Time
+	flushDue  time.Time
+	columns   map[uint64][]string
+	inTxn     bool
+	txnRows   []dlq.Row
+	txnGTID   func() // adds the open transaction's GTID to read's set
+	mysqlSet  *gomysql.MysqlGTIDSet
+	mariaSet  *gomysql.MariadbGTIDSet
+	lastEvent time.Time
+}
+
+// lead is one lease term.
+func (r *Reader) lead(ctx context.Context, le *fence.Lease) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-le.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	dl, err := host.OpenDeadLetters(ctx, r.cfg.Server.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("binlog: the queue database: %w", err)
+	}
+	defer dl.Close()
+	t := &term{r: r, lease: le, db: dl.DB(), dl: dl, failures: map[mend.SourceID]int{}, columns: map[uint64][]string{}}
+	err = t.run(ctx)
+	if le.Err() != nil {
+		return fmt.Errorf("binlog: the reader's lease ended: %w", le.Err())
+	}
+	return err
+}
+
+func (t *term) run(ctx context.Context) error {
+	r := t.r
+	srv, err := Probe(ctx, t.db)
+	if err != nil {
+		return err
+	}
+	if p := srv.Problems(); len(p) > 0 {
+		return fmt.Errorf("%w: %s", errNoBinlog, p[0])
+	}
+	t.srv = srv
+	r.setStatus(func(s *Status) { s.Retention = srv.Retention })
+	saved, err := r.cfg.Store.BinlogPositionGet(ctx, LeaseName(r.cfg.Source))
+	switch {
+	case errors.Is(err, mend.ErrNotFound):
+		return t.reset(ctx, ResetFirstStart, false)
+	case err != nil:
+		return err
+	}
+	t.pos = saved
+	if reason, purged := t.resumable(saved); reason != "" {
+		return t.reset(ctx, reason, purged)
+	}
+	err = t.stream(ctx, saved)
+	if isPurged(err) {
+		return t.reset(ctx, fmt.Sprintf("%s: %v", ResetPurged, err), true)
+	}
+	return err
+}
+
+// resumable says why the saved position cannot be resumed on this server
+// ("" if it can), and whether that is because it was purged.
+func (t *term) resumable(p storage.BinlogPosition) (string, bool) {
+	srv := t.srv
+	switch {
+	case p.Flavor != srv.Flavor:
+		return fmt.Sprintf("%s: the position was saved on %s, the server is %s", ResetFlavor, p.Flavor, srv.Flavor), false
+	case p.ServerUUID == srv.Identity && p.File != "":
+		if !srv.Has(p.File) {
+			return fmt.Sprintf("%s: the server no longer has %s (its oldest is %s)", ResetPurged, p.File, first(srv.Files)), true
+		}
+		return "", false
+	case p.GTIDSet == "" || !srv.GTIDs:
+		// A file and offset of another server mean nothing here: never
+		// guess where they would be.
+		return fmt.Sprintf("%s: the position is %s:%d on %s, the server is %s; a file and offset are not portable between servers (turn gtid_mode=ON to resume across a failover)",
+			ResetFailover, p.File, p.Pos, p.ServerUUID, srv.Identity), false
+	case srv.Flavor == "mysql" && srv.Purged != "" && !gtidContains(srv.Flavor, p.GTIDSet, srv.Purged):
+		return fmt.Sprintf("%s: the server purged GTIDs %s, not all of them in the saved set", ResetPurged, srv.Purged), true
+	}
+	return "", false
+}
+
+func first(ss []string) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	return ss[0]
+}
+
+// gtidContains reports whether set contains sub (both in flavor's syntax);
+// false when either does not parse.
+func gtidContains(flavor, set, sub string) bool {
+	a, err := gomysql.ParseGTIDSet(flavor, set)
+	if err != nil {
+		return false
+	}
+	b, err := gomysql.ParseGTIDSet(flavor, sub)
+	if err != nil {
+		return false
+	}
+	return a.Contain(b)
+}
+
+// isPurged reports the server's answer to a dump from a position it no
+// longer has (ER_MASTER_FATAL_ERROR_READING_BINLOG).
+func isPurged(err error) bool {
+	var me *gomysql.MyError
+	return errors.As(err, &me) && me.Code == gomysql.ER_MASTER_FATAL_ERROR_READING_BINLOG
+}
+
+// reset starts over from the tables: the start of the binary log file the
+// server writes now (every transaction before it committed before the file
+// began), then an import of every dead letter the tables hold, then the
+// stream from that file's start. Nothing committed is skipped: a dead
+// letter before the file is in the tables (unless the host collected it,
+// which no reader could prevent), one after it is in the stream, and one in
+// both is recorded once.
+func (t *term) reset(ctx context.Context, reason string, purged bool) error {
+	r := t.r
+	srv, err := Probe(ctx, t.db)
+	if err != nil {
+		return err
+	}
+	t.srv = srv
+	if srv.Current == "" {
+		return fmt.Errorf("%w: the server lists no binary log file", errNoBinlog)
+	}
+	if purged {
+		r.log.ErrorContext(ctx, "binlog reader: the saved position is gone from the server's binary log; dead letters committed and collected while mend was behind are lost. Importing what the tables hold, then reading on",
+			"reason", reason, "saved", t.pos.File, "saved_gtids", t.pos.GTIDSet, "retention", srv.Retention)
+	} else {
+		r.log.WarnContext(ctx, "binlog reader: starting over from the tables", "reason", reason)
+	}
+	r.setStatus(func(s *Status) {
+		s.Resets++
+		if purged {
+			s.Purges++
+		}
+	})
+	if r.cfg.Hooks.OnReset != nil {
+		r.cfg.Hooks.OnReset(reason, purged)
+	}
+	start := storage.BinlogPosition{Name: LeaseName(r.cfg.Source), Flavor: srv.Flavor, ServerUUID: srv.Identity,
+		File: srv.Current, Pos: 4, ResetReason: reason, ResetAt: r.cfg.Now().UTC()}
+	if err := t.importTables(ctx); err != nil {
+		return err
+	}
+	// The GTID set at the file's start comes with the stream (its
+	// Previous_gtids or Gtid_list event); the position is saved once the
+	// stream has read it.
+	t.pos = start
+	return t.stream(ctx, start)
+}
+
+// importTables records every dead letter queue_messages holds now, in
+// pages, as mend import does.
+func (t *term) importTables(ctx context.Context) error {
+	dl := t.dl
+	var after uint64
+	for {
+		page, err := dl.Page(ctx, host.DeadLetterFilter{}, after, t.r.cfg.BatchRows)
+		if err != nil {
+			return fmt.Errorf("binlog: import the dead letters the tables hold: %w", err)
+		}
+		if len(page.Rows) > 0 {
+			if err := t.record(ctx, page.Rows); err != nil {
+				return err
+			}
+		}
+		after = page.Next
+		if page.Done || len(page.Rows) == 0 {
+			return nil
+		}
+	}
+}
+
+// record records rows (in commit order) durably, parking those the intake
+// refuses for good or that failed ParkAfter times in a row. It returns an
+// error, recording nothing more, when the whole call failed or a row
+// failed for a reason that may pass: the position stays before them and
+// they are recorded again (create-if-absent makes that harmless).
+func (t *term) record(ctx context.Context, rows []dlq.Row) error {
+	r := t.r
+	ds := make([]dlq.Delivery, len(rows))
+	for i, row := range rows {
+		ds[i] = row.Delivery()
+	}
+	results, err := r.cfg.Intake.RecordMany(ctx, ds)
+	if err != nil {
+		return fmt.Errorf("binlog: record %d dead letters: %w", len(rows), err)
+	}
+	parked := 0
+	for i, res := range results {
+		if res.Err == nil {
+			delete(t.failures, ds[i].Source)
+			continue
+		}
+		mismatch := errors.Is(res.Err, mend.ErrIdentityMismatch)
+		if !mismatch && !errors.Is(res.Err, mend.ErrInvalid) {
+			t.failures[ds[i].Source]++
+			if t.failures[ds[i].Source] < r.cfg.ParkAfter {
+				return fmt.Errorf("binlog: record offset %d of %s/%q (failure %d of %d before it is parked): %w",
+					rows[i].Offset, rows[i].Topic, rows[i].PartitionKey, t.failures[ds[i].Source], r.cfg.ParkAfter, res.Err)
+			}
+		}
+		if err := t.park(ctx, rows[i], res.Err); err != nil {
+			return err
+		}
+		delete(t.failures, ds[i].Source)
+		parked++
+	}
+	r.setStatus(func(s *Status) { s.Recorded += int64(len(rows) - parked); s.Parked += int64(parked) })
+	if r.cfg.Hooks.OnRecorded != nil {
+		r.cfg.Hooks.OnRecorded(rows, parked)
+	}
+	return nil
+}
+
+// park records the stand-in of a row the intake could not record.
+func (t *term) park(ctx context.Context, row dlq.Row, cause error) error {
+	p := standIn(row, cause, t.r.cfg.Actor)
+	_, _, err := t.r.cfg.Parker.RecordCreate(ctx, p)
+	if err != nil && !errors.Is(err, mend.ErrInvalid) && !errors.Is(err, mend.ErrIdentityMismatch) {
+		return fmt.Errorf("binlog: park the stand-in for offset %d of %s/%q: %w", row.Offset, row.Topic, row.PartitionKey, err)
+	}
+	if err != nil {
+		t.r.log.ErrorContext(ctx, "binlog reader: a dead letter could not be recorded, nor its stand-in; passing it",
+			"topic", row.Topic, "partition", row.PartitionKey, "offset", row.Offset, "cause", cause, "err", err)
+		return nil
+	}
+	t.r.log.WarnContext(ctx, "binlog reader: a dead letter could not be recorded as itself; recorded a parked stand-in naming its offset",
+		"topic", row.Topic, "partition", row.PartitionKey, "offset", row.Offset, "message_id", p.Source.MessageID, "cause", cause)
+	return nil
+}
+
+// syncerConfig is the replication connection's configuration.
+func (t *term) syncerConfig() (replication.BinlogSyncerConfig, error) {
+	c := t.r.cfg.Server
+	hostname, portText, err := net.SplitHostPort(c.Addr)
+	if err != nil || c.Net == "unix" {
+		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: binlog mode needs a TCP address in the queue database DSN (tcp(host:port)), not %s(%s)", ErrConfig, c.Net, c.Addr)
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: the queue database port %q: %v", ErrConfig, portText, err)
+	}
+	var tlsCfg *tls.Config
+	if c.TLS != nil {
+		tlsCfg = c.TLS.Clone()
+	}
+	return replication.BinlogSyncerConfig{
+		ServerID:         t.r.cfg.ServerID,
+		Flavor:           t.srv.Flavor,
+		Host:             hostname,
+		Port:             uint16(port),
+		User:             c.User,
+		Password:         c.Passwd,
+		TLSConfig:        tlsCfg,
+		HeartbeatPeriod:  t.r.cfg.Heartbeat,
+		ReadTimeout:      3*t.r.cfg.Heartbeat + 10*time.Second,
+		DisableRetrySync: true,
+		UseDecimal:       false,
+		FillZeroLogPos:   t.srv.Flavor == "mariadb",
+		Logger:           discardLogger,
+		EventCacheCount:  1024,
+	}, nil
+}
+
+// standIn is the parked record for a row the intake could not record.
+func standIn(row dlq.Row, cause error, actor string) mend.CreateParams {
+	return subscribe.StandIn(row, cause, "This parked stand-in keeps it visible, and the binary-log reader has read past it", actor)
+}

@@ -1,0 +1,323 @@
+package binlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/storage"
+)
+
+var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// stream reads the binary log from p until ctx ends or something fails:
+// file and offset when p is this server's, else its GTID set (a failover;
+// resumable checked that there is one). Committed dead letters are
+// recorded in batches, and the position after them saved only once they
+// are durable.
+func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
+	r := t.r
+	cfg, err := t.syncerConfig()
+	if err != nil {
+		return err
+	}
+	t.read = p
+	t.read.Flavor = t.srv.Flavor
+	t.mysqlSet, t.mariaSet = nil, nil
+	byFile := p.ServerUUID == t.srv.Identity && p.File != ""
+	if p.GTIDSet != "" {
+		if err := t.parseSet(p.GTIDSet); err != nil {
+			return err
+		}
+	}
+	syncer := replication.NewBinlogSyncer(cfg)
+	defer syncer.Close()
+	var streamer *replication.BinlogStreamer
+	if byFile {
+		streamer, err = syncer.StartSync(gomysql.Position{Name: p.File, Pos: uint32(p.Pos)})
+	} else {
+		var set gomysql.GTIDSet = t.mysqlSet
+		if t.srv.Flavor == "mariadb" {
+			set = t.mariaSet
+		}
+		r.log.InfoContext(ctx, "binlog reader: resuming by GTID on another server", "gtids", p.GTIDSet, "server", t.srv.Identity, "was", p.ServerUUID)
+		t.read.ServerUUID, t.read.File, t.read.Pos = t.srv.Identity, "", 0
+		streamer, err = syncer.StartSyncGTID(set)
+	}
+	if err != nil {
+		return fmt.Errorf("binlog: start reading the binary log at %s: %w", describe(p), err)
+	}
+	r.log.InfoContext(ctx, "binlog reader: reading", "from", describe(p), "server", t.srv.Identity, "flavor", t.srv.Flavor, "server_id", cfg.ServerID)
+	t.savedAt = r.cfg.Now()
+	t.inTxn, t.txnRows, t.txnGTID = false, nil, nil
+	for {
+		wait := ctx
+		var cancel context.CancelFunc = func() {}
+		if len(t.pending) > 0 {
+			wait, cancel = context.WithDeadline(ctx, t.flushDue)
+		}
+		ev, err := streamer.GetEvent(wait)
+		cancel()
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			if err := t.flush(ctx); err != nil {
+				return err
+			}
+			continue
+		default:
+			return fmt.Errorf("binlog: read the binary log after %s: %w", describe(t.read), err)
+		}
+		if err := t.handle(ctx, ev, false); err != nil {
+			return err
+		}
+		if len(t.pending) >= r.cfg.BatchRows {
+			if err := t.flush(ctx); err != nil {
+				return err
+			}
+		}
+		if len(t.pending) == 0 && !t.inTxn && t.read.File != "" && t.moved() && r.cfg.Now().Sub(t.savedAt) >= r.cfg.SaveInterval {
+			if err := t.save(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func describe(p storage.BinlogPosition) string {
+	if p.GTIDSet != "" {
+		return fmt.Sprintf("%s:%d (GTIDs %s)", p.File, p.Pos, p.GTIDSet)
+	}
+	return fmt.Sprintf("%s:%d", p.File, p.Pos)
+}
+
+func (t *term) parseSet(s string) error {
+	set, err := gomysql.ParseGTIDSet(t.srv.Flavor, s)
+	if err != nil {
+		return fmt.Errorf("binlog: the saved GTID set %q does not parse as %s's: %w", s, t.srv.Flavor, err)
+	}
+	switch v := set.(type) {
+	case *gomysql.MysqlGTIDSet:
+		t.mysqlSet = v
+	case *gomysql.MariadbGTIDSet:
+		t.mariaSet = v
+	}
+	return nil
+}
+
+func (t *term) gtidString() string {
+	switch {
+	case t.mysqlSet != nil:
+		return strings.ReplaceAll(t.mysqlSet.String(), "\n", "")
+	case t.mariaSet != nil:
+		return t.mariaSet.String()
+	}
+	return ""
+}
+
+// moved reports whether what has been read is past what was saved.
+func (t *term) moved() bool {
+	return t.read.File != t.pos.File || t.read.Pos != t.pos.Pos || t.gtidString() != t.pos.GTIDSet
+}
+
+// handle takes one event. inner is set for the events of a compressed
+// transaction (MySQL's TRANSACTION_PAYLOAD_EVENT), whose positions are the
+// payload event's.
+func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bool) error {
+	r := t.r
+	if r.cfg.Hooks.OnEvent != nil {
+		r.cfg.Hooks.OnEvent(ev.Header.EventType.String())
+	}
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		t.read.File, t.read.Pos = string(e.NextLogName), e.Position
+		return nil
+	case *replication.PreviousGTIDsEvent:
+		// At a file's start: the set before it, where the reader started
+		// from the file (a reset) and has no set yet.
+		if t.mysqlSet == nil && e.GTIDSets != "" {
+			return t.parseSet(e.GTIDSets)
+		}
+		if t.mysqlSet == nil && t.srv.GTIDs {
+			return t.parseSet("")
+		}
+		return nil
+	case *replication.MariadbGTIDListEvent:
+		if t.mariaSet == nil {
+			set := make([]string, 0, len(e.GTIDs))
+			for _, g := range e.GTIDs {
+				set = append(set, g.String())
+			}
+			return t.parseSet(strings.Join(set, ","))
+		}
+		return nil
+	case *replication.GTIDEvent:
+		if ev.Header.EventType == replication.ANONYMOUS_GTID_EVENT {
+			return nil // gtid_mode=OFF: a transaction without a GTID
+		}
+		if e.Tag != "" {
+			return fmt.Errorf("binlog: a tagged GTID (%s) is in the binary log; mend's reader does not support tagged GTIDs yet", e.Tag)
+		}
+		sid, err := uuid.FromBytes(e.SID)
+		if err != nil {
+			return fmt.Errorf("binlog: a GTID event's source id: %w", err)
+		}
+		gno := e.GNO
+		t.txnGTID = func() {
+			if t.mysqlSet == nil {
+				_ = t.parseSet("")
+			}
+			t.mysqlSet.AddGTID(sid, gno)
+		}
+		return nil
+	case *replication.MariadbGTIDEvent:
+		g := e.GTID
+		t.txnGTID = func() {
+			if t.mariaSet == nil {
+				_ = t.parseSet("")
+			}
+			_ = t.mariaSet.AddSet(&g)
+		}
+		// A GTID without the standalone flag opens a transaction (BEGIN
+		// is implied); a standalone one is a DDL or statement that
+		// commits by itself.
+		t.inTxn = e.Flags&replication.BINLOG_MARIADB_FL_STANDALONE == 0
+		t.txnRows = t.txnRows[:0]
+		return nil
+	case *replication.QueryEvent:
+		q := bytes.TrimSpace(e.Query)
+		switch {
+		case bytes.EqualFold(q, []byte("BEGIN")):
+			t.inTxn, t.txnRows = true, t.txnRows[:0]
+		case bytes.EqualFold(q, []byte("COMMIT")):
+			t.commit(ev, inner)
+		case bytes.EqualFold(q, []byte("ROLLBACK")):
+			t.inTxn, t.txnRows, t.txnGTID = false, t.txnRows[:0], nil
+		case t.inTxn:
+			// SAVEPOINT and the like inside a transaction.
+		default:
+			// DDL (an ALTER of queue_messages among them): it commits by
+			// itself, and the table's next map says its new columns.
+			clear(t.columns)
+			t.commit(ev, inner)
+		}
+		return nil
+	case *replication.TableMapEvent:
+		return nil
+	case *replication.RowsEvent:
+		return t.rows(ctx, ev.Header.EventType, e)
+	case *replication.XIDEvent:
+		t.commit(ev, inner)
+		return nil
+	case *replication.TransactionPayloadEvent:
+		for _, in := range e.Events {
+			if err := t.handle(ctx, in, true); err != nil {
+				return err
+			}
+		}
+		t.read.Pos = uint64(ev.Header.LogPos)
+		return nil
+	}
+	if ev.Header.EventType == replication.HEARTBEAT_EVENT || ev.Header.EventType == replication.HEARTBEAT_LOG_EVENT_V2 {
+		r.setStatus(func(s *Status) { s.CaughtUp, s.Lag = true, 0 })
+	}
+	return nil
+}
+
+// commit ends the open transaction: its dead letters join the pending batch
+// and what has been read moves past it.
+func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
+	if t.txnGTID != nil {
+		t.txnGTID()
+		t.txnGTID = nil
+	}
+	if !inner && ev.Header.LogPos > 0 {
+		t.read.Pos = uint64(ev.Header.LogPos)
+	}
+	if ev.Header.Timestamp > 0 {
+		at := time.Unix(int64(ev.Header.Timestamp), 0).UTC()
+		t.read.EventAt = at
+		lag := max(t.r.cfg.Now().Sub(at), 0)
+		t.r.setStatus(func(s *Status) { s.CaughtUp, s.Lag = false, lag })
+	}
+	t.read.GTIDSet = t.gtidString()
+	if len(t.txnRows) > 0 {
+		if len(t.pending) == 0 {
+			t.flushDue = t.r.cfg.Now().Add(t.r.cfg.FlushInterval)
+		}
+		t.pending = append(t.pending, t.txnRows...)
+	}
+	t.inTxn, t.txnRows = false, nil
+}
+
+// flush records the pending dead letters and then saves the position after
+// them. On an error nothing more is read: the term ends, and the next reads
+// again from the saved position.
+func (t *term) flush(ctx context.Context) error {
+	if len(t.pending) > 0 {
+		if err := t.record(ctx, t.pending); err != nil {
+			return err
+		}
+		t.pending = t.pending[:0]
+	}
+	return t.save(ctx)
+}
+
+// save stores what has been read (everything pending is recorded) as the
+// position, fenced by the term's lease.
+func (t *term) save(ctx context.Context) error {
+	p := t.read
+	p.Name = LeaseName(t.r.cfg.Source)
+	p.ResetReason, p.ResetAt = t.pos.ResetReason, t.pos.ResetAt
+	if err := t.r.cfg.Store.BinlogPositionSave(ctx, t.lease.Term(), p); err != nil {
+		return fmt.Errorf("binlog: save the position %s: %w", describe(p), err)
+	}
+	t.pos = p
+	t.savedAt = t.r.cfg.Now()
+	t.r.setStatus(func(s *Status) { s.Position = p })
+	if t.r.cfg.Hooks.OnSaved != nil {
+		t.r.cfg.Hooks.OnSaved(p)
+	}
+	return nil
+}
+
+// rows takes a rows event: the inserts into the reader's queue_messages on
+// a DLQ topic join the open transaction.
+func (t *term) rows(ctx context.Context, kind replication.EventType, e *replication.RowsEvent) error {
+	switch kind {
+	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
+		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
+	default:
+		return nil
+	}
+	tm := e.Table
+	if tm == nil || string(tm.Table) != Table || string(tm.Schema) != t.r.cfg.Server.DBName {
+		return nil
+	}
+	cols, err := t.columnNames(ctx, tm)
+	if err != nil {
+		return err
+	}
+	for _, vals := range e.Rows {
+		row, err := decodeRow(cols, vals)
+		if err != nil {
+			return fmt.Errorf("binlog: a row of %s.%s after %s: %w", tm.Schema, tm.Table, describe(t.read), err)
+		}
+		if strings.HasSuffix(row.Topic, dlq.DLQSuffix) {
+			t.txnRows = append(t.txnRows, row)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,1 @@
+DROP TABLE mend_binlog_positions
