@@ -166,17 +166,16 @@ type term struct {
 	pos   storage.BinlogPosition // what is recorded and saved
 	read  storage.BinlogPosition // what has been read (pending rows up to it)
 
-	pending   []dlq.Row
-	failures  map[mend.SourceID]int
-	savedAt   time.Time
-	flushDue  time.Time
-	columns   map[uint64][]string
-	inTxn     bool
-	txnRows   []dlq.Row
-	txnGTID   func() // adds the open transaction's GTID to read's set
-	mysqlSet  *gomysql.MysqlGTIDSet
-	mariaSet  *gomysql.MariadbGTIDSet
-	lastEvent time.Time
+	pending  []dlq.Row
+	failures map[mend.SourceID]int
+	savedAt  time.Time
+	flushDue time.Time
+	columns  map[uint64][]string
+	inTxn    bool
+	txnRows  []dlq.Row
+	txnGTID  func() // adds the open transaction's GTID to read's set
+	mysqlSet *gomysql.MysqlGTIDSet
+	mariaSet *gomysql.MariadbGTIDSet
 }
 
 // lead is one lease term.
