@@ -228,6 +228,15 @@ func (w *world) ids(t *testing.T) []string {
 	return out
 }
 
+// readThrough waits until the reader has read everything committed so far:
+// a heartbeat the server sent after now (it sends one only when it has
+// nothing more to send).
+func readThrough(t *testing.T, r *running) {
+	t.Helper()
+	n := r.r.Status().Heartbeats
+	until(t, r, "a heartbeat: the log read through", func() bool { st := r.r.Status(); return st.Heartbeats > n+1 })
+}
+
 func (w *world) has(t *testing.T, ids ...string) func() bool {
 	return func() bool {
 		got := w.ids(t)

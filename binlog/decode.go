@@ -49,7 +49,8 @@ func (t *term) columnNames(ctx context.Context, tm *replication.TableMapEvent) (
 	}
 	if len(cols) != int(tm.ColumnCount) {
 		return nil, fmt.Errorf("%w: the log has rows of %d columns for %s.%s, the table has %d now (changed since they were written), and the server logs no column names: "+
-			"SET PERSIST binlog_row_metadata=FULL (MariaDB: SET GLOBAL, and the config file) and restart mend run; the position is kept, nothing is skipped",
+			"the reader stops here rather than guess (the position is kept, nothing is skipped). SET PERSIST binlog_row_metadata=FULL (MariaDB: SET GLOBAL, and the config file) so later rows carry their names; "+
+			"rows already logged without them can only be read again from the tables: delete the reader's row from mend_binlog_positions and it starts over (imports what queue_messages holds, then reads from the current file)",
 			ErrColumns, tm.ColumnCount, tm.Schema, tm.Table, len(cols))
 	}
 	t.columns[tm.TableID] = cols

@@ -52,7 +52,10 @@ type Status struct {
 	// Resets and Purges count start-overs since the process started;
 	// Recorded the dead letters recorded (created or already there).
 	Resets, Purges, Recorded, Parked int64
-	LastErr                          string
+	// Heartbeats counts the server's heartbeats: one after another event
+	// says the reader has read everything written before it was sent.
+	Heartbeats int64
+	LastErr    string
 }
 
 // Reader streams the queue database server's binary log and records every
@@ -316,6 +319,11 @@ func (t *term) reset(ctx context.Context, reason string, purged bool) error {
 	}
 	start := storage.BinlogPosition{Name: LeaseName(r.cfg.Source), Flavor: srv.Flavor, ServerUUID: srv.Identity,
 		File: srv.Current, Pos: 4, ResetReason: reason, ResetAt: r.cfg.Now().UTC()}
+	if planted.startAtEnd {
+		if err := t.endOfLog(ctx, &start); err != nil {
+			return err
+		}
+	}
 	if err := t.importTables(ctx); err != nil {
 		return err
 	}
@@ -324,6 +332,30 @@ func (t *term) reset(ctx context.Context, reason string, purged bool) error {
 	// stream has read it.
 	t.pos = start
 	return t.stream(ctx, start)
+}
+
+// endOfLog moves p to the end of the log (planted.startAtEnd only).
+func (t *term) endOfLog(ctx context.Context, p *storage.BinlogPosition) error {
+	rows, err := t.db.QueryContext(ctx, "SHOW BINARY LOGS")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		var name string
+		var size uint64
+		vals := make([]any, len(cols))
+		vals[0], vals[1] = &name, &size
+		for i := 2; i < len(vals); i++ {
+			vals[i] = new(sql.RawBytes)
+		}
+		if err := rows.Scan(vals...); err != nil {
+			return err
+		}
+		p.File, p.Pos = name, size
+	}
+	return rows.Err()
 }
 
 // importTables records every dead letter queue_messages holds now, in

@@ -140,6 +140,9 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 	if r.cfg.Hooks.OnEvent != nil {
 		r.cfg.Hooks.OnEvent(ev.Header.EventType.String())
 	}
+	if planted.saveMidTransaction && !inner && ev.Header.LogPos > 0 {
+		defer func() { t.read.Pos = uint64(ev.Header.LogPos) }()
+	}
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		t.read.File, t.read.Pos = string(e.NextLogName), e.Position
@@ -203,6 +206,8 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 			t.inTxn, t.txnRows = true, t.txnRows[:0]
 		case bytes.EqualFold(q, []byte("COMMIT")):
 			t.commit(ev, inner)
+		case bytes.EqualFold(q, []byte("ROLLBACK")) && planted.recordRollbacks:
+			t.commit(ev, inner)
 		case bytes.EqualFold(q, []byte("ROLLBACK")):
 			t.inTxn, t.txnRows, t.txnGTID = false, t.txnRows[:0], nil
 		case t.inTxn:
@@ -231,7 +236,7 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 		return nil
 	}
 	if ev.Header.EventType == replication.HEARTBEAT_EVENT || ev.Header.EventType == replication.HEARTBEAT_LOG_EVENT_V2 {
-		r.setStatus(func(s *Status) { s.CaughtUp, s.Lag = true, 0 })
+		r.setStatus(func(s *Status) { s.CaughtUp, s.Lag = true, 0; s.Heartbeats++ })
 	}
 	return nil
 }
@@ -266,13 +271,39 @@ func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
 // them. On an error nothing more is read: the term ends, and the next reads
 // again from the saved position.
 func (t *term) flush(ctx context.Context) error {
+	if planted.saveBeforeRecord {
+		if err := t.save(ctx); err != nil {
+			return err
+		}
+	}
 	if len(t.pending) > 0 {
 		if err := t.record(ctx, t.pending); err != nil {
-			return err
+			if !planted.dropOnFailure {
+				return err
+			}
+			t.r.failed(ctx, err)
 		}
 		t.pending = t.pending[:0]
 	}
 	return t.save(ctx)
+}
+
+// planted are deliberately broken variants, each off except while a test
+// shows that the tests catch it (export_test.go's Plant).
+var planted struct {
+	// saveBeforeRecord saves the position before the rows it covers are
+	// recorded.
+	saveBeforeRecord bool
+	// dropOnFailure drops a batch whose recording failed and reads on.
+	dropOnFailure bool
+	// startAtEnd starts a reset at the end of the log, not at the start
+	// of the file being written.
+	startAtEnd bool
+	// recordRollbacks takes a ROLLBACK in the log as a commit.
+	recordRollbacks bool
+	// saveMidTransaction saves the position of the last event read, in
+	// the middle of a transaction, rather than the last commit's.
+	saveMidTransaction bool
 }
 
 // save stores what has been read (everything pending is recorded) as the

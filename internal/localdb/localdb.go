@@ -58,11 +58,12 @@ func ServerFlags(flavor string) []string {
 
 // binlogFlags turn the binary log on: a server_id of 1 (mend's reader registers with its own),
 // ROW format (MariaDB's default is MIXED; MySQL's is ROW, and naming binlog_format there is
-// deprecated), full row images (both engines' default), sync_binlog=0 (durability as relaxed
-// as flush-at-commit=2), and stored functions and triggers creatable without SUPER, as tests
-// create them.
+// deprecated), full row images (both engines' default), column names in the log
+// (binlog_row_metadata=FULL, which mend doctor advises: without it a reader behind a column
+// added to queue_messages stops), sync_binlog=0 (durability as relaxed as flush-at-commit=2),
+// and stored functions and triggers creatable without SUPER, as tests create them.
 func binlogFlags(flavor string) []string {
-	f := []string{"--log-bin=mend-bin", "--server-id=1", "--sync-binlog=0", "--log-bin-trust-function-creators=1"}
+	f := []string{"--log-bin=mend-bin", "--server-id=1", "--sync-binlog=0", "--log-bin-trust-function-creators=1", "--binlog-row-metadata=FULL"}
 	if flavor == "mariadb" {
 		f = append(f, "--binlog-format=ROW")
 	}

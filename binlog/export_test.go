@@ -1,0 +1,14 @@
+package binlog
+
+// Plant turns on the planted variant named (see planted) until the returned
+// function runs.
+func Plant(name string) (undo func()) {
+	flags := map[string]*bool{"saveBeforeRecord": &planted.saveBeforeRecord, "dropOnFailure": &planted.dropOnFailure,
+		"startAtEnd": &planted.startAtEnd, "recordRollbacks": &planted.recordRollbacks, "saveMidTransaction": &planted.saveMidTransaction}
+	f, ok := flags[name]
+	if !ok {
+		panic("binlog: no planted variant " + name)
+	}
+	*f = true
+	return func() { *f = false }
+}

@@ -1,0 +1,312 @@
+package binlog_test
+
+// The offset subscription's loss tests, in binlog mode: each fault that
+// lost dead letters to an inference about offsets, against the reader of
+// commits. Each test that has a planted variant (binlog.Plant) runs it as
+// its negative control: the same steps, and the test's check must fail.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mendq/mend"
+	"github.com/mendq/mend/binlog"
+	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqltest"
+)
+
+// missing lists the ids mend has not recorded.
+func (w *world) missing(t *testing.T, ids []string) []string {
+	t.Helper()
+	got := w.ids(t)
+	var out []string
+	for _, id := range ids {
+		if _, ok := slices.BinarySearch(got, id); !ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// collected moves a dead letter to speculate_dlq and has the host's DLQ
+// group acknowledge it at once and the real GC delete it: the row is gone
+// from the table before any reader of tables could see it.
+func (w *world) collected(t *testing.T, q, id string) {
+	t.Helper()
+	ctx := context.Background()
+	w.deadLetter(t, q, id)
+	if _, err := w.host.AckAll(ctx, "orchestrator-dlq", "speculate_dlq"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.host.GC(ctx, "speculate_dlq"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := w.queue.QueryRow("SELECT COUNT(*) FROM queue_messages WHERE id = ?", id).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the host's GC left %d rows of %s (%v)", n, id, err)
+	}
+}
+
+// ackedAtOnce: dead letters the host's DLQ group acknowledges at once and
+// its GC collects, some while mend was not yet running and some while it
+// runs. It returns those never recorded, after a marker committed last is.
+func ackedAtOnce(t *testing.T) []string {
+	w := newWorld(t)
+	var ids []string
+	for i := range 3 {
+		id := fmt.Sprintf("before-%d", i)
+		w.collected(t, "q1", id)
+		ids = append(ids, id)
+	}
+	r := w.start(t, "a", nil)
+	for i := range 3 {
+		id := fmt.Sprintf("while-%d", i)
+		w.collected(t, "q2", id)
+		ids = append(ids, id)
+	}
+	w.deadLetter(t, "q3", "marker")
+	until(t, r, "the marker", w.has(t, "marker"))
+	readThrough(t, r)
+	var own int
+	if err := w.queue.QueryRow("SELECT COUNT(*) FROM queue_offsets WHERE consumer_group NOT IN ('orchestrator', 'orchestrator-dlq')").Scan(&own); err != nil || own != 0 {
+		t.Fatalf("binlog mode holds %d queue_offsets rows of its own (%v); it must hold the host's GC back in no way", own, err)
+	}
+	return w.missing(t, ids)
+}
+
+func TestLossAckedAndCollectedAtOnce(t *testing.T) {
+	if lost := ackedAtOnce(t); len(lost) > 0 {
+		t.Fatalf("lost %v: dead letters acknowledged and collected at once must be read from the log", lost)
+	}
+}
+
+func TestLossAckedAndCollectedAtOnceNegativeControl(t *testing.T) {
+	defer binlog.Plant("startAtEnd")()
+	if lost := ackedAtOnce(t); len(lost) == 0 {
+		t.Fatal("a first start at the end of the log lost nothing: the test does not catch it")
+	}
+}
+
+// failingRecorder fails every RecordMany while down is set, as mend's store
+// cut off would; the position store stays reachable, so a reader that read
+// on past a failed batch could save a position past it.
+type failingRecorder struct {
+	binlog.Recorder
+	mu    sync.Mutex
+	down  bool
+	fails int
+	seen  chan struct{}
+}
+
+func (f *failingRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	f.mu.Lock()
+	down := f.down
+	if down {
+		f.fails++
+		select {
+		case f.seen <- struct{}{}:
+		default:
+		}
+	}
+	f.mu.Unlock()
+	if down {
+		return nil, errors.New("mend's store is cut off (test)")
+	}
+	return f.Recorder.RecordMany(ctx, ds)
+}
+
+func (f *failingRecorder) set(down bool) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+}
+
+// storeCutOff: mend's store cannot record while dead letters are moved,
+// acknowledged and collected by the host (longer than its GC period), then
+// comes back. It returns those never recorded.
+func storeCutOff(t *testing.T) []string {
+	w := newWorld(t)
+	fr := &failingRecorder{Recorder: w.intake, seen: make(chan struct{}, 1)}
+	r := w.start(t, "a", func(c *binlog.Config) { c.Intake = fr })
+	w.deadLetter(t, "q1", "first")
+	until(t, r, "the first row", w.has(t, "first"))
+	fr.set(true)
+	var ids []string
+	for i := range 3 {
+		id := fmt.Sprintf("cut-%d", i)
+		w.collected(t, "q1", id)
+		ids = append(ids, id)
+	}
+	select {
+	case <-fr.seen:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the reader never tried to record while the store was cut off")
+	}
+	fr.set(false)
+	w.deadLetter(t, "q2", "marker")
+	until(t, r, "the marker after the store came back", w.has(t, "marker"))
+	readThrough(t, r)
+	return w.missing(t, ids)
+}
+
+func TestLossStoreCutOffPastGC(t *testing.T) {
+	if lost := storeCutOff(t); len(lost) > 0 {
+		t.Fatalf("lost %v while mend's store was cut off", lost)
+	}
+}
+
+func TestLossStoreCutOffPastGCNegativeControl(t *testing.T) {
+	defer binlog.Plant("dropOnFailure")()
+	if lost := storeCutOff(t); len(lost) == 0 {
+		t.Fatal("a reader that reads on past a failed batch lost nothing: the test does not catch it")
+	}
+}
+
+// blockingRecorder holds the first batch it is given after arm until
+// release, as a paused process would hold it.
+type blockingRecorder struct {
+	binlog.Recorder
+	mu      sync.Mutex
+	armed   bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	b.mu.Lock()
+	hold := b.armed
+	b.armed = false
+	b.mu.Unlock()
+	res, err := b.Recorder.RecordMany(ctx, ds)
+	if hold {
+		close(b.held)
+		<-b.release
+	}
+	return res, err
+}
+
+// A reader paused between recording a batch and saving its position past
+// its lease: another replica takes over and reads on; when the paused one
+// wakes its save is fenced, the saved position is the new reader's, and
+// nothing is lost.
+func TestLossReaderPausedPastItsLease(t *testing.T) {
+	w := newWorld(t)
+	br := &blockingRecorder{Recorder: w.intake, held: make(chan struct{}), release: make(chan struct{})}
+	var fencedSeen sync.Once
+	fenced := make(chan struct{})
+	a := w.start(t, "a", func(c *binlog.Config) {
+		c.Intake = br
+		c.Hooks.OnFailed = func(err error) {
+			if errors.Is(err, mend.ErrFenced) || errors.Is(err, mend.ErrLeaseLost) {
+				fencedSeen.Do(func() { close(fenced) })
+			}
+		}
+	})
+	w.deadLetter(t, "q1", "first")
+	until(t, a, "the first row", w.has(t, "first"))
+	br.mu.Lock()
+	br.armed = true
+	br.mu.Unlock()
+	w.deadLetter(t, "q1", "paused")
+	<-br.held
+	// The pause outlasts the term: the lease row says it ended.
+	name := binlog.LeaseName(w.qcfg.DBName)
+	if _, err := w.mend.Exec("UPDATE mend_leases SET expires_at = NOW(6) - INTERVAL 1 SECOND WHERE queue = ?", name); err != nil {
+		t.Fatal(err)
+	}
+	b := w.start(t, "b", nil)
+	w.deadLetter(t, "q2", "after-takeover")
+	until(t, b, "the row after the takeover", w.has(t, "paused", "after-takeover"))
+	until(t, b, "b's saved position", func() bool { return w.position(t, w.qcfg.DBName).Holder == "b" })
+	before := w.position(t, w.qcfg.DBName)
+	close(br.release)
+	select {
+	case <-fenced:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the paused reader's save was never refused")
+	}
+	after := w.position(t, w.qcfg.DBName)
+	if after.Holder != "b" || after.Epoch < before.Epoch {
+		t.Fatalf("the saved position went from %+v to %+v: the paused reader wrote after losing its lease", before, after)
+	}
+	w.deadLetter(t, "q2", "marker")
+	until(t, b, "the marker", w.has(t, "marker"))
+}
+
+// A dead letter whose transaction waits on a lock twice after its insert
+// (as MoveToDLQ's can) commits long after later ones: it is recorded when
+// it commits, whatever was saved meanwhile.
+func TestLossTwoLockWaits(t *testing.T) {
+	w := newWorld(t)
+	r := w.start(t, "a", nil)
+	ctx := context.Background()
+	if _, err := w.queue.Exec("CREATE TABLE mend_test_lock (id INT PRIMARY KEY) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.queue.Exec("INSERT INTO mend_test_lock VALUES (1), (2)"); err != nil {
+		t.Fatal(err)
+	}
+	mover, err := w.queue.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawDLQ(t, mover, "q1", "waited-twice")
+	for _, lockID := range []int{1, 2} {
+		holder, err := w.queue.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.Exec("SELECT id FROM mend_test_lock WHERE id = ? FOR UPDATE", lockID); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() {
+			_, err := mover.Exec("SELECT id FROM mend_test_lock WHERE id = ? FOR UPDATE", lockID)
+			waited <- err
+		}()
+		until(t, r, "the mover waiting on the lock", func() bool {
+			n, err := mysqltest.CountStatements(ctx, w.queue, "FROM mend_test_lock WHERE id")
+			return err == nil && n > 0
+		})
+		id := fmt.Sprintf("during-wait-%d", lockID)
+		w.deadLetter(t, "q2", id)
+		until(t, r, "a row committed during the wait", w.has(t, id))
+		if err := holder.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waited; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slices.Contains(w.ids(t), "waited-twice") {
+		t.Fatal("recorded before its transaction committed")
+	}
+	if err := mover.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, r, "the row that waited twice, at its commit", w.has(t, "waited-twice"))
+}
+
+// The queue database's server killed and restarted: the reader reconnects
+// and records what was committed before the kill and after the restart.
+func TestLossQueueServerKilled(t *testing.T) {
+	srv := mysqltest.StartPrivate(t)
+	w := newWorldOn(t, srv)
+	r := w.start(t, "a", nil)
+	w.deadLetter(t, "q1", "before-kill")
+	until(t, r, "the first row", w.has(t, "before-kill"))
+	w.deadLetter(t, "q1", "just-before-kill")
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.deadLetter(t, "q1", "after-restart")
+	until(t, r, "the rows around the kill", w.has(t, "just-before-kill", "after-restart"))
+}
