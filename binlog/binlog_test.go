@@ -490,3 +490,38 @@ func logFiles(t *testing.T, db *sql.DB) []string {
 	}
 	return files
 }
+
+// MySQL compresses a transaction's events into one payload event where
+// binlog_transaction_compression is on; its dead letters are read from
+// inside it. (MariaDB compresses events one by one, which go-mysql
+// decodes as their own kinds.)
+func TestCompressedTransaction(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	conn, err := w.queue.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION binlog_transaction_compression = ON"); err != nil {
+		t.Skipf("no binlog_transaction_compression here (MariaDB): %v", err)
+	}
+	r := w.start(t, "a", nil)
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawDLQ(t, tx, "q1", "compressed-1")
+	rawDLQ(t, tx, "q2", "compressed-2")
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, r, "the rows of a compressed transaction", w.has(t, "compressed-1", "compressed-2"))
+	w.deadLetter(t, "q3", "after")
+	until(t, r, "a row after it", w.has(t, "after"))
+	readThrough(t, r)
+	p := w.position(t, w.qcfg.DBName)
+	if p.Pos == 0 || p.File == "" {
+		t.Fatalf("saved position %+v after a compressed transaction", p)
+	}
+}
