@@ -469,6 +469,7 @@ func (t *term) syncerConfig() (replication.BinlogSyncerConfig, error) {
 		FillZeroLogPos:   t.srv.Flavor == "mariadb",
 		Logger:           discardLogger,
 		EventCacheCount:  1024,
+		DiscardGTIDSet:   true, // the reader keeps its own set (term.commit)
 	}, nil
 }
 

@@ -52,7 +52,9 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 		}
 		r.log.InfoContext(ctx, "binlog reader: resuming by GTID on another server", "gtids", p.GTIDSet, "server", t.srv.Identity, "was", p.ServerUUID)
 		t.read.ServerUUID, t.read.File, t.read.Pos = t.srv.Identity, "", 0
-		streamer, err = syncer.StartSyncGTID(set)
+		// The syncer keeps and grows the set it is given, on its own
+		// goroutine: it gets a copy.
+		streamer, err = syncer.StartSyncGTID(set.Clone())
 	}
 	if err != nil {
 		return fmt.Errorf("binlog: start reading the binary log at %s: %w", describe(p), err)

@@ -36,11 +36,26 @@ func (s Set) WriteScript(w io.Writer, list []Migration) error {
 }
 
 // RevertDropsTables reports whether reverting the migrations of list above
-// target up to cur drops a table (and with it records, events or leases).
-// A rollback's down of an expand step drops only what the step added.
+// target up to cur drops a table of records, events or leases (or their
+// history, or the verify runs). A rollback's down of an expand step drops
+// only what the step added; the binary-log reader's positions
+// (mend_binlog_positions, 0019) are not among those tables: without them
+// the reader starts over from the host's tables, loudly (RevertDropsPositions).
 func RevertDropsTables(list []Migration, cur, target uint) bool {
 	for _, m := range list {
-		if m.Version > target && m.Version <= cur && strings.Contains(strings.ToUpper(m.Down), "DROP TABLE") {
+		down := strings.ToUpper(m.Down)
+		if m.Version > target && m.Version <= cur && strings.Contains(down, "DROP TABLE") && !strings.Contains(down, "DROP TABLE MEND_BINLOG_POSITIONS") {
+			return true
+		}
+	}
+	return false
+}
+
+// RevertDropsPositions reports whether reverting from cur to target drops
+// the binary-log reader's saved positions (migration 0019).
+func RevertDropsPositions(list []Migration, cur, target uint) bool {
+	for _, m := range list {
+		if m.Version > target && m.Version <= cur && strings.Contains(strings.ToUpper(m.Down), "DROP TABLE MEND_BINLOG_POSITIONS") {
 			return true
 		}
 	}

@@ -209,6 +209,9 @@ func revertSays(list []migrations.Migration, cur, target uint) string {
 	case migrations.RevertDropsTables(list, cur, target):
 		return fmt.Sprintf("reverts to %d, dropping mend's tables and their data (records, events, leases)", target)
 	}
+	if migrations.RevertDropsPositions(list, cur, target) {
+		return fmt.Sprintf("reverts to %d, which drops no table of records, events or leases: they stay; the binary-log reader's saved position goes (it starts over from the host's tables)", target)
+	}
 	return fmt.Sprintf("reverts to %d, which drops no table: records, events and leases stay", target)
 }
 
@@ -220,6 +223,9 @@ func revertSays(list []migrations.Migration, cur, target uint) string {
 func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.Migration, cur, target uint, force bool) error {
 	if !migrations.RevertDropsTables(list, cur, target) {
 		fmt.Fprintf(a.stderr, "mend migrate: reverting to %d drops no table: records, events and leases stay, and replicas of a binary that runs on %d keep working\n", target, target)
+		if migrations.RevertDropsPositions(list, cur, target) {
+			fmt.Fprintf(a.stderr, "mend migrate: the binary-log reader's saved position goes with migration 0019: a reader started later starts over from the host's tables\n")
+		}
 		return nil
 	}
 	cfg, err := storage.NormalizeDSN(dsn)

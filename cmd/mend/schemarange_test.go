@@ -180,6 +180,7 @@ func TestRevertDropsTablesCountsTheCurrentStep(t *testing.T) {
 		{Version: 1, Name: "create_a", Down: "DROP TABLE a"},
 		{Version: 2, Name: "add_b", Down: "ALTER TABLE a DROP COLUMN b"},
 		{Version: 3, Name: "create_c", Down: "DROP TABLE c"},
+		{Version: 4, Name: "create_binlog_positions", Down: "DROP TABLE mend_binlog_positions"},
 	}
 	for _, tt := range []struct {
 		cur, target uint
@@ -189,9 +190,14 @@ func TestRevertDropsTablesCountsTheCurrentStep(t *testing.T) {
 		{2, 1, false}, // an expand step
 		{2, 0, true},  // through 1
 		{3, 3, false}, // nothing reverted
+		{4, 3, false}, // the binary-log reader's positions: no records, events or leases
+		{4, 2, true},  // through 3
 	} {
 		if got := migrations.RevertDropsTables(list, tt.cur, tt.target); got != tt.want {
 			t.Errorf("RevertDropsTables(%d to %d) = %v; want %v", tt.cur, tt.target, got, tt.want)
 		}
+	}
+	if !migrations.RevertDropsPositions(list, 4, 3) || migrations.RevertDropsPositions(list, 3, 0) {
+		t.Error("RevertDropsPositions does not tell the positions' step from the others")
 	}
 }
