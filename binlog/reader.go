@@ -224,6 +224,7 @@ func (t *term) run(ctx context.Context) error {
 		return err
 	}
 	t.pos = saved
+	r.setStatus(func(s *Status) { s.Position = saved })
 	if reason, purged := t.resumable(saved); reason != "" {
 		return t.reset(ctx, reason, purged)
 	}
