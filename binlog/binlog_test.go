@@ -525,3 +525,49 @@ func TestCompressedTransaction(t *testing.T) {
 		t.Fatalf("saved position %+v after a compressed transaction", p)
 	}
 }
+
+// A host transaction committing more dead letters than one recording
+// transaction takes is recorded in chunks of BatchRows, Concurrency at once.
+func TestLargeTransactionInChunks(t *testing.T) {
+	w := newWorld(t)
+	var batches []int
+	var mu sync.Mutex
+	r := w.start(t, "a", func(c *binlog.Config) {
+		c.BatchRows, c.Concurrency = 2, 2
+		c.Intake = countingRecorder{Recorder: w.intake, sizes: &batches, mu: &mu}
+	})
+	tx, err := w.queue.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 7 {
+		id := fmt.Sprintf("big-%d", i)
+		rawDLQ(t, tx, fmt.Sprintf("q%d", i), id)
+		ids = append(ids, id)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, r, "every row of the large transaction", w.has(t, ids...))
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range batches {
+		if n > 2 {
+			t.Fatalf("a recording transaction took %d dead letters; BatchRows is 2 (batches %v)", n, batches)
+		}
+	}
+}
+
+type countingRecorder struct {
+	binlog.Recorder
+	sizes *[]int
+	mu    *sync.Mutex
+}
+
+func (c countingRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	c.mu.Lock()
+	*c.sizes = append(*c.sizes, len(ds))
+	c.mu.Unlock()
+	return c.Recorder.RecordMany(ctx, ds)
+}

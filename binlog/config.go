@@ -23,6 +23,11 @@ const (
 	// transaction takes at most (dlq.Intake.RecordMany), the page the
 	// offset subscription records.
 	BatchRowsDefault = 500
+	// ConcurrencyDefault is how many recording transactions of up to
+	// BatchRows run at once when more dead letters are pending (a backlog,
+	// a storm): one reader records at the store's pace, not one
+	// transaction's.
+	ConcurrencyDefault = 4
 	// FlushIntervalDefault is how long committed dead letters wait for
 	// more before they are recorded: the commit-to-record delay when the
 	// server is quiet.
@@ -97,9 +102,10 @@ type Config struct {
 	Store    Store
 	// Fence grants the reader's lease.
 	Fence *fence.Fence
-	// BatchRows, FlushInterval, SaveInterval, Heartbeat, StandbyPoll: see
-	// the defaults above.
+	// BatchRows, Concurrency, FlushInterval, SaveInterval, Heartbeat,
+	// StandbyPoll: see the defaults above.
 	BatchRows     int
+	Concurrency   int
 	FlushInterval time.Duration
 	SaveInterval  time.Duration
 	Heartbeat     time.Duration
@@ -126,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FlushInterval == 0 {
 		c.FlushInterval = FlushIntervalDefault
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = ConcurrencyDefault
 	}
 	if c.SaveInterval == 0 {
 		c.SaveInterval = SaveIntervalDefault
@@ -169,6 +178,8 @@ func (c Config) validate() error {
 		return bad("Intake, Parker, Store and Fence are required")
 	case c.BatchRows < 1 || c.BatchRows > subscribe.PageSizeLimit:
 		return bad("BatchRows %d is outside 1..%d", c.BatchRows, subscribe.PageSizeLimit)
+	case c.Concurrency < 1 || c.Concurrency > 64:
+		return bad("Concurrency %d is outside 1..64", c.Concurrency)
 	case c.FlushInterval < 0 || c.SaveInterval < 0 || c.Heartbeat < 0 || c.StandbyPoll < 0 || c.ParkAfter < 0:
 		return bad("intervals and ParkAfter must not be negative")
 	case c.Heartbeat > 0 && c.Heartbeat < 10*time.Millisecond:

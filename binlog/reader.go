@@ -392,7 +392,7 @@ func (t *term) record(ctx context.Context, rows []dlq.Row) error {
 	for i, row := range rows {
 		ds[i] = row.Delivery()
 	}
-	results, err := r.cfg.Intake.RecordMany(ctx, ds)
+	results, err := t.recordChunks(ctx, ds)
 	if err != nil {
 		return fmt.Errorf("binlog: record %d dead letters: %w", len(rows), err)
 	}
@@ -421,6 +421,45 @@ func (t *term) record(ctx context.Context, rows []dlq.Row) error {
 		r.cfg.Hooks.OnRecorded(rows, parked)
 	}
 	return nil
+}
+
+// recordChunks records ds in chunks of at most BatchRows (a transaction of
+// the host may commit more dead letters than one recording transaction
+// should take), up to Concurrency of them at once: each chunk is a
+// RecordMany of its own, independent of the others (create-if-absent). An
+// error of any chunk is the whole call's: the caller saves nothing, and the
+// next term reads them all again.
+func (t *term) recordChunks(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	size := t.r.cfg.BatchRows
+	if len(ds) <= size {
+		return t.r.cfg.Intake.RecordMany(ctx, ds)
+	}
+	results := make([]dlq.ManyResult, len(ds))
+	errs := make([]error, (len(ds)+size-1)/size)
+	sem := make(chan struct{}, t.r.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i := 0; i < len(ds); i += size {
+		chunk := ds[i:min(i+size, len(ds))]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			res, err := t.r.cfg.Intake.RecordMany(ctx, chunk)
+			if err == nil && len(res) != len(chunk) {
+				err = fmt.Errorf("the intake answered %d results for %d deliveries", len(res), len(chunk))
+			}
+			if err != nil {
+				errs[i/size] = err
+				return
+			}
+			copy(results[i:], res)
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return results, nil
 }
 
 // park records the stand-in of a row the intake could not record.

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -72,6 +73,7 @@ type simWorld struct {
 	problems  []string
 	storeBad  bool
 	recordBad bool
+	mu        sync.Mutex
 }
 
 func (w *simWorld) fail(format string, a ...any) {
@@ -196,6 +198,8 @@ func (w *simWorld) checkSave(p storage.BinlogPosition) {
 type simRecorder struct{ w *simWorld }
 
 func (s simRecorder) RecordMany(_ context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	s.w.mu.Lock() // the reader records chunks at once
+	defer s.w.mu.Unlock()
 	if s.w.storeBad || s.w.recordBad {
 		return nil, errors.New("mend's store is down (sim)")
 	}

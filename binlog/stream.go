@@ -85,7 +85,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 		if err := t.handle(ctx, ev, false); err != nil {
 			return err
 		}
-		if len(t.pending) >= r.cfg.BatchRows {
+		if len(t.pending) >= r.cfg.BatchRows*r.cfg.Concurrency {
 			if err := t.flush(ctx); err != nil {
 				return err
 			}
