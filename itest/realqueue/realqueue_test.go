@@ -113,13 +113,15 @@ const (
 	modeSubscribed        // mend run --queue-dsn beside the unmodified queue
 	modeLinked            // the queue patched to call mend's intake; mend run --subscribe=false
 	modeAdopt             // without mend until the queue is stuck, then mend adopt and mend run
+	modeBinlog            // a binlog.Reader in the test records; mend run --subscribe=false repairs
 )
 
 func lostWakeup(t *testing.T, mode int) {
 	sqreal.RequireMySQL(t) // before building a patched orchestrator for nothing
-	withMend, adopt := mode == modeSubscribed || mode == modeLinked, mode == modeAdopt
+	withMend, adopt := mode == modeSubscribed || mode == modeLinked || mode == modeBinlog, mode == modeAdopt
 	opts := sqreal.Options{Queues: []string{queue}}
 	var m *mendProc
+	var br *binlogReader
 	if mode == modeLinked {
 		tree := sqreal.Source(t)
 		tree.Apply(t, "testdata/link-mend.patch")
@@ -137,10 +139,15 @@ func lostWakeup(t *testing.T, mode int) {
 		m = newMend(t, s)
 	case modeLinked:
 		m.attach(t, s, "--subscribe=false")
+	case modeBinlog:
+		m = newMend(t, s, "--subscribe=false")
 	}
 	if withMend {
 		m.doctor(t, s)
 		m.run.Start(t)
+	}
+	if mode == modeBinlog {
+		br = startBinlogReader(t, s, m)
 	}
 
 	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
@@ -185,6 +192,9 @@ func lostWakeup(t *testing.T, mode int) {
 		})
 		n := checkMendWakes(t, s, m, queue)
 		t.Logf("mend: %d records, %d wake-ups; the dependent landed", all, n)
+		if mode == modeBinlog {
+			checkBinlogMode(t, s, m, br, culpritBatch)
+		}
 		return
 	}
 
