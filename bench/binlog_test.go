@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/mendq/mend"
 	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/fence"
@@ -69,7 +70,10 @@ func binlogSizeFromEnv(b *testing.B) binlogSize {
 // offset subscription. The reader first reads up to the end of the log
 // and saves its position, is stopped, the backlog is committed, and a new
 // reader resumes from the saved position: records/s counts the dead letters
-// recorded (OnRecorded) from its start until the last. stmts/record is,
+// recorded (OnRecorded) from its start until the last; record-share and
+// save-share are the parts of that time the reader spent inside RecordMany
+// and saving its position (timedReaderPorts), rows/batch the mean rows per
+// RecordMany and saves the positions saved. stmts/record is,
 // as BenchmarkSubscribeBacklog's, the server's Questions per dead letter
 // (both databases: mend's recording included); queue-stmts/record the
 // statements the reader sent to the queue database alone (stmtCounter: its
@@ -112,12 +116,13 @@ func BenchmarkBinlogBacklog(b *testing.B) {
 				b.Fatal(err)
 			}
 			rec := &binlogRecorded{at: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+			timed := &timedReaderPorts{in: in, store: store}
 			newReader := func() *binlog.Reader {
 				f, err := fence.New(store, fence.Config{Holder: "bench-binlog", TTL: 10 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
-				r, err := binlog.New(binlog.Config{Server: qcfg, Intake: in, Parker: store, Store: store, Fence: f,
+				r, err := binlog.New(binlog.Config{Server: qcfg, Intake: timed, Parker: store, Store: timed, Fence: f,
 					BatchRows: bs.Batch, FlushInterval: time.Duration(bs.FlushMS) * time.Millisecond,
 					Heartbeat: 100 * time.Millisecond, StandbyPoll: 50 * time.Millisecond,
 					Hooks: binlog.Hooks{OnRecorded: rec.add, OnSaved: func(storage.BinlogPosition) { rec.poke() }}})
@@ -150,12 +155,14 @@ func BenchmarkBinlogBacklog(b *testing.B) {
 			questions := serverQuestions(b, queueDB)
 			queueStmts := counter.Statements()
 			reader := newReader()
+			timed.reset()
 			b.StartTimer()
 			start := time.Now()
 			stop := runReader(ctx, reader)
 			rec.wait(b, ctx, "the backlog to be recorded", func() bool { return rec.count() >= size.Letters })
 			recorded := rec.last().Sub(start)
 			b.StopTimer()
+			recordTook, recordCalls, saveTook, saveCalls := timed.totals()
 			questions = serverQuestions(b, queueDB) - questions
 			queueStmts = counter.Statements() - queueStmts
 			heap, live := peak()
@@ -210,6 +217,10 @@ func BenchmarkBinlogBacklog(b *testing.B) {
 			}
 
 			b.ReportMetric(float64(size.Letters)/recorded.Seconds(), "records/s")
+			b.ReportMetric(recordTook.Seconds()/recorded.Seconds(), "record-share")
+			b.ReportMetric(saveTook.Seconds()/recorded.Seconds(), "save-share")
+			b.ReportMetric(float64(size.Letters)/float64(max(recordCalls, 1)), "rows/batch")
+			b.ReportMetric(float64(saveCalls), "saves")
 			b.ReportMetric(recorded.Seconds(), "recorded-s")
 			b.ReportMetric(float64(heap)/(1<<20), "heap-MB")
 			b.ReportMetric(float64(live)/(1<<20), "live-MB")
@@ -225,6 +236,43 @@ func BenchmarkBinlogBacklog(b *testing.B) {
 			b.ReportMetric(liveRate, "live-records/s")
 		}
 	})
+}
+
+// timedReaderPorts is the reader's Intake and Store, timed: how much of the
+// backlog's time the reader spent in RecordMany and in saving its position
+// (the rest it spent reading and decoding the log, or waiting for it).
+type timedReaderPorts struct {
+	in    binlog.Recorder
+	store binlog.Store
+
+	recordNS, recordCalls, saveNS, saveCalls atomic.Int64
+}
+
+func (p *timedReaderPorts) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
+	t0 := time.Now()
+	defer func() { p.recordNS.Add(int64(time.Since(t0))); p.recordCalls.Add(1) }()
+	return p.in.RecordMany(ctx, ds)
+}
+
+func (p *timedReaderPorts) BinlogPositionGet(ctx context.Context, name string) (storage.BinlogPosition, error) {
+	return p.store.BinlogPositionGet(ctx, name)
+}
+
+func (p *timedReaderPorts) BinlogPositionSave(ctx context.Context, term mend.Term, pos storage.BinlogPosition) error {
+	t0 := time.Now()
+	defer func() { p.saveNS.Add(int64(time.Since(t0))); p.saveCalls.Add(1) }()
+	return p.store.BinlogPositionSave(ctx, term, pos)
+}
+
+func (p *timedReaderPorts) reset() {
+	p.recordNS.Store(0)
+	p.recordCalls.Store(0)
+	p.saveNS.Store(0)
+	p.saveCalls.Store(0)
+}
+
+func (p *timedReaderPorts) totals() (record time.Duration, records int64, save time.Duration, saves int64) {
+	return time.Duration(p.recordNS.Load()), p.recordCalls.Load(), time.Duration(p.saveNS.Load()), p.saveCalls.Load()
 }
 
 // binlogRecorded is what the readers' OnRecorded hooks saw: when each dead
