@@ -32,9 +32,21 @@ func TestLostWakeupBinlog(t *testing.T) {
 	lostWakeup(t, modeBinlog)
 }
 
+// TestDeadLetterWhileMendDownBinlog is TestDeadLetterWhileMendDown in binlog mode: the reader ran and
+// saved its position, then it and mend run stopped; the culprit's dead letter is committed, the host's DLQ
+// group acknowledges it and the host's GC collects it while mend is down (binlog mode holds nothing back:
+// no queue_offsets row of mend's). The reader started again resumes from its saved position (no start over
+// from the tables, which no longer hold the row) and records the dead letter from the binary log; the
+// dependent lands after exactly one wake-up. Its control is TestDeadLetterWhileMendDown/control.
+func TestDeadLetterWhileMendDownBinlog(t *testing.T) {
+	requireOptIn(t)
+	deadLetterWhileDown(t, true, false, 0, true)
+}
+
 // binlogReader is a binlog.Reader running beside a stack, and what its hooks saw.
 type binlogReader struct {
 	r        *binlog.Reader
+	stop     func()
 	mu       sync.Mutex
 	recorded map[string]int // dead letters recorded, by topic
 	failures []string
@@ -83,16 +95,29 @@ func startBinlogReader(t *testing.T, s *sqreal.Stack, m *mendProc) *binlogReader
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- br.r.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("the binlog reader: %v", err)
-		}
-		if fs := br.failed(); len(fs) > 0 {
-			t.Logf("the binlog reader retried after %d failures:\n%s", len(fs), strings.Join(fs, "\n"))
-		}
-	})
+	var once sync.Once
+	br.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("the binlog reader: %v", err)
+			}
+			if fs := br.failed(); len(fs) > 0 {
+				t.Logf("the binlog reader retried after %d failures:\n%s", len(fs), strings.Join(fs, "\n"))
+			}
+		})
+	}
+	t.Cleanup(br.stop)
 	return br
+}
+
+// waitSaved waits until the reader has read to the end of the log (a heartbeat) and saved a position.
+func (br *binlogReader) waitSaved(t *testing.T, s *sqreal.Stack) {
+	t.Helper()
+	s.Eventually(t, time.Minute, "the binlog reader to catch up and save its position", func() (bool, string) {
+		st := br.r.Status()
+		return st.CaughtUp && st.Position.File != "", fmt.Sprintf("%s, caught up %v, position %q, last error %q", st.Role, st.CaughtUp, st.Position.File, st.LastErr)
+	})
 }
 
 // count is how many dead letters of topic the reader has recorded.
