@@ -20,7 +20,10 @@ import (
 // puts on the queue database alone, when mend's database is on the same
 // server (the harness's) and the server keeps no performance_schema. It
 // reads the client's side of the protocol only (no TLS, no compression:
-// the harness's DSNs use neither); the server's side is copied as is.
+// the harness's DSNs use neither); the server's side is copied as is. It is
+// a TCP proxy rather than the tap (tap_test.go), which sees only what
+// database/sql dials: the binlog reader's replication connection is the
+// go-mysql client's own.
 type stmtCounter struct {
 	ln    net.Listener
 	stmts atomic.Int64
