@@ -113,13 +113,15 @@ const (
 	modeSubscribed        // mend run --queue-dsn beside the unmodified queue
 	modeLinked            // the queue patched to call mend's intake; mend run --subscribe=false
 	modeAdopt             // without mend until the queue is stuck, then mend adopt and mend run
+	modeBinlog            // a binlog.Reader in the test records; mend run --subscribe=false repairs
 )
 
 func lostWakeup(t *testing.T, mode int) {
 	sqreal.RequireMySQL(t) // before building a patched orchestrator for nothing
-	withMend, adopt := mode == modeSubscribed || mode == modeLinked, mode == modeAdopt
+	withMend, adopt := mode == modeSubscribed || mode == modeLinked || mode == modeBinlog, mode == modeAdopt
 	opts := sqreal.Options{Queues: []string{queue}}
 	var m *mendProc
+	var br *binlogReader
 	if mode == modeLinked {
 		tree := sqreal.Source(t)
 		tree.Apply(t, "testdata/link-mend.patch")
@@ -137,10 +139,15 @@ func lostWakeup(t *testing.T, mode int) {
 		m = newMend(t, s)
 	case modeLinked:
 		m.attach(t, s, "--subscribe=false")
+	case modeBinlog:
+		m = newMend(t, s, "--subscribe=false")
 	}
 	if withMend {
 		m.doctor(t, s)
 		m.run.Start(t)
+	}
+	if mode == modeBinlog {
+		br = startBinlogReader(t, s, m)
 	}
 
 	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
@@ -185,6 +192,9 @@ func lostWakeup(t *testing.T, mode int) {
 		})
 		n := checkMendWakes(t, s, m, queue)
 		t.Logf("mend: %d records, %d wake-ups; the dependent landed", all, n)
+		if mode == modeBinlog {
+			checkBinlogMode(t, s, m, br, culpritBatch)
+		}
 		return
 	}
 
@@ -311,8 +321,8 @@ func hostFactsQuiet(t *testing.T, s *sqreal.Stack, liveBatch, stuckRequest strin
 // wake-up, the dependent lands. Control: without mend the dead letter is collected and the queue stays stuck.
 func TestDeadLetterWhileMendDown(t *testing.T) {
 	requireOptIn(t)
-	t.Run("mend", func(t *testing.T) { deadLetterWhileDown(t, true, false, 0) })
-	t.Run("control", func(t *testing.T) { deadLetterWhileDown(t, false, false, 0) })
+	t.Run("mend", func(t *testing.T) { deadLetterWhileDown(t, true, false, 0, false) })
+	t.Run("control", func(t *testing.T) { deadLetterWhileDown(t, false, false, 0, false) })
 }
 
 // TestRestartAfterQuietSpell is TestDeadLetterWhileMendDown with the host quiet for longer than 2 × its
@@ -339,14 +349,16 @@ func TestRestartAfterQuietSpell(t *testing.T) {
 			t.Fatalf("%s=%q: want a Go duration", envQuiet, v)
 		}
 	}
-	t.Run("mend", func(t *testing.T) { t.Parallel(); deadLetterWhileDown(t, true, true, quiet) })
-	t.Run("control", func(t *testing.T) { t.Parallel(); deadLetterWhileDown(t, false, true, quiet) })
+	t.Run("mend", func(t *testing.T) { t.Parallel(); deadLetterWhileDown(t, true, true, quiet, false) })
+	t.Run("control", func(t *testing.T) { t.Parallel(); deadLetterWhileDown(t, false, true, quiet, false) })
 }
 
 // envQuiet sets TestRestartAfterQuietSpell's least quiet spell (a Go duration; unset: until the release).
 const envQuiet = "MEND_TEST_REALQUEUE_QUIET"
 
-func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Duration) {
+// deadLetterWhileDown runs the scenario; with inBinlog (and withMend, not quiet) mend records through a
+// binlog.Reader in the test (TestDeadLetterWhileMendDownBinlog) and mend run runs with --subscribe=false.
+func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Duration, inBinlog bool) {
 	ctx := context.Background()
 	// aheadCheck: after the quiet spell, the restarted mend must register ahead on a queue it never saw.
 	aheadCheck := withMend && quiet
@@ -358,7 +370,19 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 	observeSpeculate(t, s)
 	warm := warmUp(t, s)
 	var m *mendProc
-	if withMend {
+	var br *binlogReader
+	switch {
+	case withMend && inBinlog:
+		m = newMend(t, s, "--subscribe=false")
+		m.doctor(t, s)
+		m.run.Start(t)
+		br = startBinlogReader(t, s, m)
+		br.waitSaved(t, s)
+		br.stop()
+		if err := m.run.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	case withMend:
 		m = newMend(t, s)
 		m.doctor(t, s)
 		m.run.Start(t)
@@ -466,7 +490,15 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 			return s.Heartbeat(t, sqreal.GroupOrchestrator, "speculate") >= hb+15000, "waiting"
 		})
 	}
-	if n := dlqRows(); n != 1 {
+	if inBinlog {
+		// Binlog mode holds nothing back: the host's GC collects the acknowledged dead letter.
+		s.Eventually(t, time.Minute, "the host's GC to collect the dead letter while mend is down", func() (bool, string) {
+			return dlqRows() == 0, fmt.Sprintf("%d rows left", dlqRows())
+		})
+		if n := s.QueueInt(t, "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = 'mend'"); n != 0 {
+			t.Fatalf("%d queue_offsets rows of group mend in binlog mode, want none", n)
+		}
+	} else if n := dlqRows(); n != 1 {
 		t.Fatalf("%d merge-signal_dlq rows of %s left while mend was down, want 1 (held by mend's group)", n, queue)
 	}
 	if st := s.RequestState(t, queue, dependent); st != "batched" {
@@ -488,6 +520,9 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 	}
 	restarted := time.Now()
 	m.run.Start(t)
+	if inBinlog {
+		br = startBinlogReader(t, s, m)
+	}
 	if quiet {
 		s.Eventually(t, 30*time.Second, "the restarted mend's wake-up", func() (bool, string) {
 			return len(wakes(t, s, queue, "mend/")) > 0, "none yet"
@@ -517,6 +552,17 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 	})
 	if n := checkMendWakes(t, s, m, queue); n != 1 {
 		t.Errorf("mend woke the queue %d times for one dead letter, want once", n)
+	}
+	if inBinlog {
+		st := br.r.Status()
+		if got := br.count("merge-signal_dlq"); got != 1 || st.Resets != 0 {
+			t.Errorf("the restarted binlog reader recorded %d merge-signal_dlq dead letters after %d start-overs, want 1 from its saved position (no start over)", got, st.Resets)
+		}
+		if n := s.QueueInt(t, "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = 'mend'"); n != 0 {
+			t.Errorf("%d queue_offsets rows of group mend in binlog mode, want none", n)
+		}
+		t.Logf("binlog reader: resumed at the saved position, recorded the collected dead letter from the log; now at %s:%d (GTIDs %s)",
+			st.Position.File, st.Position.Pos, st.Position.GTIDSet)
 	}
 	if ws := wakes(t, s, queue, ""); len(ws) > 0 {
 		var ids []string
