@@ -407,8 +407,12 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			readers, err := binlogReaders(ctx, store)
+			if err != nil {
+				return err
+			}
 			if sub.queueDSN != "" {
-				return sub.print(ctx, a, f, withStuckWakes(toStatusJSON(st), wakes), func() error { return printStatus(a.stdout, st, f.listOpts()) })
+				return sub.print(ctx, a, f, withStuckWakes(toStatusJSON(st), wakes), func() error { return printStatus(a.stdout, st, f.listOpts()) }, readers)
 			}
 			if f.json {
 				return writeJSON(a.stdout, withStuckWakes(toStatusJSON(st), wakes))
@@ -425,6 +429,7 @@ func newStatusCmd(a *app) *cobra.Command {
 				return nil
 			}
 			printStuckWakes(a.stdout, wakes)
+			printBinlogReaders(a.stdout, readers)
 			return printRepairLatency(ctx, a.stdout, store)
 		})
 	})
