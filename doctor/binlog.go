@@ -246,13 +246,50 @@ func binlogPosition(ctx context.Context, p BinlogParams, schema string, srv binl
 		table.Status, table.Detail, table.Fix = Fail, "mend's schema has no mend_binlog_positions (it is before migration 0019)", "mend migrate up"
 		return []Check{table}
 	case errors.Is(err, mend.ErrNotFound):
-		return []Check{table, {Name: "binlog position", Status: OK,
-			Detail: "none saved yet: the reader's first start imports what the tables hold, then reads the log from the file the server writes now"}}
-	case err != nil:
+	case err != nil && !deniedError(err):
 		table.Status, table.Detail = Fail, oneLine(err.Error())
 		return []Check{table}
 	}
+	if c := positionGrants(ctx, store.SQL(), table); c.Status != OK {
+		return []Check{c}
+	}
+	if errors.Is(err, mend.ErrNotFound) {
+		return []Check{table, {Name: "binlog position", Status: OK,
+			Detail: "none saved yet: the reader's first start imports what the tables hold, then reads the log from the file the server writes now"}}
+	}
 	return []Check{table, positionCheck(saved, srv, listed, p.Starting)}
+}
+
+// positionTable is mend_binlog_positions as the reader uses it.
+var positionTable = hostTable{name: "mend_binlog_positions", privs: []hostPriv{
+	{"SELECT", "EXPLAIN SELECT name FROM mend_binlog_positions WHERE FALSE", "reading the saved position"},
+	{"INSERT", "EXPLAIN INSERT INTO mend_binlog_positions (name) VALUES (NULL)", "the first position saved"},
+	{"UPDATE", "EXPLAIN UPDATE mend_binlog_positions SET holder = '' WHERE FALSE", "every position saved"},
+}}
+
+// positionGrants probes mend's user's privileges on the position table,
+// as the grants check probes mend's other tables.
+func positionGrants(ctx context.Context, db *sql.DB, c Check) Check {
+	var missing []string
+	for _, p := range positionTable.privs {
+		if _, err := db.ExecContext(ctx, p.probe); err != nil {
+			if !deniedError(err) {
+				c.Status, c.Detail = Fail, fmt.Sprintf("cannot check %s on %s: %v", p.name, positionTable.name, oneLine(err.Error()))
+				return c
+			}
+			missing = append(missing, p.name)
+		}
+	}
+	if len(missing) == 0 {
+		return c
+	}
+	var user, schema string
+	_ = db.QueryRowContext(ctx, currentUserQuery).Scan(&user)
+	_ = db.QueryRowContext(ctx, databaseQuery).Scan(&schema)
+	c.Status = Fail
+	c.Detail = fmt.Sprintf("mend's user lacks %s on mend_binlog_positions (the reader reads and saves its position there)", strings.Join(missing, ", "))
+	c.Fix = fmt.Sprintf("GRANT %s ON %s.%s TO %s", strings.Join(missing, ", "), quoteIdent(schema), quoteIdent(positionTable.name), quoteAccount(user))
+	return c
 }
 
 // positionCheck compares the saved position with the server.

@@ -66,3 +66,45 @@ func TestPositionCheck(t *testing.T) {
 		}
 	}
 }
+
+// The server's settings as checks: what stops binlog mode is FAIL with its
+// fix, what costs a start-over (no GTIDs on MySQL) or stops the reader on a
+// schema change (row metadata) is WARN with its fix; MariaDB always has
+// GTIDs.
+func TestBinlogSettings(t *testing.T) {
+	t.Parallel()
+	byName := func(cs []Check) map[string]Check {
+		m := map[string]Check{}
+		for _, c := range cs {
+			m[c.Name] = c
+		}
+		return m
+	}
+	mysqlOff := byName(binlogSettings(binlog.Server{Flavor: "mysql", LogBin: true, Format: "MIXED", RowImage: "MINIMAL", GTIDMode: "OFF", RowMetadata: "MINIMAL"}))
+	for name, want := range map[string]struct {
+		status Status
+		words  string
+	}{
+		"binlog format":       {Fail, "SET PERSIST binlog_format=ROW"},
+		"binlog row image":    {Fail, "SET PERSIST binlog_row_image=FULL"},
+		"binlog GTIDs":        {Warn, "gtid_mode=ON"},
+		"binlog row metadata": {Warn, "SET PERSIST binlog_row_metadata=FULL"},
+	} {
+		if c := mysqlOff[name]; c.Status != want.status || !strings.Contains(c.Fix, want.words) {
+			t.Errorf("MySQL %s: %+v; want %s with fix %q", name, c, want.status, want.words)
+		}
+	}
+	if c := mysqlOff["binlog GTIDs"]; !strings.Contains(c.Detail, "a failover of the host's primary makes the reader start over from the tables") {
+		t.Errorf("GTIDs warning %q does not say what a failover costs", c.Detail)
+	}
+	maria := byName(binlogSettings(binlog.Server{Flavor: "mariadb", LogBin: true, Format: "ROW", RowImage: "FULL", GTIDs: true, RowMetadata: "FULL"}))
+	for _, name := range []string{"binlog log_bin", "binlog format", "binlog row image", "binlog GTIDs", "binlog row metadata"} {
+		if maria[name].Status != OK {
+			t.Errorf("MariaDB %s: %+v; want ok", name, maria[name])
+		}
+	}
+	off := binlogSettings(binlog.Server{Flavor: "mariadb"})
+	if len(off) != 1 || off[0].Status != Fail || !strings.Contains(off[0].Fix, "log_bin") {
+		t.Errorf("binary log off: %+v; want one FAIL naming log_bin", off)
+	}
+}

@@ -113,6 +113,13 @@ func TestDoctorBinlog(t *testing.T) {
 		t.Errorf("REPLICATION SLAVE %+v, exit %d; want FAIL with the GRANT", c, code)
 	}
 
+	// mend's user may read but not save the position.
+	readOnly := x.mendDB.User(t, "SELECT ON %s.*")
+	checks, _ = doctorChecksCode(t, "--dsn", readOnly, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe-mode", "binlog")
+	if c := checks["binlog position table"]; c.Status != doctor.Fail || !strings.Contains(c.Fix, "GRANT INSERT, UPDATE ON `"+x.mendDB.Name+"`.`mend_binlog_positions`") {
+		t.Errorf("position table as a read-only user: %+v; want FAIL with the GRANT", c)
+	}
+
 	// A position saved on this server in a file it no longer has.
 	srv, err := binlog.Probe(ctx, x.queueDB.SQL(t))
 	if err != nil {
@@ -338,4 +345,26 @@ func gathered(t *testing.T, m *metrics, name, label string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Every reset reason the reader gives maps to its label; a purge is
+// "purged" whatever its words.
+func TestResetLabel(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		reason string
+		purged bool
+		want   string
+	}{
+		{binlog.ResetFirstStart, false, "first_start"},
+		{binlog.ResetPurged + ": the server no longer has b.000001", true, "purged"},
+		{"anything", true, "purged"},
+		{binlog.ResetFailover + ": the position is b.000003:4 on u1", false, "failover"},
+		{binlog.ResetFlavor + ": saved on mysql", false, "flavor"},
+		{"something new", false, "other"},
+	} {
+		if got := resetLabel(tt.reason, tt.purged); got != tt.want {
+			t.Errorf("resetLabel(%q, %v) = %q; want %q", tt.reason, tt.purged, got, tt.want)
+		}
+	}
 }
