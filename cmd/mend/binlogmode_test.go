@@ -368,3 +368,82 @@ func TestResetLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestRunBinlogPurged: mend run finds its saved position purged from the
+// server's binary log (mend was down past the retention): it starts
+// (doctor fails on it, run's preflight warns), says so in an error line,
+// imports what the tables hold, and /metrics says the position was purged
+// (MendBinlogPositionPurged pages on it) and counts the reset as purged.
+func TestRunBinlogPurged(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	x := binlogWorld(t)
+	srv, err := binlog.Probe(ctx, x.queueDB.SQL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.mendDB.SQL(t).ExecContext(ctx, `INSERT INTO mend_binlog_positions (name, flavor, server_uuid, binlog_file, binlog_pos, gtid_set, updated_at)
+		VALUES (?, ?, ?, 'gone-bin.000001', 4, '', NOW(6))`, binlog.LeaseName(x.queueDB.Name), srv.Flavor, srv.Identity); err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"run", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN,
+			"--interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, io.Discard, &stderr, func(string) string { return "" })
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.After(60 * time.Second)
+		for !cond() {
+			select {
+			case code := <-done:
+				t.Fatalf("mend run exited %d while waiting for %s:\n%s", code, what, stderr.String())
+			case <-deadline:
+				t.Fatalf("still waiting for %s:\n%s", what, stderr.String())
+			case <-tick.C:
+			}
+		}
+	}
+	addrRE := regexp.MustCompile(`msg="serving metrics" .*?addr=(\S+)`)
+	var addr string
+	wait("metrics", func() bool {
+		if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	wait("the purge said", func() bool {
+		return strings.Contains(stderr.String(), `level=ERROR msg="binlog reader: the saved position is gone from the server's binary log`)
+	})
+	store, err := storage.Open(ctx, x.mendDB.DSN, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	wait("the dead letter imported from the tables", func() bool {
+		_, err := store.RecordGet(ctx, mend.SourceID{Queue: "q", Topic: "speculate_dlq", Partition: "q", MessageID: "q/batch/1"})
+		return err == nil
+	})
+	var page string
+	wait("the purge in /metrics", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		page = string(b)
+		return strings.Contains(page, "\nmend_binlog_position_purged 1\n")
+	})
+	if !strings.Contains(page, `mend_binlog_resets_total{reason="purged"} 1`) || !strings.Contains(page, `mend_binlog_resets_total{reason="first_start"} 0`) {
+		t.Errorf("/metrics does not count one purged reset:\n%s", page)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("mend run exit %d after the signal:\n%s", code, stderr.String())
+	}
+}
