@@ -17,7 +17,9 @@ import (
 	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/doctor"
+	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
 
@@ -445,5 +447,27 @@ func TestRunBinlogPurged(t *testing.T) {
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Errorf("mend run exit %d after the signal:\n%s", code, stderr.String())
+	}
+}
+
+// A user granted before migration 0019 (SELECT on every mend table but
+// mend_binlog_positions) still gets mend status, with a line saying why
+// binlog mode's readers are not shown; --json stays the queues alone.
+func TestStatusWithoutPositionGrant(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t, migrations.Up)
+	var grants []string
+	for _, table := range db.Tables(t) {
+		if table != "mend_binlog_positions" {
+			grants = append(grants, "SELECT ON %s.`"+table+"`")
+		}
+	}
+	user := db.User(t, grants...)
+	r := opsMust(t, "status", "--dsn", user)
+	if !strings.Contains(r.stdout, "binlog mode's readers not shown: ") || !strings.Contains(r.stdout, "mend_binlog_positions") {
+		t.Errorf("status as a user without SELECT on mend_binlog_positions:\n%s", r.stdout)
+	}
+	if r := opsMust(t, "status", "--dsn", user, "--json"); strings.Contains(r.stdout, "binlog") {
+		t.Errorf("status --json: %s", r.stdout)
 	}
 }
