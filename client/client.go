@@ -6,9 +6,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/fence"
@@ -127,7 +132,53 @@ type Subscription struct {
 	// PageSize is the rows read per query. Zero means
 	// subscribe.PageSizeDefault.
 	PageSize int
+	// Mode is how dead letters are learned of: doctor.ModeBinlog reads
+	// the queue database server's binary log (package binlog: no consumer
+	// group, nothing of the host's held back), doctor.ModeOffsets joins
+	// the *_dlq topics as consumer group Group (package subscribe), and
+	// doctor.ModeAuto (or empty) picks binlog where every prerequisite
+	// holds (doctor.Binlog), else offsets. An explicit binlog mode whose
+	// prerequisites do not hold is refused: Open returns a
+	// *BinlogUnavailableError naming the first, with its fix.
+	Mode string
+	// BinlogServerID is the server_id binlog mode's reader registers
+	// with, unique in the host's topology. Zero means BinlogServerID(the
+	// Config's Holder).
+	BinlogServerID uint32
+	// BinlogSource names binlog mode's position row and lease, the same
+	// across a failover of the host's primary. Empty means the queue
+	// database's schema name.
+	BinlogSource string
 }
+
+// BinlogServerID is the server_id binlog mode's reader registers with by
+// default, derived from holder as package binlog derives it from its
+// fence's holder: in 1<<30 .. 1<<31-1, away from the small IDs servers are
+// usually given.
+func BinlogServerID(holder string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(holder))
+	return 1<<30 | h.Sum32()>>2
+}
+
+// ErrBinlogUnavailable is matched by the error Open returns when binlog
+// mode is asked for and one of its prerequisites does not hold.
+var ErrBinlogUnavailable = errors.New("client: binlog mode cannot run")
+
+// BinlogUnavailableError is binlog mode asked for (Subscription.Mode) on a
+// queue database, or a schema, that does not allow it. Nothing was left
+// open.
+type BinlogUnavailableError struct {
+	// Why is the first prerequisite that fails, with its fix.
+	Why string
+}
+
+func (e *BinlogUnavailableError) Error() string {
+	return fmt.Sprintf("%v: %s; or run --subscribe-mode offsets (mend doctor lists every binlog check)", ErrBinlogUnavailable, e.Why)
+}
+
+// Unwrap makes errors.Is(err, ErrBinlogUnavailable) hold.
+func (e *BinlogUnavailableError) Unwrap() error { return ErrBinlogUnavailable }
 
 // Hooks are the parts' observation points. The library registers no
 // metrics of its own: bind these to yours (mend run binds Prometheus).
@@ -136,6 +187,8 @@ type Hooks struct {
 	Planner   planner.Hooks
 	Reconcile reconcile.Hooks
 	Subscribe subscribe.Hooks
+	// Binlog observes binlog mode's reader.
+	Binlog binlog.Hooks
 	// OnDangling is called for each host membership row the adapter skips
 	// as dangling (see host.Options.OnDangling).
 	OnDangling func(queue, batchID, state string)
@@ -189,6 +242,10 @@ func (c Config) withDefaults() Config {
 	if c.Subscription != nil {
 		sc := *c.Subscription
 		sc.Group = cmp.Or(sc.Group, c.SubscriptionGroup, subscribe.GroupDefault)
+		sc.Mode = cmp.Or(sc.Mode, doctor.ModeAuto)
+		if sc.BinlogServerID == 0 {
+			sc.BinlogServerID = BinlogServerID(cmp.Or(c.Holder, fence.DefaultHolder()))
+		}
 		c.Subscription, c.SubscriptionGroup = &sc, sc.Group
 	}
 	c.SubscriptionGroup = cmp.Or(c.SubscriptionGroup, subscribe.GroupDefault)
@@ -211,7 +268,9 @@ func CheckParams(cfg Config) doctor.Params {
 		WakeTopic: c.WakeTopic, WakeIgnore: doctor.WakeTopicIgnore(c.SubscriptionGroup),
 		WakeTopicUnjoined: c.WakeTopicUnjoined, Logger: c.Logger}
 	if c.Subscription != nil {
-		p.Subscription = &doctor.SubscriptionParams{Group: c.Subscription.Group, WarnAge: doctor.LagWarnDefault, Settle: c.Subscription.Settle}
+		sc := c.Subscription
+		p.Subscription = &doctor.SubscriptionParams{Group: sc.Group, WarnAge: doctor.LagWarnDefault, Settle: sc.Settle,
+			Mode: sc.Mode, DSN: c.DSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource}
 	}
 	return p
 }
@@ -234,8 +293,15 @@ type Client struct {
 	planner *planner.Planner
 	rec     *reconcile.Reconciler
 	intake  *dlq.Intake
-	sub     *subscribe.Subscriber // nil without Config.Subscription
+	sub     *subscribe.Subscriber // nil without Config.Subscription, and in binlog mode
 	subDB   *sql.DB
+	reader  *binlog.Reader // binlog mode's, else nil
+	mode    string         // doctor.ModeBinlog or doctor.ModeOffsets with a subscription, else ""
+	modeWhy string
+
+	readerMu   sync.Mutex
+	readerStop context.CancelFunc
+	readerDone chan struct{}
 }
 
 // Open validates cfg, runs the checks mend run runs before it starts
@@ -296,11 +362,63 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(&ConfigError{fmt.Errorf("intake settings: %w", err)})
 	}
 	if c.Subscription != nil {
-		if err := cl.openSubscription(openCtx); err != nil {
+		if cl.mode, cl.modeWhy, err = chooseMode(openCtx, c); err != nil {
+			return fail(err)
+		}
+		if cl.mode == doctor.ModeBinlog {
+			err = cl.openBinlog()
+		} else {
+			err = cl.openSubscription(openCtx)
+		}
+		if err != nil {
 			return fail(err)
 		}
 	}
 	return cl, nil
+}
+
+// chooseMode resolves the subscription's mode (see Subscription.Mode) and
+// says why.
+func chooseMode(ctx context.Context, c Config) (mode, why string, err error) {
+	sc := c.Subscription
+	if sc.Mode == doctor.ModeOffsets {
+		return doctor.ModeOffsets, "asked for (--subscribe-mode offsets)", nil
+	}
+	r := doctor.Binlog(ctx, doctor.BinlogParams{DSN: c.DSN, QueueDSN: c.QueueDSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource, Starting: true})
+	switch {
+	case sc.Mode == doctor.ModeBinlog && !r.Ready:
+		return "", "", &BinlogUnavailableError{Why: r.Why}
+	case sc.Mode == doctor.ModeBinlog:
+		return doctor.ModeBinlog, "asked for (--subscribe-mode binlog); every prerequisite holds", nil
+	case r.Ready:
+		return doctor.ModeBinlog, "auto: every prerequisite of binlog mode holds (binary log on, ROW, FULL images, REPLICATION SLAVE and CLIENT, migration 0019)", nil
+	}
+	return doctor.ModeOffsets, "auto: binlog mode needs " + r.Why, nil
+}
+
+// openBinlog wires binlog mode's reader: it records through mend's store
+// (no inline repair: the reconciler repairs what it records), under a lease
+// of the Client's fence per queue database.
+func (cl *Client) openBinlog() error {
+	c, sc := cl.cfg, *cl.cfg.Subscription
+	// The DSN as given: the reader opens its own sessions (host.OpenDeadLetters)
+	// and its replication connection from it.
+	server, err := mysql.ParseDSN(c.QueueDSN)
+	if err != nil {
+		return &ConfigError{fmt.Errorf("binlog mode: the queue database DSN: %w", err)}
+	}
+	actor := "binlog/" + c.Holder
+	in, err := dlq.New(cl.store, dlq.Config{Builds: cl.host, Actor: actor, Logger: c.Logger})
+	if err != nil {
+		return &ConfigError{fmt.Errorf("binlog intake settings: %w", err)}
+	}
+	cl.reader, err = binlog.New(binlog.Config{Server: server, Source: sc.BinlogSource, ServerID: sc.BinlogServerID,
+		Intake: in, Parker: cl.store, Store: cl.store, Fence: cl.fence, Actor: actor,
+		Log: c.Logger.With("component", "binlog"), Hooks: c.Hooks.Binlog})
+	if err != nil {
+		return &ConfigError{fmt.Errorf("binlog reader settings: %w", err)}
+	}
+	return nil
 }
 
 // openSubscription wires the subscription: its intake records through
@@ -389,6 +507,9 @@ func (c *Client) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.startReader(ctx); err != nil {
+		return err
+	}
 	if err := c.rec.Start(ctx); err != nil {
 		c.stopSubscription()
 		return err
@@ -408,6 +529,38 @@ func (c *Client) stopSubscription() {
 	if c.sub != nil {
 		c.sub.Stop()
 	}
+	c.readerMu.Lock()
+	stop, done := c.readerStop, c.readerDone
+	c.readerStop, c.readerDone = nil, nil
+	c.readerMu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// startReader runs binlog mode's reader until Stop; an error it cannot
+// retry (a server that lost its binary log) is logged, and the reader
+// stays stopped (Status().Role "stopped", LastErr).
+func (c *Client) startReader(ctx context.Context) error {
+	if c.reader == nil {
+		return nil
+	}
+	c.readerMu.Lock()
+	defer c.readerMu.Unlock()
+	if c.readerStop != nil {
+		return errors.New("client: the binlog reader is already running")
+	}
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	c.readerStop, c.readerDone = stop, done
+	go func() {
+		defer close(done)
+		if err := c.reader.Run(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Error("binlog reader stopped; dead letters are not recorded until mend run restarts", "component", "binlog", "err", err)
+		}
+	}()
+	return nil
 }
 
 // Drain runs passes until no queue has work due now and returns their
@@ -441,8 +594,17 @@ func (c *Client) Fence() *fence.Fence { return c.fence }
 // Reconciler is the Client's reconciler (Start and Stop wrap it).
 func (c *Client) Reconciler() *reconcile.Reconciler { return c.rec }
 
+// BinlogReader is binlog mode's reader, nil in any other mode.
+func (c *Client) BinlogReader() *binlog.Reader { return c.reader }
+
+// SubscribeMode is the subscription's mode (doctor.ModeBinlog or
+// doctor.ModeOffsets; "" without Config.Subscription) and why it was
+// chosen.
+func (c *Client) SubscribeMode() (mode, why string) { return c.mode, c.modeWhy }
+
 // Subscriber is the Client's subscription, nil without
-// Config.Subscription (mend run --once drains it instead of starting it).
+// Config.Subscription and in binlog mode (mend run --once drains it
+// instead of starting it).
 func (c *Client) Subscriber() *subscribe.Subscriber { return c.sub }
 
 // Config is the Client's configuration with every default filled in.

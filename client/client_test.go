@@ -10,6 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/doctor"
@@ -235,11 +236,14 @@ func TestSubscription(t *testing.T) {
 	w := newWorld(t)
 	dead := w.deadLetter(t)
 	c, err := client.Open(ctx, client.Config{DSN: w.mendDB.DSN, HostDSN: w.hostDB.DSN,
-		Subscription: &client.Subscription{Interval: 20 * time.Millisecond, Settle: time.Second}})
+		Subscription: &client.Subscription{Interval: 20 * time.Millisecond, Settle: time.Second, Mode: doctor.ModeOffsets}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	if mode, _ := c.SubscribeMode(); mode != doctor.ModeOffsets || c.BinlogReader() != nil {
+		t.Fatalf("mode %q, reader %v; want offsets, as asked, and no binlog reader", mode, c.BinlogReader())
+	}
 	if c.Subscriber() == nil || c.Config().SubscriptionGroup != "mend" {
 		t.Fatalf("subscriber %v, group %q; want one, of group mend", c.Subscriber(), c.Config().SubscriptionGroup)
 	}
@@ -253,5 +257,103 @@ func TestSubscription(t *testing.T) {
 	r, err := c.Store().RecordGet(ctx, delivery(dead).Source)
 	if err != nil || r.State != mend.StateDone {
 		t.Fatalf("record %s, %v; want done", r.State, err)
+	}
+}
+
+// TestSubscriptionBinlog: where every prerequisite of binlog mode holds
+// (the test servers log ROW with FULL images, the user is root, mend's
+// schema has migration 0019) auto mode reads the binary log: the dead
+// letter is recorded and repaired, the position saved, and mend joins no
+// consumer group.
+func TestSubscriptionBinlog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t)
+	dead := w.deadLetter(t)
+	c, err := client.Open(ctx, client.Config{DSN: w.mendDB.DSN, HostDSN: w.hostDB.DSN, Interval: 20 * time.Millisecond,
+		Subscription: &client.Subscription{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	mode, why := c.SubscribeMode()
+	if mode != doctor.ModeBinlog || c.BinlogReader() == nil || c.Subscriber() != nil {
+		t.Fatalf("mode %q (%s), reader %v, subscriber %v; want binlog mode, auto", mode, why, c.BinlogReader(), c.Subscriber())
+	}
+	if !strings.HasPrefix(why, "auto:") {
+		t.Errorf("why %q; want it to say auto chose", why)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r, err := c.Store().RecordGet(ctx, delivery(dead).Source)
+		_, perr := c.Store().BinlogPositionGet(ctx, binlog.LeaseName(w.hostDB.Name))
+		if err == nil && r.State == mend.StateDone && perr == nil {
+			break // recorded, repaired, and the position after the import saved
+		}
+		if err != nil && !errors.Is(err, mend.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record %v (%v), position %v after 60s; want it recorded from the tables and done, and a position saved (reader %+v)", r.State, err, perr, c.BinlogReader().Status())
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	c.Stop()
+	if st := c.BinlogReader().Status(); st.Role != "stopped" || st.Recorded < 1 {
+		t.Errorf("reader status %+v; want stopped after Stop, with the dead letter recorded", st)
+	}
+	if n := countRows(t, w.hostDB, "queue_offsets WHERE consumer_group = 'mend'"); n != 0 {
+		t.Errorf("%d queue_offsets rows of group mend; binlog mode joins no consumer group", n)
+	}
+}
+
+// TestSubscriptionModeRefused: a queue database user without REPLICATION
+// SLAVE makes auto mode run offsets, saying why, and binlog mode asked for
+// is refused with the grant that fixes it, before anything is written.
+func TestSubscriptionModeRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t)
+	queueDSN := w.hostDB.User(t, "SELECT, INSERT, UPDATE, DELETE ON %s.*", "REPLICATION CLIENT ON *.*")
+	cfg := func(mode string) client.Config {
+		return client.Config{DSN: w.mendDB.DSN, HostDSN: w.hostDB.DSN, QueueDSN: queueDSN,
+			Subscription: &client.Subscription{Settle: time.Second, Mode: mode}}
+	}
+	c, err := client.Open(ctx, cfg(doctor.ModeAuto))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode, why := c.SubscribeMode()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if mode != doctor.ModeOffsets || !strings.Contains(why, "REPLICATION SLAVE") {
+		t.Errorf("auto mode %q (%s); want offsets, naming REPLICATION SLAVE", mode, why)
+	}
+	for _, skip := range []bool{false, true} {
+		c2 := cfg(doctor.ModeBinlog)
+		c2.SkipChecks = skip
+		c, err := client.Open(ctx, c2)
+		if err == nil {
+			_ = c.Close()
+			t.Fatalf("binlog mode opened (checks skipped: %v); want it refused", skip)
+		}
+		var be *client.BinlogUnavailableError
+		var re *doctor.RefusedError
+		switch {
+		case errors.As(err, &be) && errors.Is(err, client.ErrBinlogUnavailable):
+		case !skip && errors.As(err, &re) && re.Failed[0].Name == "binlog REPLICATION SLAVE":
+		default:
+			t.Fatalf("binlog mode (checks skipped: %v): %v; want it refused on REPLICATION SLAVE", skip, err)
+		}
+		if !strings.Contains(err.Error(), "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*") {
+			t.Errorf("error lacks the grant that fixes it: %v", err)
+		}
+	}
+	if n := countRows(t, w.mendDB, "mend_binlog_positions"); n != 0 {
+		t.Errorf("%d position rows; a refused Open writes nothing", n)
 	}
 }

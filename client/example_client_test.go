@@ -9,6 +9,7 @@ import (
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/doctor"
 )
 
 // DLQMessage stands for the host queue's delivery of a dead letter: the
@@ -98,7 +99,10 @@ func Example_subscription() {
 	ctx := context.Background()
 
 	c, err := client.Open(ctx, client.Config{DSN: mendDSN, HostDSN: hostDSN,
-		Subscription: &client.Subscription{Settle: time.Second}}) // Settle: 0 follows the queue database's waits
+		// Mode offsets: a consumer group, whose passes Drain runs (auto reads the
+		// binary log where the server allows it, and streams). Settle: 0 follows
+		// the queue database's waits.
+		Subscription: &client.Subscription{Settle: time.Second, Mode: doctor.ModeOffsets}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -45,6 +45,9 @@ type Config struct {
 	// Lag, when set, reads the subscription's lag per dead-letter topic for
 	// the overview (mend console --queue-dsn). Nil: no subscription section.
 	Lag func(ctx context.Context) ([]TopicLag, error)
+	// Binlog, when set, reads binlog mode's readers (their saved positions
+	// and leases) for the overview. Nil, or none read: no binlog section.
+	Binlog func(ctx context.Context) ([]BinlogReader, error)
 	// Health, when set, runs mend doctor's checks (package doctor) of what
 	// the console reads, for the overview's health line: the same checks,
 	// with the same advice, as mend doctor and mend run's start-up. The

@@ -43,6 +43,19 @@ type TopicLag struct {
 	Age   time.Duration // how long the oldest of them has waited
 }
 
+// BinlogReader is one of binlog mode's readers, as mend status shows it:
+// its saved position, and whether a replica holds its lease.
+type BinlogReader struct {
+	Source   string
+	Role     string // "reading" or "no reader"
+	Holder   string // the replica reading, with Role "reading"
+	Epoch    int64
+	Position string        // file:pos, and the GTID set where there is one
+	Saved    time.Duration // how long ago the position was saved
+	Lag      time.Duration // the last transaction read, its commit to the save
+	Reset    string        // the last reset: when and why ("" if none)
+}
+
 // parkedScan bounds the parked records one page of the reason filter
 // searches (their last errors are in no index). A var for a test.
 var parkedScan = storage.ConsoleParkedScanDefault

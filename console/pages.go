@@ -148,6 +148,8 @@ type overviewPage struct {
 	Lag        []TopicLag
 	LagOn      bool
 	LagErr     string
+	Binlog     []BinlogReader
+	BinlogErr  string
 	Health     *healthLine // nil without Config.Health
 	Chart      chart
 	ChartPart  bool
@@ -250,6 +252,8 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		dueMore bool
 		lag     []TopicLag
 		lagErr  error
+		readers []BinlogReader
+		rdrErr  error
 	)
 	err := concurrently(
 		func() (err error) { failing, err = st.ConsoleFailingQueues(ctx, failingRead, failingShow); return err },
@@ -268,6 +272,12 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 				lag, lagErr = s.cfg.Lag(ctx)
 			}
 			return nil // the host's queue database: shown on the page, never failing it
+		},
+		func() error {
+			if s.cfg.Binlog != nil {
+				readers, rdrErr = s.cfg.Binlog(ctx)
+			}
+			return nil // shown on the page, never failing it
 		},
 		func() error { p.Health = s.healthNow(ctx); return nil },
 	)
@@ -358,6 +368,13 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			if l.Age > lagPagesAfter {
 				p.Alerts = append(p.Alerts, alertRow{"MendSubscriptionLagging", "", fmt.Sprintf("topic %s: %d dead letter(s) not released, the oldest for %s", l.Topic, l.Rows, dur(l.Age)), true})
 			}
+		}
+	}
+	p.Binlog = readers
+	if rdrErr != nil {
+		p.BinlogErr = rdrErr.Error()
+		if s.cfg.Redact != nil {
+			p.BinlogErr = s.cfg.Redact(p.BinlogErr)
 		}
 	}
 	return "overview", p, nil

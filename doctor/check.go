@@ -60,6 +60,9 @@ type Params struct {
 	Subscription *SubscriptionParams
 	// Logger gets a line per failed check from Preflight; nil: discarded.
 	Logger *slog.Logger
+	// starting: Preflight runs the checks, before a start that recovers a
+	// purged binary-log position itself.
+	starting bool
 }
 
 // Run runs every check p asks for, in mend doctor's order, and returns them
@@ -73,6 +76,8 @@ func Run(ctx context.Context, p Params) (checks []Check, target string) {
 		if p.Subscription != nil {
 			s := *p.Subscription
 			s.QueueDSN = p.QueueDSN
+			s.DSN = cmp.Or(s.DSN, p.DSN)
+			s.starting = p.starting
 			checks = append(checks, Subscription(ctx, s)...)
 		}
 	}
@@ -123,6 +128,7 @@ func Preflight(ctx context.Context, p Params) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	p.starting = true
 	checks, target := Run(ctx, p)
 	var failed []Check
 	for _, ch := range checks {

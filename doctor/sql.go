@@ -28,6 +28,8 @@ SELECT @@SESSION.innodb_lock_wait_timeout`
 SELECT CURRENT_USER()`
 	databaseQuery = `-- name: DoctorDatabase
 SELECT DATABASE()`
+	showGrantsQuery = `-- name: DoctorShowGrants
+SHOW GRANTS`
 	versionQuery = `-- name: DoctorVersion
 SELECT @@version`
 	defaultCollationQuery = `-- name: DoctorDefaultCollation

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/mendq/mend/subscribe"
@@ -41,6 +42,17 @@ type SubscriptionParams struct {
 	// Settle is the settle window the subscription is given; 0 means the
 	// default, which follows the server.
 	Settle time.Duration
+	// Mode is the subscribe mode (ModeAuto, ModeBinlog, ModeOffsets);
+	// empty means ModeAuto. Binlog mode's checks (Binlog) replace the
+	// offset mode's where binlog mode runs.
+	Mode string
+	// DSN is mend's database, for binlog mode's position table.
+	DSN string
+	// ServerID and Source are binlog mode's (BinlogParams).
+	ServerID uint32
+	Source   string
+	// starting: Preflight runs the checks (BinlogParams.Starting).
+	starting bool
 }
 
 // LagWarnDefault is when the subscription check warns that the oldest
@@ -51,6 +63,31 @@ const LagWarnDefault = 10 * time.Minute
 // database, and reports the group's lag (a warning when its oldest row is
 // older than p.WarnAge: a stopped or failing mend holding GC back).
 func Subscription(ctx context.Context, p SubscriptionParams) []Check {
+	mode := Check{Name: "subscribe mode", Status: OK}
+	switch p.Mode {
+	case ModeOffsets:
+		mode.Detail = "offsets (--subscribe-mode offsets): mend joins the *_dlq topics as consumer group " + strconv.Quote(cmp.Or(p.Group, subscribe.GroupDefault))
+		return append([]Check{mode}, offsetChecks(ctx, p)...)
+	case ModeBinlog:
+		mode.Detail = "binlog (--subscribe-mode binlog): mend reads the queue database server's binary log; no consumer group"
+		r := Binlog(ctx, p.binlogParams())
+		return append([]Check{mode}, r.Checks...)
+	}
+	r := Binlog(ctx, p.binlogParams())
+	if r.Ready {
+		mode.Detail = "binlog (auto): every prerequisite of binlog mode holds; mend reads the queue database server's binary log, no consumer group"
+		return append([]Check{mode}, r.Checks...)
+	}
+	mode.Detail = "offsets (auto): binlog mode needs " + r.Why
+	return append([]Check{mode}, offsetChecks(ctx, p)...)
+}
+
+func (p SubscriptionParams) binlogParams() BinlogParams {
+	return BinlogParams{DSN: p.DSN, QueueDSN: p.QueueDSN, ServerID: p.ServerID, Source: p.Source, Starting: p.starting}
+}
+
+// offsetChecks are the offset mode's checks.
+func offsetChecks(ctx context.Context, p SubscriptionParams) []Check {
 	queueDSN, group, warnAge, settle := p.QueueDSN, p.Group, cmp.Or(p.WarnAge, LagWarnDefault), p.Settle
 	label := "subscription"
 	db, err := subscribe.Open(ctx, queueDSN)

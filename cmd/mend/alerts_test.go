@@ -18,7 +18,7 @@ func TestAlertRulesNameRealMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var src strings.Builder
-	for _, f := range []string{"metrics.go", "subscribe.go", "verifymetric.go"} {
+	for _, f := range []string{"metrics.go", "subscribe.go", "verifymetric.go", "binlogmode.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

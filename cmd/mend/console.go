@@ -129,6 +129,18 @@ func newConsoleCmd(a *app) *cobra.Command {
 				return out, nil
 			}
 		}
+		cfg.Binlog = func(ctx context.Context) ([]console.BinlogReader, error) {
+			rs, err := binlogReaders(ctx, store)
+			out := make([]console.BinlogReader, len(rs))
+			for i, r := range rs {
+				out[i] = console.BinlogReader{Source: r.Source, Role: r.Role, Holder: r.Holder, Epoch: r.Epoch, Position: r.Position,
+					Saved: secs(r.SavedSeconds), Lag: secs(r.LagSeconds)}
+				if r.ResetReason != "" {
+					out[i].Reset = r.ResetAt + " " + r.ResetReason
+				}
+			}
+			return out, err
+		}
 		srv, err := console.New(cfg)
 		if err != nil {
 			return err

@@ -41,6 +41,9 @@ func newDoctorCmd(a *app) *cobra.Command {
 		if err := host.ValidateWakeTopic(*wakeTopic); err != nil {
 			return usagef("--wake-topic: %v", err)
 		}
+		if err := sub.mode.checkMode(); err != nil {
+			return err
+		}
 		checks, target := doctor.Database(ctx, f.dsn, *ttl)
 		checks = append(checks, doctor.Host(ctx, *hostDSN, *queueDSN)...)
 		if *queueDSN != "" {
@@ -55,7 +58,11 @@ func newDoctorCmd(a *app) *cobra.Command {
 				Fix: "give --host-dsn as mend run gets it (--host-dsn=" + hostDSNSame + " when the submit queue's tables are in mend's database)"})
 		}
 		if sub.on(f) {
-			checks = append(checks, doctor.Subscription(ctx, doctor.SubscriptionParams{QueueDSN: *queueDSN, Group: sub.group, WarnAge: sub.warnAge, Settle: sub.settle})...)
+			sp, err := sub.params(f.dsn, *queueDSN)
+			if err != nil {
+				return err
+			}
+			checks = append(checks, doctor.Subscription(ctx, sp)...)
 		}
 		failed := 0
 		for _, c := range checks {

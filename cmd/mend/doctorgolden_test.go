@@ -59,7 +59,10 @@ func TestDoctorGolden(t *testing.T) {
 	}
 	base := []string{"doctor", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN}
 	var got strings.Builder
-	for _, args := range [][]string{base, append(base, "--wake-topic", "speculat", "--subscribe=false")} {
+	// The default (auto: binlog mode on the test servers), then the offset
+	// mode's checks, then a wrong wake topic without a subscription.
+	offsets := append(append([]string{}, base...), "--subscribe-mode", "offsets")
+	for _, args := range [][]string{base, offsets, append(base, "--wake-topic", "speculat", "--subscribe=false")} {
 		code, out, errOut := wakeMain(ctx, args...)
 		got.WriteString("$ mend " + strings.Join(args[7:], " ") + "\n")
 		got.WriteString(normal(out))

@@ -103,9 +103,16 @@ func TestGrantsDocPastesInOrder(t *testing.T) {
 	}
 	// Issue 47: the pasted grants left out PROCESS, and then every doctor
 	// and run warned about the subscription's view of open transactions.
-	r := opsRun(t, nil, "doctor", "--json", "--dsn", runtime, "--host-dsn", dsnAs(users["mend"], hostDB.DSN), "--queue-dsn", dsnAs(users["mend"], hostDB.DSN))
+	r := opsRun(t, nil, "doctor", "--json", "--dsn", runtime, "--host-dsn", dsnAs(users["mend"], hostDB.DSN), "--queue-dsn", dsnAs(users["mend"], hostDB.DSN), "--subscribe-mode", "offsets")
 	if !strings.Contains(r.stdout, `"subscription open transactions"`) || regexp.MustCompile(`(?s)"name": "subscription open transactions",\s*"status": "(warn|fail)`).MatchString(r.stdout) {
 		t.Errorf("doctor --queue-dsn as the documented runtime user: the open-transactions check is not OK:\n%s", r.stdout)
+	}
+	// Issue 44: binlog mode's grants (REPLICATION SLAVE and CLIENT, the
+	// position table) are in the documented ones: doctor in binlog mode
+	// finds nothing missing.
+	if r := opsRun(t, nil, "doctor", "--dsn", runtime, "--host-dsn", dsnAs(users["mend"], hostDB.DSN), "--queue-dsn", dsnAs(users["mend"], hostDB.DSN),
+		"--subscribe-mode", "binlog"); r.code != exitOK || !strings.Contains(r.stdout, "binlog REPLICATION SLAVE") {
+		t.Errorf("doctor --subscribe-mode binlog as the documented runtime user = exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if r := opsRun(t, nil, "status", "--dsn", dsnAs(users["mend_read"], mendDB.DSN)); r.code != exitOK {
 		t.Fatalf("status as the documented read-only user = exit %d\n%s", r.code, r.stderr)

@@ -56,6 +56,9 @@ type metrics struct {
 
 	subOnce sync.Once
 	sub     *subscribeMetrics // registered when mend run subscribes (subscribe.go)
+
+	binlogOnce sync.Once
+	binlog     *binlogMetrics // registered when mend run subscribes (binlogmode.go)
 }
 
 // attemptSteps are the planner's failing steps (planner.Hooks.OnAttemptFailed),

@@ -413,8 +413,18 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			readers, err := binlogReaders(ctx, store)
+			var readersDenied error
+			if errors.Is(err, mend.ErrDenied) {
+				// A user granted before migration 0019 (the documented
+				// grants include it): the rest of status stands.
+				readers, readersDenied, err = nil, err, nil
+			}
+			if err != nil {
+				return err
+			}
 			if sub.queueDSN != "" {
-				return sub.print(ctx, a, f, withStuckWakes(toStatusJSON(st), wakes), func() error { return printStatus(a.stdout, st, f.listOpts()) })
+				return sub.print(ctx, a, f, withStuckWakes(toStatusJSON(st), wakes), func() error { return printStatus(a.stdout, st, f.listOpts()) }, readers)
 			}
 			if f.json {
 				return writeJSON(a.stdout, withStuckWakes(toStatusJSON(st), wakes))
@@ -431,6 +441,10 @@ func newStatusCmd(a *app) *cobra.Command {
 				return nil
 			}
 			printStuckWakes(a.stdout, wakes)
+			printBinlogReaders(a.stdout, readers)
+			if readersDenied != nil {
+				fmt.Fprintf(a.stdout, "\nbinlog mode's readers not shown: %s\n", escapeShown(readersDenied.Error(), 400))
+			}
 			return printRepairLatency(ctx, a.stdout, store)
 		})
 	})

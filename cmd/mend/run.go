@@ -73,7 +73,11 @@ func (c runConfig) validate() error {
 
 func newRunCmd(a *app) *cobra.Command {
 	f := a.newCommand("run", "run the reconciler: repair due records under per-queue leases",
-		"Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\nSIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", withDSN|withLog)
+		"Run the reconciler: every --interval, find queues with due records, take each queue's lease and repair them.\n"+
+			"With --queue-dsn it also records the host's dead letters (--subscribe-mode): binlog reads the queue server's binary log\n"+
+			"(no consumer group), offsets joins the *_dlq topics as --group, auto (the default) picks binlog where its prerequisites\n"+
+			"hold and logs which mode it runs and why (mend doctor lists the checks).\n"+
+			"SIGINT or SIGTERM stops it cleanly: in-flight work is finished or abandoned, leases are released, exit 0.", withDSN|withLog)
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build) (required;\n"+hostDSNSame+": the same database as --dsn)")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
@@ -122,6 +126,9 @@ func newRunCmd(a *app) *cobra.Command {
 		if err := c.Sub.resolve(f); err != nil {
 			return err
 		}
+		if err := c.Sub.forOnce(c.Once); err != nil {
+			return err
+		}
 		if err := preflight(ctx, c, f.logger().With("component", "mend")); err != nil {
 			return err
 		}
@@ -143,7 +150,8 @@ func subscription(c runConfig) *client.Subscription {
 	if !c.Sub.On {
 		return nil
 	}
-	return &client.Subscription{Group: c.Sub.Group, Interval: c.Sub.Interval, Settle: givenSettle(c.Sub), PageSize: c.Sub.PageSize}
+	return &client.Subscription{Group: c.Sub.Group, Interval: c.Sub.Interval, Settle: givenSettle(c.Sub), PageSize: c.Sub.PageSize,
+		Mode: c.Sub.Mode, BinlogServerID: c.Sub.BinlogServerID, BinlogSource: c.Sub.BinlogSource}
 }
 
 // wire opens mend through the front door (client.Open; preflight ran the
@@ -157,7 +165,8 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 		// differently spelled membership rows, differently spelled
 		// requests) to the log, and dangling ones to a metric too: the
 		// host's own planner fails on them.
-		cfg.Hooks = client.Hooks{Fence: m.fenceHooks(), Planner: m.plannerHooks(), Reconcile: m.reconcileHooks(), Subscribe: m.subscribeHooks(), OnDangling: m.onDangling}
+		cfg.Hooks = client.Hooks{Fence: m.fenceHooks(), Planner: m.plannerHooks(), Reconcile: m.reconcileHooks(), Subscribe: m.subscribeHooks(), OnDangling: m.onDangling,
+			Binlog: m.binlogHooks()}
 	}
 	if failed != nil {
 		cfg.Hooks.Planner.OnAttemptFailed = chainAttemptFailed(cfg.Hooks.Planner.OnAttemptFailed, failed.add)
@@ -175,6 +184,9 @@ func wire(ctx context.Context, c runConfig, log *slog.Logger, m *metrics, failed
 		}
 	}
 	cl, err := client.Open(ctx, cfg)
+	if be := (*client.BinlogUnavailableError)(nil); errors.As(err, &be) {
+		return nil, err
+	}
 	if ce := (*client.ConfigError)(nil); errors.As(err, &ce) {
 		return nil, usagef("%v", err)
 	}
@@ -225,7 +237,16 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	clog.Info("mend run starting", "holder", c.Holder, "once", c.Once, "interval", c.Interval,
 		"lease_ttl", c.LeaseTTL, "concurrency", c.Concurrency, "cluster_concurrency", c.ClusterConcurrency, "db", redactDSN(c.DSN))
 
-	if c.Sub.On {
+	if mode, _ := svc.SubscribeMode(); mode != "" && m != nil {
+		m.binlogMetrics().setMode(mode, svc.BinlogReader())
+	}
+	if mode, why := svc.SubscribeMode(); mode != "" {
+		if c.Sub.OnceWhy != "" {
+			why = c.Sub.OnceWhy
+		}
+		clog.Info("subscribe mode: "+mode, "mode", mode, "why", why, "queue_db", redactDSN(c.QueueDSN))
+	}
+	if c.Sub.On && svc.Subscriber() != nil {
 		clog.Info("subscribing to the host's dead-letter topics", "group", c.Sub.Group,
 			"interval", c.Sub.Interval.String(), "settle", c.Sub.Settle.String(), "queue_db", redactDSN(c.QueueDSN))
 	}

@@ -153,8 +153,9 @@ func sigtermAfterKilledSessions(t *testing.T) (int, string) {
 		}
 		_ = resp.Body.Close()
 		// Ready, and past start-up: the subscription is the last thing
-		// run opens before its passes.
-		return resp.StatusCode == http.StatusOK && strings.Contains(errOut.String(), "subscribing to the host's dead-letter topics")
+		// run opens before its passes (either mode: binlog on the test
+		// servers, where auto finds every prerequisite).
+		return resp.StatusCode == http.StatusOK && strings.Contains(errOut.String(), `msg="subscribe mode: `)
 	}
 	if !until(60*time.Second, 100*time.Millisecond, ready) {
 		cancel()

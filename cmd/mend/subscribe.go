@@ -5,10 +5,12 @@ package main
 // lag section of mend status and the checks of mend doctor.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -18,7 +20,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/binlog"
+	"github.com/mendq/mend/client"
 	"github.com/mendq/mend/doctor"
+	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
@@ -39,6 +44,16 @@ type subscribeConfig struct {
 	// SettleGiven: --subscribe-settle was given; otherwise the window is
 	// subscribe.SettleFor the queue database's waits (two lock waits and a semi-sync commit).
 	SettleGiven bool
+	// Mode is --subscribe-mode: doctor.ModeAuto (binlog where every
+	// prerequisite holds), ModeBinlog or ModeOffsets; "" reads as auto.
+	Mode string
+	// BinlogServerID (0: derived from --holder) and BinlogSource ("":
+	// the queue database's schema name) are binlog mode's.
+	BinlogServerID uint32
+	BinlogSource   string
+	// OnceWhy is set when run --once turned auto into offsets: binlog
+	// mode streams, it has no pass to drain.
+	OnceWhy string
 }
 
 // addSubscribeFlags defines the subscription's flags on mend run.
@@ -48,6 +63,48 @@ func addSubscribeFlags(f *flags, c *subscribeConfig) {
 	f.DurationVar(&c.Interval, "subscribe-interval", subscribe.PollIntervalDefault, "time between the subscription's passes: a new dead letter is recorded within it")
 	f.DurationVar(&c.Settle, "subscribe-settle", subscribe.SettleDefault, "how old an offset must be before the group's watermark passes it\n(longer than any transaction inserting into queue_messages; by default two of the queue database's\ninnodb_lock_wait_timeout plus its semi-sync commit timeout, plus 10s, at least a minute)")
 	f.IntVar(&c.PageSize, "subscribe-page-size", subscribe.PageSizeDefault, "rows the subscription reads per query")
+	addSubscribeModeFlags(f, c)
+}
+
+// addSubscribeModeFlags defines --subscribe-mode and binlog mode's flags
+// (mend run, mend doctor).
+func addSubscribeModeFlags(f *flags, c *subscribeConfig) {
+	f.StringVar(&c.Mode, "subscribe-mode", doctor.ModeAuto, "how the subscription learns of dead letters: binlog (read the queue database server's binary log: no consumer group,\n"+
+		"nothing held back; needs log_bin, ROW, FULL images, REPLICATION SLAVE and CLIENT), offsets (join the *_dlq topics as --group),\n"+
+		"or auto (binlog where all its prerequisites hold, else offsets; run logs which and why)")
+	f.Uint32Var(&c.BinlogServerID, "binlog-server-id", 0, "the server_id binlog mode's reader registers with, unique among the host's servers and replicas (0: derived from --holder)")
+	f.StringVar(&c.BinlogSource, "binlog-source", "", "names binlog mode's saved position and lease; keep it across a failover of the host's primary (default: the queue database's schema name)")
+}
+
+// checkMode checks --subscribe-mode and binlog mode's flags.
+func (c *subscribeConfig) checkMode() error {
+	switch c.Mode {
+	case "", doctor.ModeAuto, doctor.ModeBinlog, doctor.ModeOffsets:
+	default:
+		return usagef("--subscribe-mode must be binlog, offsets or auto, got %q", c.Mode)
+	}
+	if c.BinlogSource != "" {
+		if err := mend.ValidateIdentity("queue", binlog.LeaseName(c.BinlogSource), true); err != nil {
+			return usagef("--binlog-source: %v", err)
+		}
+	}
+	return nil
+}
+
+// forOnce fits the mode to run --once: binlog mode streams and has no pass
+// to drain, so auto runs offsets and binlog is refused.
+func (c *subscribeConfig) forOnce(once bool) error {
+	if !once || !c.On {
+		return nil
+	}
+	switch c.Mode {
+	case doctor.ModeBinlog:
+		return usagef("--once cannot run --subscribe-mode binlog: the binary-log reader streams continuously; run without --once, or give --subscribe-mode offsets")
+	case doctor.ModeOffsets:
+		return nil
+	}
+	c.Mode, c.OnceWhy = doctor.ModeOffsets, "auto with --once: binlog mode streams continuously and has no pass to drain"
+	return nil
 }
 
 // resolve decides whether run subscribes (see On) and checks the values.
@@ -58,6 +115,9 @@ func (c *subscribeConfig) resolve(f *flags) error {
 	c.SettleGiven = f.given("subscribe-settle")
 	if !c.On {
 		return nil
+	}
+	if err := c.checkMode(); err != nil {
+		return err
 	}
 	switch {
 	case c.Interval < 10*time.Millisecond:
@@ -218,10 +278,10 @@ func toLagJSON(lag []subscribe.TopicLag, now time.Time) []lagJSON {
 // longest with the row each waits on.
 func printLag(w io.Writer, group string, lag []subscribe.TopicLag, held []subscribe.HeldRow, now time.Time) error {
 	if len(lag) == 0 {
-		_, err := fmt.Fprintf(w, "subscription: group %q has joined no partition of the host's queue database\n", group)
+		_, err := fmt.Fprintf(w, "subscription (offsets mode): group %q has joined no partition of the host's queue database\n", group)
 		return err
 	}
-	fmt.Fprintf(w, "subscription: group %q (rows above its watermarks, which the host's GC keeps)\n", group)
+	fmt.Fprintf(w, "subscription (offsets mode): group %q (rows above its watermarks, which the host's GC keeps)\n", group)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  TOPIC\tPARTITIONS\tROWS BEHIND\tOLDEST")
 	for _, l := range lag {
@@ -435,13 +495,25 @@ func addStatusLagFlags(f *flags) *statusLag {
 	return s
 }
 
-// print prints the queues (printQueues, or queues as JSON) and the lag.
-func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, printQueues func() error) error {
+// print prints the queues (printQueues, or queues as JSON) and the
+// subscription: binlog mode's readers where one reads (readers), else the
+// offset mode's lag.
+func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, printQueues func() error, readers []binlogReaderView) error {
 	if _, err := checkDSN("--queue-dsn", s.queueDSN); err != nil {
 		return err
 	}
 	if err := mend.ValidateIdentity("group", s.group, true); err != nil {
 		return usagef("--group: %v", err)
+	}
+	if slices.ContainsFunc(readers, func(r binlogReaderView) bool { return r.Role == "reading" }) {
+		if f.json {
+			return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"mode": doctor.ModeBinlog, "binlog": readers}})
+		}
+		if err := printQueues(); err != nil {
+			return err
+		}
+		printBinlogReaders(a.stdout, readers)
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -451,13 +523,17 @@ func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, pri
 		return err
 	}
 	if f.json {
-		return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"group": s.group, "topics": toLagJSON(lag, now), "held": toHeldJSON(held, now)}})
+		return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"mode": doctor.ModeOffsets, "group": s.group, "topics": toLagJSON(lag, now), "held": toHeldJSON(held, now), "binlog": readers}})
 	}
 	if err := printQueues(); err != nil {
 		return err
 	}
 	fmt.Fprintln(a.stdout)
-	return printLag(a.stdout, s.group, lag, held, now)
+	if err := printLag(a.stdout, s.group, lag, held, now); err != nil {
+		return err
+	}
+	printBinlogReaders(a.stdout, readers) // a binlog reader's position, kept while none reads
+	return nil
 }
 
 // subscribeLagWarn is when doctor (and run's preflight) warn that the
@@ -470,10 +546,22 @@ type doctorSubscribe struct {
 	group     string
 	warnAge   time.Duration
 	settle    time.Duration
+	mode      subscribeConfig // --subscribe-mode, --binlog-server-id, --binlog-source
+}
+
+// params are the subscription checks' inputs for mend's database dsn and
+// the queue database queueDSN.
+func (d *doctorSubscribe) params(dsn, queueDSN string) (doctor.SubscriptionParams, error) {
+	if err := d.mode.checkMode(); err != nil {
+		return doctor.SubscriptionParams{}, err
+	}
+	return doctor.SubscriptionParams{QueueDSN: queueDSN, Group: d.group, WarnAge: d.warnAge, Settle: d.settle,
+		Mode: d.mode.Mode, DSN: dsn, ServerID: cmp.Or(d.mode.BinlogServerID, client.BinlogServerID(fence.DefaultHolder())), Source: d.mode.BinlogSource}, nil
 }
 
 func addDoctorSubscribeFlags(f *flags) *doctorSubscribe {
 	d := &doctorSubscribe{}
+	addSubscribeModeFlags(f, &d.mode)
 	f.BoolVar(&d.subscribe, "subscribe", false, "check the subscription as mend run would run it (default: on when --queue-dsn is given)")
 	f.StringVar(&d.group, "group", subscribe.GroupDefault, "the subscription's consumer group")
 	f.DurationVar(&d.warnAge, "lag-warn", subscribeLagWarn, "warn when the subscription's oldest unreleased dead letter is older than this")
