@@ -158,9 +158,7 @@ func (c Config) withDefaults() Config {
 		c.Now = time.Now
 	}
 	if c.ServerID == 0 && c.Fence != nil {
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(c.Fence.Holder()))
-		c.ServerID = 1<<30 | h.Sum32()>>2
+		c.ServerID = ServerIDFor(c.Fence.Holder())
 	}
 	return c
 }
@@ -189,6 +187,15 @@ func (c Config) validate() error {
 		return bad("Source %q makes no valid lease name: %v", c.Source, err)
 	}
 	return nil
+}
+
+// ServerIDFor is the server_id a reader whose fence holder is holder
+// registers with by default: in 1<<30 .. 1<<31-1, away from the small IDs
+// servers are usually given.
+func ServerIDFor(holder string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(holder))
+	return 1<<30 | h.Sum32()>>2
 }
 
 // LeaseName is the lease (and position row) of the reader of source.

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -152,14 +151,8 @@ type Subscription struct {
 }
 
 // BinlogServerID is the server_id binlog mode's reader registers with by
-// default, derived from holder as package binlog derives it from its
-// fence's holder: in 1<<30 .. 1<<31-1, away from the small IDs servers are
-// usually given.
-func BinlogServerID(holder string) uint32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(holder))
-	return 1<<30 | h.Sum32()>>2
-}
+// default (binlog.ServerIDFor).
+func BinlogServerID(holder string) uint32 { return binlog.ServerIDFor(holder) }
 
 // ErrBinlogUnavailable is matched by the error Open returns when binlog
 // mode is asked for and one of its prerequisites does not hold.
