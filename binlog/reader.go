@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -426,34 +428,47 @@ func (t *term) record(ctx context.Context, rows []dlq.Row) error {
 // recordChunks records ds in chunks of at most BatchRows (a transaction of
 // the host may commit more dead letters than one recording transaction
 // should take), up to Concurrency of them at once: each chunk is a
-// RecordMany of its own, independent of the others (create-if-absent). An
-// error of any chunk is the whole call's: the caller saves nothing, and the
-// next term reads them all again.
+// RecordMany of its own, independent of the others (create-if-absent). The
+// deliveries are grouped by queue before they are cut, so chunks recording
+// at the same time touch different queues' rows (only a queue with more
+// than a chunk's worth spans two). An error of any chunk is the whole
+// call's: the caller saves nothing, and the next term reads them all again.
 func (t *term) recordChunks(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
 	size := t.r.cfg.BatchRows
 	if len(ds) <= size {
 		return t.r.cfg.Intake.RecordMany(ctx, ds)
 	}
+	order := make([]int, len(ds))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ds[a].Source.Queue, ds[b].Source.Queue) })
 	results := make([]dlq.ManyResult, len(ds))
 	errs := make([]error, (len(ds)+size-1)/size)
 	sem := make(chan struct{}, t.r.cfg.Concurrency)
 	var wg sync.WaitGroup
-	for i := 0; i < len(ds); i += size {
-		chunk := ds[i:min(i+size, len(ds))]
+	for i := 0; i < len(order); i += size {
+		idx := order[i:min(i+size, len(order))]
+		chunk := make([]dlq.Delivery, len(idx))
+		for j, k := range idx {
+			chunk[j] = ds[k]
+		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func(i int) {
+		go func(n int) {
 			defer func() { <-sem; wg.Done() }()
 			res, err := t.r.cfg.Intake.RecordMany(ctx, chunk)
 			if err == nil && len(res) != len(chunk) {
 				err = fmt.Errorf("the intake answered %d results for %d deliveries", len(res), len(chunk))
 			}
 			if err != nil {
-				errs[i/size] = err
+				errs[n] = err
 				return
 			}
-			copy(results[i:], res)
-		}(i)
+			for j, k := range idx {
+				results[k] = res[j]
+			}
+		}(i / size)
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
