@@ -593,7 +593,7 @@ func limitScaleRun(b *testing.B, db *mysqltest.DB, cfg scaleConfig, workers int,
 	storm, intake := cnt.snapshot(), intakeCnt.snapshot()
 	b.ReportMetric(float64(total(storm))/float64(cfg.Storm), "storm-roundtrips/record")
 	b.ReportMetric(float64(total(intake))/float64(cfg.Storm), "storm-intake-roundtrips/record")
-	reportPhases(b, storm, float64(cfg.Storm))
+	reportPhases(b, storm, float64(cfg.Storm), cnt.waitSnapshot(), intakeCnt.waitSnapshot())
 	b.Logf("mend-bench: scale storm-mix %s: %s per dead letter", b.Name(), mixString(storm, float64(cfg.Storm)))
 	if drained {
 		checkLimitStorm(b, raw, cfg, prefix)
@@ -815,15 +815,28 @@ func stormPhase(kind string) string {
 	return "txn"
 }
 
-// reportPhases reports the round trips per record of each phase.
-func reportPhases(b *testing.B, mix map[string]int64, records float64) {
+// reportPhases reports the round trips per record of each phase and the
+// seconds the reconcilers' connections waited for replies in each (waits,
+// by kind), and the intake's (intakeWaits): summed over connections, so
+// they add up to more than the storm's wall time when work overlaps.
+func reportPhases(b *testing.B, mix map[string]int64, records float64, waits, intakeWaits map[string]time.Duration) {
 	by := map[string]int64{}
 	for k, v := range mix {
 		by[stormPhase(k)] += v
 	}
+	waited := map[string]time.Duration{}
+	for k, v := range waits {
+		waited[stormPhase(k)] += v
+	}
 	for _, ph := range []string{"fence", "records", "settle", "wake", "txn"} {
 		b.ReportMetric(float64(by[ph])/records, "storm-rt-"+ph+"/record")
+		b.ReportMetric(waited[ph].Seconds(), "storm-wait-"+ph+"-s")
 	}
+	var intake time.Duration
+	for _, v := range intakeWaits {
+		intake += v
+	}
+	b.ReportMetric(intake.Seconds(), "storm-wait-intake-s")
 }
 
 // firstWakes returns, sorted, each storm queue's time from its first

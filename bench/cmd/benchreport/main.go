@@ -978,22 +978,25 @@ until InnoDB has purged the previous storm's old row versions, work that would o
 deliveries held in memory by the benchmark.
 `
 
+// stormPair is one of mend's storms (its replica count and metrics) and
+// the limit storm that followed it.
+type stormPair struct {
+	reps        string
+	mend, limit map[string]float64
+}
+
 // renderLimitStorm writes the storm-against-its-limit section (issue 50):
 // each of mend's storms beside the limit storm that followed it in the same
 // run, their ratios, and where each side's round trips and CPU went. It
 // returns the targets missed (judged at full size only).
 func renderLimitStorm(w func(string, ...any), r results, full bool) []string {
-	type pair struct {
-		reps        string
-		mend, limit map[string]float64
-	}
-	var pairs []pair
-	var cur *pair
+	var pairs []stormPair
+	var cur *stormPair
 	for _, res := range r.list {
 		switch {
 		case strings.HasPrefix(res.name, "Scale/replicas="):
 			reps, _, _ := strings.Cut(strings.TrimPrefix(res.name, "Scale/replicas="), "#")
-			pairs = append(pairs, pair{reps: reps, mend: res.metrics})
+			pairs = append(pairs, stormPair{reps: reps, mend: res.metrics})
 			cur = &pairs[len(pairs)-1]
 		case strings.HasPrefix(res.name, "Scale/limit") && cur != nil && cur.limit == nil:
 			cur.limit = res.metrics
@@ -1065,5 +1068,127 @@ func renderLimitStorm(w func(string, ...any), r results, full bool) []string {
 				m["storm-intake-roundtrips/record"], m["storm-cpu-self-s"], m["storm-cpu-server-s"], m["storm-cpu-proxy-s"], share)
 		}
 	}
+	if pairs[0].mend["storm-wait-settle-s"] > 0 || pairs[0].limit["storm-wait-settle-s"] > 0 {
+		renderPhaseTime(w, pairs)
+	}
 	return misses
+}
+
+// stormPhases are the phases of a storm's time, in the report's order:
+// the intake's, then the reconcilers' by what their statements do.
+var stormPhases = []string{"intake", "fence", "records", "settle", "wake", "txn"}
+
+// phaseRemedy says, per phase, what would shrink a storm's time there.
+var phaseRemedy = map[string]string{
+	"intake":  "the intake's statements per page (one packet a page already) cost the server the rows' index updates; fewer secondary indexes on mend_records and mend_events, or the records' event in the record's own row, would shrink it",
+	"fence":   "taking and releasing a lease per planner run; more records per run (RunLimit), or one term held across a pass's runs of the same queue, would shrink it",
+	"records": "mend's own bookkeeping per run (the due read, the settled and woken events and projections); more records per run (RunLimit), or the settled and woken events written in one append, would shrink it",
+	"settle":  "the host's statements (read, move and finish the batches, membership, requests), which mend sends once per run of `RunLimit` records and the limit once per page of 500; more records per run would shrink it, not a change to mend's own statements",
+	"wake":    "the publishes, one per run; fewer runs per queue (more records per run) would shrink it",
+	"txn":     "COMMIT and ROLLBACK packets of their own; sending each COMMIT in its transaction's last statement's packet, as the single-record intake does, would shrink it",
+}
+
+// renderPhaseTime writes where the storms' time went by phase: the wall
+// clock split at the end of the intake, the connections' time waiting for
+// replies by phase, and a sentence naming the phase that dominates mend's
+// storms and what would shrink it.
+func renderPhaseTime(w func(string, ...any), pairs []stormPair) {
+	w("\nTime by phase. The wall clock splits at the end of the intake: `intake s` from the first delivery to the last\n")
+	w("dead letter recorded, `after s` from there to the last wake-up. The other columns are the seconds the connections\n")
+	w("spent waiting for replies in each phase (from a packet's write to its reply's first bytes: the server's work, the\n")
+	w("loopback and the port proxy), summed over connections, so overlapping work adds up to more than the wall time;\n")
+	w("`intake wait` is the intake workers', the rest the reconcilers'. `runs s` is mend's planner runs' time, summed,\n")
+	w("and `slots busy` that time over the cluster's budget of runs at once (`run slots`) times the storm's settle time:\n")
+	w("well below 100%% means the storm waited for the next pass, not for work in flight.\n\n")
+	w("| run | side | intake s | after s | intake wait s | fence s | records s | settle s | wake s | txn s | reconcilers' wait s | runs s | slots busy |\n")
+	w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	sum := map[string]map[string]float64{"mend": {}, "limit": {}}
+	for i, p := range pairs {
+		for _, side := range []struct {
+			name, key string
+			m         map[string]float64
+		}{{"mend ×" + p.reps, "mend", p.mend}, {"limit", "limit", p.limit}} {
+			m := side.m
+			if m == nil {
+				continue
+			}
+			var rec float64
+			for _, ph := range stormPhases[1:] {
+				rec += m["storm-wait-"+ph+"-s"]
+			}
+			for _, ph := range stormPhases {
+				sum[side.key][ph] += m["storm-wait-"+ph+"-s"]
+			}
+			runs, busy := "—", "—"
+			if m["storm-run-s"] > 0 {
+				runs = fmt.Sprintf("%.0f", m["storm-run-s"])
+				if m["storm-run-slots"] > 0 && m["storm-drain-s"] > 0 {
+					busy = fmt.Sprintf("%.0f%%", 100*m["storm-run-s"]/(m["storm-run-slots"]*m["storm-drain-s"]))
+				}
+			}
+			w("| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s |\n", i+1, side.name,
+				m["storm-intake-s"], m["storm-drain-s"]-m["storm-intake-s"], m["storm-wait-intake-s"],
+				m["storm-wait-fence-s"], m["storm-wait-records-s"], m["storm-wait-settle-s"], m["storm-wait-wake-s"], m["storm-wait-txn-s"], rec, runs, busy)
+		}
+	}
+	dominant := func(m map[string]float64) (string, float64) {
+		var best string
+		var all float64
+		for _, ph := range stormPhases[1:] {
+			all += m[ph]
+			if best == "" || m[ph] > m[best] {
+				best = ph
+			}
+		}
+		if all == 0 {
+			return best, 0
+		}
+		return best, 100 * m[best] / all
+	}
+	ph, pct := dominant(sum["mend"])
+	if pct == 0 {
+		return
+	}
+	w("\nOver mend's storms the reconcilers waited longest in `%s` (%.0f%% of their wait on the server; the intake's wait\n", ph, pct)
+	w("was %.1f s against the reconcilers' %.1f s): %s.\n", sum["mend"]["intake"], total(sum["mend"], stormPhases[1:]), phaseRemedy[ph])
+	if lph, lpct := dominant(sum["limit"]); lpct > 0 {
+		var extra string
+		var most float64
+		for _, p := range stormPhases[1:] {
+			if d := sum["mend"][p] - sum["limit"][p]; extra == "" || d > most {
+				extra, most = p, d
+			}
+		}
+		w("The limit storms waited longest in `%s` (%.0f%%) and %.1f s in all; mend's wait exceeds the limit's most in\n", lph, lpct, total(sum["limit"], stormPhases[1:]))
+		w("`%s` (%+.1f s over the runs).\n", extra, most)
+	}
+	var runS, slotS float64
+	for _, p := range pairs {
+		if m := p.mend; m["storm-run-s"] > 0 && m["storm-run-slots"] > 0 && m["storm-drain-s"] > 0 {
+			runS += m["storm-run-s"]
+			slotS += m["storm-run-slots"] * m["storm-drain-s"]
+		}
+	}
+	if slotS > 0 {
+		busy := 100 * runS / slotS
+		w("mend's run slots were busy %.0f%% of its storms' settle time", busy)
+		if busy < 60 {
+			w(":\nfor the rest no run was in flight, so the settle time is set more by the passes' cadence (a queue gets at most\n")
+			w("one run of `RunLimit` records a pass, the next pass an interval later) than by any phase on the wire; running a\n")
+			w("queue again within the pass while it still has due records, or a larger `RunLimit`, would shrink it")
+		} else {
+			w(": the runs in flight, not the passes' cadence, set the settle time")
+		}
+		w(".")
+	}
+	w("\n")
+}
+
+// total sums m over keys.
+func total(m map[string]float64, keys []string) float64 {
+	var s float64
+	for _, k := range keys {
+		s += m[k]
+	}
+	return s
 }
