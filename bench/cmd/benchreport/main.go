@@ -316,7 +316,7 @@ type report struct{ summary, markdown string }
 const ratioTarget = 0.8
 
 // limitTarget is issue 13's target for mend against the limit: the fenced
-// append and the intake at one and at sixteen connections.
+// append at one and at sixteen connections (the intake's is issue 50's).
 const limitTarget = 0.6
 
 // batchTarget is issue 13's batch-intake target at 4 connections, records/s.
@@ -326,8 +326,21 @@ const batchTarget = 10000
 // 1,000 partitions with two replicas.
 const subscribeTarget = 10000
 
-func limitTargeted(bench, conns string) bool {
-	return (bench == "Intake" || bench == "Append/fenced=true") && (conns == "1" || conns == "16")
+// intakeLimitTarget is issue 50's for the single-record intake against the
+// limit, at every connection count: Record's create-if-absent and event
+// are one round trip, as the limit's.
+const intakeLimitTarget = 0.85
+
+// limitTargetOf returns the lib/limit target of bench at conns and the
+// issue that set it; ok is false when there is none.
+func limitTargetOf(bench, conns string) (target float64, issue string, ok bool) {
+	switch {
+	case bench == "Intake":
+		return intakeLimitTarget, "issue 50's", true
+	case bench == "Append/fenced=true" && (conns == "1" || conns == "16"):
+		return limitTarget, "issue 13's", true
+	}
+	return 0, "", false
 }
 
 // limitNotes says, per benchmark, what its limit implementation does in
@@ -380,11 +393,12 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 	w("- **Limit**: the same logical effect in the fewest round trips a correct implementation needs, written\n")
 	w("  independently of mend's code in `bench/limit_test.go` (raw SQL, one multi-statement packet per transaction) and\n")
 	w("  held to mend's guarantees by the `TestLimit*` tests. `lib/limit` is mend's throughput over the limit's; issue 13's\n")
-	w("  target is at least %.1f for the intake and the fenced append at 1 and 16 connections.\n", limitTarget)
+	w("  target is at least %.1f for the fenced append at 1 and 16 connections, issue 50's at least %.2f for the intake at\n", limitTarget, intakeLimitTarget)
+	w("  every connection count (the column shows the row's target).\n")
 	w("- **Round trips per operation** (`rt/op`) are counted on the wire for all three: every command packet the client\n")
 	w("  sends that the server answers (with `interpolateParams` each statement, `BEGIN`, `COMMIT` and the driver's\n")
 	w("  `SET TRANSACTION ISOLATION LEVEL` is one; a multi-statement packet is one).\n\n")
-	w("| benchmark | conns | mend ops/s | replay ops/s | limit ops/s | lib/raw | lib/limit | rt/op mend | rt/op replay | rt/op limit | overhead µs/op | lib/raw ≥ %.1f | lib/limit ≥ %.1f |\n", ratioTarget, limitTarget)
+	w("| benchmark | conns | mend ops/s | replay ops/s | limit ops/s | lib/raw | lib/limit | rt/op mend | rt/op replay | rt/op limit | overhead µs/op | lib/raw ≥ %.1f | lib/limit target |\n", ratioTarget)
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	fmt.Fprintf(&sum, "%-34s %10s %10s %10s %8s %9s %7s %7s %7s\n", "benchmark", "mend op/s", "raw op/s", "limit op/s", "lib/raw", "lib/limit", "rt mend", "rt raw", "rt lim")
 	for _, res := range r.list {
@@ -403,12 +417,12 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 				bench, conns, ratio, (ratioTarget-ratio)/ratioTarget*100, ratioTarget, lib, raw, over))
 		}
 		limitVerdict := "—"
-		if limitTargeted(bench, conns) {
-			limitVerdict = "met"
-			if libLimit < limitTarget {
-				limitVerdict = fmt.Sprintf("**missed** by %.0f%%", (limitTarget-libLimit)/limitTarget*100)
-				misses = append(misses, fmt.Sprintf("`%s` at %s connections: lib/limit %.2f, below issue 13's %.1f (mend %.1f round trips per operation, the limit %.1f).",
-					bench, conns, libLimit, limitTarget, res.metrics["rt/op"], res.metrics["limit-rt/op"]))
+		if target, issue, ok := limitTargetOf(bench, conns); ok {
+			limitVerdict = fmt.Sprintf("≥ %.2f met", target)
+			if libLimit < target {
+				limitVerdict = fmt.Sprintf("≥ %.2f **missed** by %.0f%%", target, (target-libLimit)/target*100)
+				misses = append(misses, fmt.Sprintf("`%s` at %s connections: lib/limit %.2f, below %s %.2f (mend %.1f round trips per operation, the limit %.1f).",
+					bench, conns, libLimit, issue, target, res.metrics["rt/op"], res.metrics["limit-rt/op"]))
 			}
 		}
 		w("| %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %s |\n", bench, conns, lib, raw, lim, ratio, libLimit,
