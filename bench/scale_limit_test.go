@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -716,7 +717,19 @@ func findServerProcs(b *testing.B, raw *sql.DB, dsn string) serverProcs {
 		}
 		cmdline, _ := os.ReadFile(dir + "cmdline")
 		args := strings.Split(string(cmdline), "\x00")
-		switch strings.TrimSpace(string(comm)) {
+		name := strings.TrimSpace(string(comm))
+		if strings.HasPrefix(name, "ld-linux") {
+			// scripts/mysql-rootfs.sh runs the local backend's server
+			// through its root file system's loader: the process is named
+			// after the loader, the server is an argument.
+			for _, a := range args {
+				if base := filepath.Base(a); base == "mysqld" || base == "mariadbd" {
+					name = base
+					break
+				}
+			}
+		}
+		switch name {
 		case "mysqld", "mariadbd":
 			// A container's server reports the container's ID as its
 			// host name (and listens on its own port 3306, as others do);
