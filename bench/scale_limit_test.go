@@ -643,12 +643,18 @@ func checkLimitStorm(b *testing.B, raw *sql.DB, cfg scaleConfig, prefix string) 
 	if undone != 0 || unfailed != 0 || unerrored != 0 || logs != cfg.Storm {
 		b.Fatalf("limit storm: %d dead letters undone, %d batches not failed, %d requests not in error, %d RequestLogs (want 0, 0, 0, %d)", undone, unfailed, unerrored, logs, cfg.Storm)
 	}
-	rows, err := raw.QueryContext(ctx, "SELECT partition_key, payload, metadata FROM queue_messages WHERE topic = 'speculate' AND partition_key LIKE ?", prefix+"%")
+	// A queue drained while its dead letters are still arriving is woken
+	// with its smallest live batch then, which may be the batch of a dead
+	// letter not recorded yet (the intake's pages commit out of order);
+	// that page wakes it again. So every wake-up names a batch of its
+	// queue, and each queue's last (a queue's wake-ups are sent one after
+	// another, in offset order) names the live batch.
+	rows, err := raw.QueryContext(ctx, "SELECT partition_key, payload, metadata FROM queue_messages WHERE topic = 'speculate' AND partition_key LIKE ? ORDER BY `offset`", prefix+"%")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rows.Close()
-	woken := map[string]bool{}
+	woken := map[string]bool{} // queue: its last wake-up so far names the live batch
 	for rows.Next() {
 		var q string
 		var payload, meta []byte
@@ -662,16 +668,21 @@ func checkLimitStorm(b *testing.B, raw *sql.DB, cfg scaleConfig, prefix string) 
 		if _, err := sqtest.Metadata(meta); err != nil {
 			b.Fatalf("limit storm: wake-up of %s: %v", q, err)
 		}
-		if id.Queue != q || !bytes.Equal([]byte(id.ID), []byte(q+"/batch/z-live")) {
-			b.Fatalf("limit storm: wake-up of %s names %q of %q, not the live batch", q, id.ID, id.Queue)
+		if id.Queue != q || !bytes.HasPrefix([]byte(id.ID), []byte(q+"/batch/")) {
+			b.Fatalf("limit storm: wake-up of %s names %q of %q, not a batch of its queue", q, id.ID, id.Queue)
 		}
-		woken[q] = true
+		woken[q] = bytes.Equal([]byte(id.ID), []byte(q+"/batch/z-live"))
 	}
 	if err := rows.Err(); err != nil {
 		b.Fatal(err)
 	}
 	if len(woken) != cfg.StormQueues {
 		b.Fatalf("limit storm: %d of %d queues woken", len(woken), cfg.StormQueues)
+	}
+	for q, live := range woken {
+		if !live {
+			b.Fatalf("limit storm: the last wake-up of %s does not name its live batch", q)
+		}
 	}
 }
 
