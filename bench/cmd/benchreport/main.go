@@ -1130,8 +1130,12 @@ func renderPhaseTime(w func(string, ...any), pairs []stormPair) {
 			for _, ph := range stormPhases[1:] {
 				rec += m["storm-wait-"+ph+"-s"]
 			}
-			for _, ph := range stormPhases {
-				sum[side.key][ph] += m["storm-wait-"+ph+"-s"]
+			// The sentence below compares mend with the limit over the
+			// pairs that have both.
+			if p.limit != nil {
+				for _, ph := range stormPhases {
+					sum[side.key][ph] += m["storm-wait-"+ph+"-s"]
+				}
 			}
 			runs, busy := "—", "—"
 			if m["storm-run-s"] > 0 {
@@ -1163,7 +1167,7 @@ func renderPhaseTime(w func(string, ...any), pairs []stormPair) {
 	if pct == 0 {
 		return
 	}
-	w("\nOver mend's storms the reconcilers waited longest in `%s` (%.0f%% of their wait on the server; the intake's wait\n", ph, pct)
+	w("\nOver mend's storms that have a limit storm beside them the reconcilers waited longest in `%s` (%.0f%% of their wait on the server; the intake's wait\n", ph, pct)
 	w("was %.1f s against the reconcilers' %.1f s): %s.\n", sum["mend"]["intake"], total(sum["mend"], stormPhases[1:]), phaseRemedy[ph])
 	if lph, lpct := dominant(sum["limit"]); lpct > 0 {
 		var extra string
@@ -1178,13 +1182,15 @@ func renderPhaseTime(w func(string, ...any), pairs []stormPair) {
 	}
 	var runS, slotS float64
 	for _, p := range pairs {
-		if m := p.mend; m["storm-run-s"] > 0 && m["storm-run-slots"] > 0 && m["storm-drain-s"] > 0 {
+		if m := p.mend; p.limit != nil && m["storm-run-s"] > 0 && m["storm-run-slots"] > 0 && m["storm-drain-s"] > 0 {
 			runS += m["storm-run-s"]
 			slotS += m["storm-run-slots"] * m["storm-drain-s"]
 		}
 	}
 	if slotS > 0 {
 		busy := 100 * runS / slotS
+		w("mend's planner runs spent %.0f%% of their time waiting for replies, the rest in this process (mend's code, the\n", 100*total(sum["mend"], stormPhases[1:])/runS)
+		w("intake workers and the Go scheduler on the shared cores). ")
 		w("mend's run slots were busy %.0f%% of its storms' settle time", busy)
 		if busy < 60 {
 			w(":\nfor the rest no run was in flight, so the settle time is set more by the passes' cadence (a queue gets at most\n")
