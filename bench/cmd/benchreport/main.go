@@ -913,7 +913,7 @@ func renderScale(r results, commands []string, took time.Duration, date time.Tim
 	if verdict != "" {
 		w("\n%s\n", verdict)
 	}
-	if full && len(drainOf["2"]) > 0 && slower(drainOf["2"], drainOf["4"]) {
+	if full && len(drainOf["2"]) > 0 && len(drainOf["4"]) > 0 && slower(drainOf["2"], drainOf["4"]) {
 		misses = append(misses, "4 replicas slower than 2: "+verdict)
 	}
 	w("\nLease traffic per pass during the storm (the fence's statements; each acquire attempt is `LeaseEnsure`, a granted one\n")
