@@ -161,6 +161,8 @@ bench-smoke: ## Run every benchmark once at a small size past the planner's RunL
 	$(GO) run ./bench/cmd/benchreport -smoke
 
 # MEND_BENCH_SCALE=smoke (or key=value sizes, see bench/scale_test.go) runs a small world instead of the full one.
+# Without Docker's port proxy in front of the server (issue 50): MEND_TEST_BACKEND=local MEND_TEST_ENGINE=mysql make
+# bench-scale SCALE_OUT=docs/benchmarks-scale-local.md (a local mysqld, from scripts/mysql-rootfs.sh when none is on PATH).
 SCALE_OUT = docs/benchmarks-scale$(if $(filter mariadb,$(MEND_TEST_ENGINE)),-mariadb,).md
 bench-scale: ## Benchmark the reconcilers at scale (10,000 queues, 10^6 finished, a 100,000 dead-letter storm) and write docs/benchmarks-scale.md (MySQL) or docs/benchmarks-scale-mariadb.md (ENGINE=mariadb) (> 10 min, bounded)
 	bash scripts/ensure-mysql.sh

@@ -145,18 +145,23 @@ func scaleFrom(tb testing.TB, env string, full, smoke scaleConfig) scaleConfig {
 }
 
 // counter counts the statements sent on every connection dialed through
-// it, by kind (mend's "-- name:" label), keeping one text of each kind.
+// it, by kind (mend's "-- name:" label), keeping one text of each kind,
+// and sums by kind the time each waited for its reply (from the packet's
+// write until the reply's first bytes arrive: the server's work, the
+// loopback and the port proxy, and the reading goroutine's scheduling;
+// summed over connections, so concurrent waits add up).
 // Unlike the tap it stores no history: the storm sends millions.
 type counter struct {
 	net    string
 	dials  atomic.Int64 // connections opened
 	mu     sync.Mutex
 	counts map[string]int64
+	waits  map[string]time.Duration
 	sample map[string]string
 }
 
 func newCounter() *counter {
-	c := &counter{net: "mendcount" + strconv.FormatInt(tapSeq.Add(1), 10), counts: map[string]int64{}, sample: map[string]string{}}
+	c := &counter{net: "mendcount" + strconv.FormatInt(tapSeq.Add(1), 10), counts: map[string]int64{}, waits: map[string]time.Duration{}, sample: map[string]string{}}
 	mysql.RegisterDialContext(c.net, func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "tcp", addr)
@@ -189,8 +194,19 @@ func (c *counter) snapshot() map[string]int64 {
 	return out
 }
 
-func diff(after, before map[string]int64) map[string]int64 {
-	out := map[string]int64{}
+// waitSnapshot returns the time waited for replies so far, by kind.
+func (c *counter) waitSnapshot() map[string]time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]time.Duration, len(c.waits))
+	for k, v := range c.waits {
+		out[k] = v
+	}
+	return out
+}
+
+func diff[V int64 | time.Duration](after, before map[string]V) map[string]V {
+	out := map[string]V{}
 	for k, v := range after {
 		if d := v - before[k]; d != 0 {
 			out[k] = d
@@ -220,9 +236,14 @@ func mixString(m map[string]int64, per float64) string {
 	return strings.Join(parts, ", ")
 }
 
+// countConn is one counted connection. The driver writes a command and
+// reads its reply on one goroutine at a time, so kind and sent need no
+// lock.
 type countConn struct {
 	net.Conn
-	c *counter
+	c    *counter
+	kind string    // the statement awaiting its reply, "" when none
+	sent time.Time // when it was written
 }
 
 func (c *countConn) Write(b []byte) (int, error) {
@@ -235,8 +256,21 @@ func (c *countConn) Write(b []byte) (int, error) {
 			c.c.sample[k] = text
 		}
 		c.c.mu.Unlock()
+		c.kind, c.sent = k, time.Now()
 	}
 	return c.Conn.Write(b)
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.kind != "" {
+		d := time.Since(c.sent)
+		c.c.mu.Lock()
+		c.c.waits[c.kind] += d
+		c.c.mu.Unlock()
+		c.kind = ""
+	}
+	return n, err
 }
 
 // The scale world's finished records: record i is in queue
@@ -317,6 +351,7 @@ type scaleStats struct {
 	// with nothing to wake); finishedAll is closed when it reaches want.
 	finished    atomic.Int64
 	runs, empty atomic.Int64 // planner runs, and those that found nothing to do
+	runNanos    atomic.Int64 // the planner runs' durations, summed
 	want        int64
 	finishedAll chan struct{}
 	closeOnce   sync.Once
@@ -366,8 +401,9 @@ func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Du
 	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: interval, Concurrency: concurrency,
 		Hooks: reconcile.Hooks{
 			OnPass: func(reconcile.PassStats, time.Duration) { st.passes.Add(1) },
-			OnQueue: func(_ string, ps planner.Stats, _ time.Duration, err error) {
+			OnQueue: func(_ string, ps planner.Stats, took time.Duration, err error) {
 				st.runs.Add(1)
+				st.runNanos.Add(int64(took))
 				if err == nil && ps.Settled+ps.Woken+ps.WakeFailed+ps.Done+ps.Waiting+ps.Parked+ps.Failed+ps.Conflicts == 0 {
 					st.empty.Add(1)
 				}
@@ -609,9 +645,9 @@ func scaleStorm(b *testing.B, dbs stormDBs, cfg scaleConfig, prefix string, cnt 
 		}
 	}
 	defer stop()
-	before := cnt.snapshot()
+	before, waitsBefore := cnt.snapshot(), cnt.waitSnapshot()
 	passesBefore, dialsBefore := st.passes.Load(), cnt.dials.Load()
-	runsBefore, emptyBefore := st.runs.Load(), st.empty.Load()
+	runsBefore, emptyBefore, runNanosBefore := st.runs.Load(), st.empty.Load(), st.runNanos.Load()
 	var (
 		next     atomic.Int64
 		errMu    sync.Mutex
@@ -691,7 +727,7 @@ wait:
 	storm := diff(cnt.snapshot(), before)
 	reportProcCPU(b, cpuDuring, procDuring)
 	b.ReportMetric(float64(total(intakeCnt.snapshot()))/float64(cfg.Storm), "storm-intake-roundtrips/record")
-	reportPhases(b, storm, float64(cfg.Storm))
+	reportPhases(b, storm, float64(cfg.Storm), diff(cnt.waitSnapshot(), waitsBefore), intakeCnt.waitSnapshot())
 	// What the machine's CPUs did during the storm: the server and every
 	// replica share them, and time the hypervisor gave elsewhere (steal)
 	// is time the storm did not get, the main source of run-to-run spread.
@@ -700,6 +736,11 @@ wait:
 	stormPasses, dials := st.passes.Load()-passesBefore, cnt.dials.Load()-dialsBefore
 	b.ReportMetric(float64(st.runs.Load()-runsBefore), "storm-runs")
 	b.ReportMetric(float64(st.empty.Load()-emptyBefore), "storm-empty-runs")
+	// The planner runs' time, summed over the runs in flight: against the
+	// cluster's budget of runs at once over the storm's time it says
+	// whether the storm waited for work or for the next pass.
+	b.ReportMetric(time.Duration(st.runNanos.Load()-runNanosBefore).Seconds(), "storm-run-s")
+	b.ReportMetric(float64(reconcile.ClusterConcurrencyDefault), "storm-run-slots")
 
 	st.mu.Lock()
 	firstWake, missing := firstWakes(st.firstW, firstD, cfg, prefix)

@@ -319,7 +319,7 @@ type report struct{ summary, markdown string }
 const ratioTarget = 0.8
 
 // limitTarget is issue 13's target for mend against the limit: the fenced
-// append and the intake at one and at sixteen connections.
+// append at one and at sixteen connections (the intake's is issue 50's).
 const limitTarget = 0.6
 
 // batchTarget is issue 13's batch-intake target at 4 connections, records/s.
@@ -329,8 +329,21 @@ const batchTarget = 10000
 // 1,000 partitions with two replicas.
 const subscribeTarget = 10000
 
-func limitTargeted(bench, conns string) bool {
-	return (bench == "Intake" || bench == "Append/fenced=true") && (conns == "1" || conns == "16")
+// intakeLimitTarget is issue 50's for the single-record intake against the
+// limit, at every connection count: Record's create-if-absent and event
+// are one round trip, as the limit's.
+const intakeLimitTarget = 0.85
+
+// limitTargetOf returns the lib/limit target of bench at conns and the
+// issue that set it; ok is false when there is none.
+func limitTargetOf(bench, conns string) (target float64, issue string, ok bool) {
+	switch {
+	case bench == "Intake":
+		return intakeLimitTarget, "issue 50's", true
+	case bench == "Append/fenced=true" && (conns == "1" || conns == "16"):
+		return limitTarget, "issue 13's", true
+	}
+	return 0, "", false
 }
 
 // limitNotes says, per benchmark, what its limit implementation does in
@@ -383,11 +396,12 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 	w("- **Limit**: the same logical effect in the fewest round trips a correct implementation needs, written\n")
 	w("  independently of mend's code in `bench/limit_test.go` (raw SQL, one multi-statement packet per transaction) and\n")
 	w("  held to mend's guarantees by the `TestLimit*` tests. `lib/limit` is mend's throughput over the limit's; issue 13's\n")
-	w("  target is at least %.1f for the intake and the fenced append at 1 and 16 connections.\n", limitTarget)
+	w("  target is at least %.1f for the fenced append at 1 and 16 connections, issue 50's at least %.2f for the intake at\n", limitTarget, intakeLimitTarget)
+	w("  every connection count (the column shows the row's target).\n")
 	w("- **Round trips per operation** (`rt/op`) are counted on the wire for all three: every command packet the client\n")
 	w("  sends that the server answers (with `interpolateParams` each statement, `BEGIN`, `COMMIT` and the driver's\n")
 	w("  `SET TRANSACTION ISOLATION LEVEL` is one; a multi-statement packet is one).\n\n")
-	w("| benchmark | conns | mend ops/s | replay ops/s | limit ops/s | lib/raw | lib/limit | rt/op mend | rt/op replay | rt/op limit | overhead µs/op | lib/raw ≥ %.1f | lib/limit ≥ %.1f |\n", ratioTarget, limitTarget)
+	w("| benchmark | conns | mend ops/s | replay ops/s | limit ops/s | lib/raw | lib/limit | rt/op mend | rt/op replay | rt/op limit | overhead µs/op | lib/raw ≥ %.1f | lib/limit target |\n", ratioTarget)
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	fmt.Fprintf(&sum, "%-34s %10s %10s %10s %8s %9s %7s %7s %7s\n", "benchmark", "mend op/s", "raw op/s", "limit op/s", "lib/raw", "lib/limit", "rt mend", "rt raw", "rt lim")
 	for _, res := range r.list {
@@ -406,12 +420,12 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 				bench, conns, ratio, (ratioTarget-ratio)/ratioTarget*100, ratioTarget, lib, raw, over))
 		}
 		limitVerdict := "—"
-		if limitTargeted(bench, conns) {
-			limitVerdict = "met"
-			if libLimit < limitTarget {
-				limitVerdict = fmt.Sprintf("**missed** by %.0f%%", (limitTarget-libLimit)/limitTarget*100)
-				misses = append(misses, fmt.Sprintf("`%s` at %s connections: lib/limit %.2f, below issue 13's %.1f (mend %.1f round trips per operation, the limit %.1f).",
-					bench, conns, libLimit, limitTarget, res.metrics["rt/op"], res.metrics["limit-rt/op"]))
+		if target, issue, ok := limitTargetOf(bench, conns); ok {
+			limitVerdict = fmt.Sprintf("≥ %.2f met", target)
+			if libLimit < target {
+				limitVerdict = fmt.Sprintf("≥ %.2f **missed** by %.0f%%", target, (target-libLimit)/target*100)
+				misses = append(misses, fmt.Sprintf("`%s` at %s connections: lib/limit %.2f, below %s %.2f (mend %.1f round trips per operation, the limit %.1f).",
+					bench, conns, libLimit, issue, target, res.metrics["rt/op"], res.metrics["limit-rt/op"]))
 			}
 		}
 		w("| %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %s |\n", bench, conns, lib, raw, lim, ratio, libLimit,
@@ -903,7 +917,7 @@ func renderScale(r results, commands []string, took time.Duration, date time.Tim
 	if verdict != "" {
 		w("\n%s\n", verdict)
 	}
-	if full && len(drainOf["2"]) > 0 && slower(drainOf["2"], drainOf["4"]) {
+	if full && len(drainOf["2"]) > 0 && len(drainOf["4"]) > 0 && slower(drainOf["2"], drainOf["4"]) {
 		misses = append(misses, "4 replicas slower than 2: "+verdict)
 	}
 	w("\nLease traffic per pass during the storm (the fence's statements; each acquire attempt is `LeaseEnsure`, a granted one\n")
@@ -982,22 +996,25 @@ until InnoDB has purged the previous storm's old row versions, work that would o
 deliveries held in memory by the benchmark.
 `
 
+// stormPair is one of mend's storms (its replica count and metrics) and
+// the limit storm that followed it.
+type stormPair struct {
+	reps        string
+	mend, limit map[string]float64
+}
+
 // renderLimitStorm writes the storm-against-its-limit section (issue 50):
 // each of mend's storms beside the limit storm that followed it in the same
 // run, their ratios, and where each side's round trips and CPU went. It
 // returns the targets missed (judged at full size only).
 func renderLimitStorm(w func(string, ...any), r results, full bool) []string {
-	type pair struct {
-		reps        string
-		mend, limit map[string]float64
-	}
-	var pairs []pair
-	var cur *pair
+	var pairs []stormPair
+	var cur *stormPair
 	for _, res := range r.list {
 		switch {
 		case strings.HasPrefix(res.name, "Scale/replicas="):
 			reps, _, _ := strings.Cut(strings.TrimPrefix(res.name, "Scale/replicas="), "#")
-			pairs = append(pairs, pair{reps: reps, mend: res.metrics})
+			pairs = append(pairs, stormPair{reps: reps, mend: res.metrics})
 			cur = &pairs[len(pairs)-1]
 		case strings.HasPrefix(res.name, "Scale/limit") && cur != nil && cur.limit == nil:
 			cur.limit = res.metrics
@@ -1069,5 +1086,133 @@ func renderLimitStorm(w func(string, ...any), r results, full bool) []string {
 				m["storm-intake-roundtrips/record"], m["storm-cpu-self-s"], m["storm-cpu-server-s"], m["storm-cpu-proxy-s"], share)
 		}
 	}
+	if pairs[0].mend["storm-wait-settle-s"] > 0 || pairs[0].limit["storm-wait-settle-s"] > 0 {
+		renderPhaseTime(w, pairs)
+	}
 	return misses
+}
+
+// stormPhases are the phases of a storm's time, in the report's order:
+// the intake's, then the reconcilers' by what their statements do.
+var stormPhases = []string{"intake", "fence", "records", "settle", "wake", "txn"}
+
+// phaseRemedy says, per phase, what would shrink a storm's time there.
+var phaseRemedy = map[string]string{
+	"intake":  "the intake's statements per page (one packet a page already) cost the server the rows' index updates; fewer secondary indexes on mend_records and mend_events, or the records' event in the record's own row, would shrink it",
+	"fence":   "taking and releasing a lease per planner run; more records per run (RunLimit), or one term held across a pass's runs of the same queue, would shrink it",
+	"records": "mend's own bookkeeping per run (the due read, the settled and woken events and projections); more records per run (RunLimit), or the settled and woken events written in one append, would shrink it",
+	"settle":  "the host's statements (read, move and finish the batches, membership, requests), which mend sends once per run of `RunLimit` records and the limit once per page of 500; more records per run would shrink it, not a change to mend's own statements",
+	"wake":    "the publishes, one per run; fewer runs per queue (more records per run) would shrink it",
+	"txn":     "COMMIT and ROLLBACK packets of their own; sending each COMMIT in its transaction's last statement's packet, as the single-record intake does, would shrink it",
+}
+
+// renderPhaseTime writes where the storms' time went by phase: the wall
+// clock split at the end of the intake, the connections' time waiting for
+// replies by phase, and a sentence naming the phase that dominates mend's
+// storms and what would shrink it.
+func renderPhaseTime(w func(string, ...any), pairs []stormPair) {
+	w("\nTime by phase. The wall clock splits at the end of the intake: `intake s` from the first delivery to the last\n")
+	w("dead letter recorded, `after s` from there to the last wake-up. The other columns are the seconds the connections\n")
+	w("spent waiting for replies in each phase (from a packet's write to its reply's first bytes: the server's work, the\n")
+	w("loopback and the port proxy), summed over connections, so overlapping work adds up to more than the wall time;\n")
+	w("`intake wait` is the intake workers', the rest the reconcilers'. `runs s` is mend's planner runs' time, summed,\n")
+	w("and `slots busy` that time over the cluster's budget of runs at once (`run slots`) times the storm's settle time:\n")
+	w("well below 100%% means the storm waited for the next pass, not for work in flight.\n\n")
+	w("| run | side | intake s | after s | intake wait s | fence s | records s | settle s | wake s | txn s | reconcilers' wait s | runs s | slots busy |\n")
+	w("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	sum := map[string]map[string]float64{"mend": {}, "limit": {}}
+	for i, p := range pairs {
+		for _, side := range []struct {
+			name, key string
+			m         map[string]float64
+		}{{"mend ×" + p.reps, "mend", p.mend}, {"limit", "limit", p.limit}} {
+			m := side.m
+			if m == nil {
+				continue
+			}
+			var rec float64
+			for _, ph := range stormPhases[1:] {
+				rec += m["storm-wait-"+ph+"-s"]
+			}
+			// The sentence below compares mend with the limit over the
+			// pairs that have both.
+			if p.limit != nil {
+				for _, ph := range stormPhases {
+					sum[side.key][ph] += m["storm-wait-"+ph+"-s"]
+				}
+			}
+			runs, busy := "—", "—"
+			if m["storm-run-s"] > 0 {
+				runs = fmt.Sprintf("%.0f", m["storm-run-s"])
+				if m["storm-run-slots"] > 0 && m["storm-drain-s"] > 0 {
+					busy = fmt.Sprintf("%.0f%%", 100*m["storm-run-s"]/(m["storm-run-slots"]*m["storm-drain-s"]))
+				}
+			}
+			w("| %d | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s |\n", i+1, side.name,
+				m["storm-intake-s"], m["storm-drain-s"]-m["storm-intake-s"], m["storm-wait-intake-s"],
+				m["storm-wait-fence-s"], m["storm-wait-records-s"], m["storm-wait-settle-s"], m["storm-wait-wake-s"], m["storm-wait-txn-s"], rec, runs, busy)
+		}
+	}
+	dominant := func(m map[string]float64) (string, float64) {
+		var best string
+		var all float64
+		for _, ph := range stormPhases[1:] {
+			all += m[ph]
+			if best == "" || m[ph] > m[best] {
+				best = ph
+			}
+		}
+		if all == 0 {
+			return best, 0
+		}
+		return best, 100 * m[best] / all
+	}
+	ph, pct := dominant(sum["mend"])
+	if pct == 0 {
+		return
+	}
+	w("\nOver mend's storms that have a limit storm beside them the reconcilers waited longest in `%s` (%.0f%% of their wait on the server; the intake's wait\n", ph, pct)
+	w("was %.1f s against the reconcilers' %.1f s): %s.\n", sum["mend"]["intake"], total(sum["mend"], stormPhases[1:]), phaseRemedy[ph])
+	if lph, lpct := dominant(sum["limit"]); lpct > 0 {
+		var extra string
+		var most float64
+		for _, p := range stormPhases[1:] {
+			if d := sum["mend"][p] - sum["limit"][p]; extra == "" || d > most {
+				extra, most = p, d
+			}
+		}
+		w("The limit storms waited longest in `%s` (%.0f%%) and %.1f s in all; mend's wait exceeds the limit's most in\n", lph, lpct, total(sum["limit"], stormPhases[1:]))
+		w("`%s` (%+.1f s over the runs).\n", extra, most)
+	}
+	var runS, slotS float64
+	for _, p := range pairs {
+		if m := p.mend; p.limit != nil && m["storm-run-s"] > 0 && m["storm-run-slots"] > 0 && m["storm-drain-s"] > 0 {
+			runS += m["storm-run-s"]
+			slotS += m["storm-run-slots"] * m["storm-drain-s"]
+		}
+	}
+	if slotS > 0 {
+		busy := 100 * runS / slotS
+		w("mend's planner runs spent %.0f%% of their time waiting for replies, the rest in this process (mend's code, the\n", 100*total(sum["mend"], stormPhases[1:])/runS)
+		w("intake workers and the Go scheduler on the shared cores). ")
+		w("mend's run slots were busy %.0f%% of its storms' settle time", busy)
+		if busy < 60 {
+			w(":\nfor the rest no run was in flight, so the settle time is set more by the passes' cadence (a queue gets at most\n")
+			w("one run of `RunLimit` records a pass, the next pass an interval later) than by any phase on the wire; running a\n")
+			w("queue again within the pass while it still has due records, or a larger `RunLimit`, would shrink it")
+		} else {
+			w(": the runs in flight, not the passes' cadence, set the settle time")
+		}
+		w(".")
+	}
+	w("\n")
+}
+
+// total sums m over keys.
+func total(m map[string]float64, keys []string) float64 {
+	var s float64
+	for _, k := range keys {
+		s += m[k]
+	}
+	return s
 }
