@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -56,6 +57,12 @@ func prepareMend(t *testing.T) *mendProc {
 func (m *mendProc) attach(t *testing.T, s *sqreal.Stack, extra ...string) {
 	t.Helper()
 	metrics := freeAddr(t)
+	if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--subscribe") }) {
+		// These tests were written for the offset subscription; the test servers log in ROW with
+		// every prerequisite of binlog mode, which auto would pick. Binlog mode has its own tests
+		// (binlog_test.go).
+		extra = append([]string{"--subscribe-mode", "offsets"}, extra...)
+	}
 	m.run = &sqreal.Service{
 		Name: "mend",
 		Bin:  m.bin,
