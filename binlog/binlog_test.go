@@ -571,3 +571,22 @@ func (c countingRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]
 	c.mu.Unlock()
 	return c.Recorder.RecordMany(ctx, ds)
 }
+
+// A deployment switched from the offset mode: the reader leaves the offset
+// subscription's consumer group once it has saved a position, so the
+// group's rows no longer hold the host's GC back, and every dead letter
+// the group held is recorded first.
+func TestLeavesTheOffsetGroup(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.deadLetter(t, "q1", "held-by-the-group")
+	if err := w.host.Join(ctx, "mend", "speculate_dlq", "q1"); err != nil {
+		t.Fatal(err)
+	}
+	r := w.start(t, "a", func(c *binlog.Config) { c.LeaveGroup = "mend" })
+	until(t, r, "the row the group held", w.has(t, "held-by-the-group"))
+	until(t, r, "the group gone from queue_offsets", func() bool {
+		var n int
+		return w.queue.QueryRow("SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = 'mend'").Scan(&n) == nil && n == 0
+	})
+}

@@ -115,9 +115,19 @@ type Config struct {
 	// (subscribe.ParkAfterDefault).
 	ParkAfter int
 	Actor     string
-	Log       *slog.Logger
-	Hooks     Hooks
-	Now       func() time.Time
+	// LeaveGroup is the offset subscription's consumer group (mend run's
+	// --group, "mend" by default) that the reader leaves once it has saved
+	// a position in a term: a deployment switched from the offset mode to
+	// binlog mode would otherwise keep the group's rows in queue_offsets at
+	// a watermark nothing moves, holding the host's GC back for good.
+	// Everything the group held back is recorded by then (the reader's
+	// start-over imported it, or its saved position is older than the
+	// switch). Leaving needs DELETE on queue_offsets; without it the
+	// reader warns and reads on. Empty: leave nothing.
+	LeaveGroup string
+	Log        *slog.Logger
+	Hooks      Hooks
+	Now        func() time.Time
 }
 
 // ErrConfig is matched by every error about the Config itself.

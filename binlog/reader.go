@@ -176,6 +176,7 @@ type term struct {
 	savedAt  time.Time
 	flushDue time.Time
 	columns  map[uint64][]string
+	left     bool // the offset group was left this term (Config.LeaveGroup)
 	inTxn    bool
 	txnRows  []dlq.Row
 	txnGTID  func() // adds the open transaction's GTID to read's set

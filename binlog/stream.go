@@ -16,6 +16,7 @@ import (
 
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
 )
 
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -320,10 +321,28 @@ func (t *term) save(ctx context.Context) error {
 	t.pos = p
 	t.savedAt = t.r.cfg.Now()
 	t.r.setStatus(func(s *Status) { s.Position = p })
+	if !t.left && t.r.cfg.LeaveGroup != "" {
+		t.left = true
+		t.leaveGroup(ctx)
+	}
 	if t.r.cfg.Hooks.OnSaved != nil {
 		t.r.cfg.Hooks.OnSaved(p)
 	}
 	return nil
+}
+
+// leaveGroup deregisters the offset subscription's group (Config.LeaveGroup)
+// from every partition, as mend subscribe --remove does.
+func (t *term) leaveGroup(ctx context.Context) {
+	n, err := subscribe.Remove(ctx, t.db, t.r.cfg.LeaveGroup)
+	switch {
+	case err != nil:
+		t.r.log.WarnContext(ctx, "binlog reader: could not leave the offset subscription's consumer group, whose rows in queue_offsets hold the host's GC back; "+
+			"grant DELETE on queue_offsets to the queue database user, or run mend subscribe --remove", "group", t.r.cfg.LeaveGroup, "err", err)
+	case n > 0:
+		t.r.log.InfoContext(ctx, "binlog reader: left the offset subscription's consumer group; the host's GC is no longer held back by it",
+			"group", t.r.cfg.LeaveGroup, "partitions", n)
+	}
 }
 
 // rows takes a rows event: the inserts into the reader's queue_messages on

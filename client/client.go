@@ -406,7 +406,7 @@ func (cl *Client) openBinlog() error {
 		return &ConfigError{fmt.Errorf("binlog intake settings: %w", err)}
 	}
 	cl.reader, err = binlog.New(binlog.Config{Server: server, Source: sc.BinlogSource, ServerID: sc.BinlogServerID,
-		Intake: in, Parker: cl.store, Store: cl.store, Fence: cl.fence, Actor: actor,
+		Intake: in, Parker: cl.store, Store: cl.store, Fence: cl.fence, Actor: actor, LeaveGroup: cmp.Or(sc.Group, subscribe.GroupDefault),
 		Log: c.Logger.With("component", "binlog"), Hooks: c.Hooks.Binlog})
 	if err != nil {
 		return &ConfigError{fmt.Errorf("binlog reader settings: %w", err)}
