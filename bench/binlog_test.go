@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"runtime"
 	"slices"
@@ -32,16 +31,14 @@ import (
 // (subscribeSize: letters and partitions, the same as the offset mode's).
 // MEND_BENCH_BINLOG sets it as key=value pairs: batch (the reader's
 // BatchRows), flush_ms (its FlushInterval), live (dead letters of the live
-// phase), live_rate (their commits per second) and split (an experiment:
-// the reader's Intake splits each batch by partition into this many
-// RecordMany calls run at once, splitRecorder; 1, the default, records as
-// mend does).
+// phase), live_rate (their commits per second) and conc (the reader's
+// Concurrency: how many recording transactions of a batch run at once).
 type binlogSize struct {
-	Batch, FlushMS, Live, LiveRate, Split int
+	Batch, FlushMS, Live, LiveRate, Conc int
 }
 
 func binlogSizeFromEnv(b *testing.B) binlogSize {
-	c := binlogSize{Batch: binlog.BatchRowsDefault, FlushMS: int(binlog.FlushIntervalDefault / time.Millisecond), Live: 2000, LiveRate: 500, Split: 1}
+	c := binlogSize{Batch: binlog.BatchRowsDefault, FlushMS: int(binlog.FlushIntervalDefault / time.Millisecond), Live: 2000, LiveRate: 500, Conc: binlog.ConcurrencyDefault}
 	for _, kv := range strings.Split(os.Getenv("MEND_BENCH_BINLOG"), ",") {
 		kv = strings.TrimSpace(kv)
 		if kv == "" {
@@ -61,8 +58,8 @@ func binlogSizeFromEnv(b *testing.B) binlogSize {
 			c.Live = n
 		case "live_rate":
 			c.LiveRate = n
-		case "split":
-			c.Split = n
+		case "conc":
+			c.Conc = n
 		default:
 			b.Fatalf("MEND_BENCH_BINLOG: unknown key %q", k)
 		}
@@ -98,8 +95,8 @@ func BenchmarkBinlogBacklog(b *testing.B) {
 	size := subscribeSizeFromEnv(b)
 	bs := binlogSizeFromEnv(b)
 	name := fmt.Sprintf("letters=%d/partitions=%d/readers=1/batch=%d/flush=%dms", size.Letters, size.Partitions, bs.Batch, bs.FlushMS)
-	if bs.Split > 1 {
-		name += fmt.Sprintf("/split=%d", bs.Split)
+	if bs.Conc != binlog.ConcurrencyDefault {
+		name += fmt.Sprintf("/conc=%d", bs.Conc)
 	}
 	b.Run(name, func(b *testing.B) {
 		mysqltest.SkipVitess(b, "the binary log is read from the queue database's own server, never through vtgate")
@@ -125,14 +122,14 @@ func BenchmarkBinlogBacklog(b *testing.B) {
 				b.Fatal(err)
 			}
 			rec := &binlogRecorded{at: map[string]time.Time{}, changed: make(chan struct{}, 1)}
-			timed := &timedReaderPorts{in: splitRecorder{in: in, n: bs.Split}, store: store}
+			timed := &timedReaderPorts{in: in, store: store}
 			newReader := func() *binlog.Reader {
 				f, err := fence.New(store, fence.Config{Holder: "bench-binlog", TTL: 10 * time.Second})
 				if err != nil {
 					b.Fatal(err)
 				}
 				r, err := binlog.New(binlog.Config{Server: qcfg, Intake: timed, Parker: store, Store: timed, Fence: f,
-					BatchRows: bs.Batch, FlushInterval: time.Duration(bs.FlushMS) * time.Millisecond,
+					BatchRows: bs.Batch, Concurrency: bs.Conc, FlushInterval: time.Duration(bs.FlushMS) * time.Millisecond,
 					Heartbeat: 100 * time.Millisecond, StandbyPoll: 50 * time.Millisecond,
 					Hooks: binlog.Hooks{OnRecorded: rec.add, OnSaved: func(storage.BinlogPosition) { rec.poke() }}})
 				if err != nil {
@@ -282,60 +279,6 @@ func (p *timedReaderPorts) reset() {
 
 func (p *timedReaderPorts) totals() (record time.Duration, records int64, save time.Duration, saves int64) {
 	return time.Duration(p.recordNS.Load()), p.recordCalls.Load(), time.Duration(p.saveNS.Load()), p.saveCalls.Load()
-}
-
-// splitRecorder is an experiment on where the reader's rate could come
-// from without changing package binlog: each batch is split by partition
-// into n parts recorded at once (each RecordMany on a connection of its
-// own, as the offset mode's Concurrency does), the results put back in the
-// batch's order. An error of any part fails the whole call, so the reader
-// records the batch again (create-if-absent makes that harmless) and saves
-// its position only after all of it is durable, as with one call.
-type splitRecorder struct {
-	in binlog.Recorder
-	n  int
-}
-
-func (s splitRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyResult, error) {
-	if s.n <= 1 || len(ds) < 2*s.n {
-		return s.in.RecordMany(ctx, ds)
-	}
-	parts := make([][]int, s.n)
-	for i, d := range ds {
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(d.Source.Partition))
-		k := int(h.Sum32() % uint32(s.n))
-		parts[k] = append(parts[k], i)
-	}
-	results := make([]dlq.ManyResult, len(ds))
-	errs := make([]error, s.n)
-	var wg sync.WaitGroup
-	for k, idx := range parts {
-		if len(idx) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			part := make([]dlq.Delivery, len(idx))
-			for j, i := range idx {
-				part[j] = ds[i]
-			}
-			res, err := s.in.RecordMany(ctx, part)
-			if err != nil {
-				errs[k] = err
-				return
-			}
-			for j, i := range idx {
-				results[i] = res[j]
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return results, nil
 }
 
 // binlogRecorded is what the readers' OnRecorded hooks saw: when each dead
