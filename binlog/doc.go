@@ -49,8 +49,8 @@
 // transaction before the file committed before the file began, so a dead
 // letter is in the tables or in the stream, or in both (recorded once);
 // one committed and collected by the host's GC before the file began is
-// lost, which a purge of the saved position reports loudly (ErrPurged's
-// words, Status.Purges, the hook, the metric and its paging alert).
+// lost, which a purge of the saved position reports loudly (an error in the
+// log, Status.Purges, the OnReset hook, the metric and its paging alert).
 //
 // # What it needs of the server
 //

@@ -33,12 +33,6 @@ const (
 	ResetFlavor     = "the server's flavor changed"
 )
 
-// ErrPurged matches a reset because the server no longer has the saved
-// position's events (mend was stopped longer than the server keeps its
-// binary log). Dead letters committed and collected by the host's GC in
-// that gap are lost; those the tables still hold were imported.
-var ErrPurged = errors.New("binlog: the saved position was purged from the server's binary log")
-
 // Status is what the reader reports of itself (mend status, the console,
 // the metrics).
 type Status struct {

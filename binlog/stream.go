@@ -91,7 +91,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 				return err
 			}
 		}
-		if len(t.pending) == 0 && !t.inTxn && t.read.File != "" && t.moved() && r.cfg.Now().Sub(t.savedAt) >= r.cfg.SaveInterval {
+		if len(t.pending) == 0 && !t.inTxn && t.read.File != "" && r.cfg.Now().Sub(t.savedAt) >= r.cfg.SaveInterval && t.moved() {
 			if err := t.save(ctx); err != nil {
 				return err
 			}
@@ -130,9 +130,10 @@ func (t *term) gtidString() string {
 	return ""
 }
 
-// moved reports whether what has been read is past what was saved.
+// moved reports whether what has been read is past what was saved: every
+// commit moves the offset, so the GTID set need not be compared.
 func (t *term) moved() bool {
-	return t.read.File != t.pos.File || t.read.Pos != t.pos.Pos || t.gtidString() != t.pos.GTIDSet
+	return t.read.File != t.pos.File || t.read.Pos != t.pos.Pos
 }
 
 // handle takes one event. inner is set for the events of a compressed
@@ -260,7 +261,6 @@ func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
 		lag := max(t.r.cfg.Now().Sub(at), 0)
 		t.r.setStatus(func(s *Status) { s.CaughtUp, s.Lag = false, lag })
 	}
-	t.read.GTIDSet = t.gtidString()
 	if len(t.txnRows) > 0 {
 		if len(t.pending) == 0 {
 			t.flushDue = t.r.cfg.Now().Add(t.r.cfg.FlushInterval)
@@ -313,6 +313,7 @@ var planted struct {
 // position, fenced by the term's lease.
 func (t *term) save(ctx context.Context) error {
 	p := t.read
+	p.GTIDSet = t.gtidString() // rendered per save, not per commit of every transaction on the server
 	p.Name = LeaseName(t.r.cfg.Source)
 	p.ResetReason, p.ResetAt = t.pos.ResetReason, t.pos.ResetAt
 	if err := t.r.cfg.Store.BinlogPositionSave(ctx, t.lease.Term(), p); err != nil {
