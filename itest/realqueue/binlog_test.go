@@ -111,12 +111,15 @@ func startBinlogReader(t *testing.T, s *sqreal.Stack, m *mendProc) *binlogReader
 	return br
 }
 
-// waitSaved waits until the reader has read to the end of the log (a heartbeat) and saved a position.
+// waitSaved waits until the reader has saved a position (after its start-over's import). It does not
+// wait for the reader to be caught up at one instant: the busy host's processes commit often enough that
+// the server seldom sends a heartbeat (CaughtUp is true only from a heartbeat to the next commit), and a
+// clean-clone CI run timed out waiting for one.
 func (br *binlogReader) waitSaved(t *testing.T, s *sqreal.Stack) {
 	t.Helper()
-	s.Eventually(t, time.Minute, "the binlog reader to catch up and save its position", func() (bool, string) {
+	s.Eventually(t, time.Minute, "the binlog reader to save its position", func() (bool, string) {
 		st := br.r.Status()
-		return st.CaughtUp && st.Position.File != "", fmt.Sprintf("%s, caught up %v, position %q, last error %q", st.Role, st.CaughtUp, st.Position.File, st.LastErr)
+		return st.Position.File != "", fmt.Sprintf("%s, caught up %v, position %q, last error %q", st.Role, st.CaughtUp, st.Position.File, st.LastErr)
 	})
 }
 
