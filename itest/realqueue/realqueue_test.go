@@ -162,8 +162,11 @@ func lostWakeup(t *testing.T, mode int) {
 	// signal has been read on speculate (the dependent waits on the culprit's outcome). Checked twice, a
 	// heartbeat of the orchestrator apart, so no build of a late path is still on its way.
 	settled := func() (bool, string) {
-		if withMend && s.RequestState(t, queue, dependent) == "landed" {
-			return true, "" // mend repaired while the host's DLQ consumers were held
+		if withMend && (s.RequestState(t, queue, dependent) == "landed" || len(wakes(t, s, queue, "mend/")) > 0) {
+			// mend repaired, or is repairing (its wake-up is on speculate, the dependent on its way
+			// through new builds to merging), while the host's DLQ consumers were held: the check a
+			// heartbeat later must not take that progress for a dependent that did not stay settled.
+			return true, ""
 		}
 		dead := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'build_dlq' AND partition_key = ?", culpritBatch)
 		built, desc := builtAndWaiting(t, s, dependentBatch)
