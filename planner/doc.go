@@ -12,7 +12,9 @@
 //
 // # Settle together, wake once
 //
-// A run reads up to RunLimit due records and settles each of them first,
+// A run reads up to RunLimit due records (RunFollow, the reconciler's run
+// of a queue whose previous run stopped at that limit and so woke it, up to
+// FollowLimit) and settles each of them first,
 // each with its own host calls, decision and fenced events, exactly as it
 // would alone. The records that then owe a wake-up (settled now, or settled
 // by an earlier run whose wake-up failed or was cut off) share one: one

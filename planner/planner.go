@@ -24,7 +24,12 @@ const (
 	// turn (a storm over many queues wakes each of them early instead of
 	// draining one queue at a time).
 	RunLimitDefault = 20
-	ActorDefault    = "planner"
+	// FollowLimitDefault: a follow-up run (RunFollow, for a queue whose
+	// previous run stopped at RunLimit and so has woken it already) takes
+	// at most this many due records: the rest of a storm's records on a
+	// queue go in a few large runs rather than many of RunLimit.
+	FollowLimitDefault = 100
+	ActorDefault       = "planner"
 	// MaxHostErrorsDefault: a run stops after this many host errors in a
 	// row (the queue is due again on the reconciler's next pass).
 	MaxHostErrorsDefault = 3
@@ -125,6 +130,14 @@ type Config struct {
 	// gives each a turn (round robin) instead of draining them one by one.
 	// Zero means RunLimitDefault; negative means no limit.
 	RunLimit int
+	// FollowLimit is how many due records a follow-up run (RunFollow) takes
+	// at most: the run of a queue whose previous run stopped at RunLimit.
+	// That run woke the queue, so what RunLimit is for (every queue of a
+	// storm woken early) is served, and the queue's other records are
+	// settled in fewer runs, each paying the lease, the due read, the host's
+	// batch statements and the publish once. Zero means FollowLimitDefault;
+	// below RunLimit means RunLimit; negative means no limit.
+	FollowLimit int
 	// MaxHostErrors stops a run after this many host errors in a row (a
 	// failed batch read, transition, fan-out, live-batch list or publish),
 	// so a hung or failing host cannot hold a run, and the reconciler's
@@ -173,6 +186,12 @@ func New(cfg Config) (*Planner, error) {
 	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, BackoffMaxDefault)
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, BatchSizeDefault)
 	cfg.RunLimit = cmp.Or(cfg.RunLimit, RunLimitDefault)
+	cfg.FollowLimit = cmp.Or(cfg.FollowLimit, FollowLimitDefault)
+	if cfg.RunLimit < 0 {
+		cfg.FollowLimit = -1
+	} else if cfg.FollowLimit >= 0 && cfg.FollowLimit < cfg.RunLimit {
+		cfg.FollowLimit = cfg.RunLimit
+	}
 	cfg.MaxHostErrors = cmp.Or(cfg.MaxHostErrors, MaxHostErrorsDefault)
 	cfg.Actor = cmp.Or(cfg.Actor, ActorDefault)
 	log := cfg.Logger
@@ -189,8 +208,9 @@ func New(cfg Config) (*Planner, error) {
 // Stats counts what one Run did.
 type Stats struct {
 	Settled, Woken, WakeFailed, Done, Waiting, Parked, Failed, Conflicts int
-	// More reports that the run stopped at Config.RunLimit: records may
-	// still be due. Run the queue again after others have had a turn.
+	// More reports that the run stopped at Config.RunLimit (FollowLimit,
+	// for RunFollow): records may still be due. Run the queue again, with
+	// RunFollow, after others have had a turn.
 	More bool
 
 	lastFailure error         // the run's last failed host step, for HostFailingError
@@ -237,6 +257,18 @@ func (e *HostFailingError) Unwrap() []error {
 // (mend.ErrUnavailable, mend.ErrAmbiguous, ...) when the record store
 // fails; the reconciler tries again on its next pass.
 func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
+	return p.run(ctx, lease, p.cfg.RunLimit)
+}
+
+// RunFollow is Run with Config.FollowLimit in place of RunLimit: the
+// reconciler calls it for a queue whose previous run stopped at RunLimit
+// (Stats.More), which that run has woken, so the queue's remaining records
+// are taken in one larger run.
+func (p *Planner) RunFollow(ctx context.Context, lease Lease) (Stats, error) {
+	return p.run(ctx, lease, p.cfg.FollowLimit)
+}
+
+func (p *Planner) run(ctx context.Context, lease Lease, limit int) (Stats, error) {
 	var st Stats
 	term := lease.Term()
 	defer p.reportRepaired(ctx, term.Queue, &st)
@@ -245,12 +277,12 @@ func (p *Planner) Run(ctx context.Context, lease Lease) (Stats, error) {
 	full := false // the last read returned all it asked for: more may be due
 	for range maxPasses {
 		n := p.cfg.BatchSize
-		if p.cfg.RunLimit > 0 {
-			if taken >= p.cfg.RunLimit {
+		if limit > 0 {
+			if taken >= limit {
 				st.More = full
 				return st, nil
 			}
-			n = min(n, p.cfg.RunLimit-taken)
+			n = min(n, limit-taken)
 		}
 		recs, err := p.cfg.Store.RecordsDue(ctx, term.Queue, n)
 		if err != nil {

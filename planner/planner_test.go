@@ -491,6 +491,42 @@ func TestRunLimit(t *testing.T) {
 	}
 }
 
+// TestRunFollow: a follow-up run takes up to FollowLimit due records where
+// Run takes RunLimit, and a FollowLimit below RunLimit is raised to it.
+func TestRunFollow(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name               string
+		follow, wantFollow int
+	}{{"follow limit 4", 4, 4}, {"follow limit below the run limit", 1, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			var batches []mend.Batch
+			for i := range 7 {
+				batches = append(batches, mend.Batch{ID: fmt.Sprintf("b%d", i), State: mend.BatchSpeculating, Version: 1})
+			}
+			h := newFakeHost(append(batches, mend.Batch{ID: "live", State: mend.BatchCreated, Version: 1})...)
+			for i := range 7 {
+				b.record(t, "q", fmt.Sprintf("m%d", i), fmt.Sprintf("b%d", i))
+			}
+			p := newPlanner(t, b, h, func(c2 *planner.Config) { c2.RunLimit, c2.FollowLimit = 2, c.follow })
+			lease := b.lease(t, "q")
+			if st, err := p.Run(ctx, lease); err != nil || st.Woken != 2 || !st.More {
+				t.Fatalf("first run: %+v, %v; want 2 woken, more", st, err)
+			}
+			st, err := p.RunFollow(ctx, lease)
+			if err != nil || st.Woken != c.wantFollow || !st.More {
+				t.Fatalf("follow-up run: %+v, %v; want %d woken, more", st, err, c.wantFollow)
+			}
+			if due, err := b.store.RecordsDue(ctx, "q", 10); err != nil || len(due) != 5-c.wantFollow {
+				t.Fatalf("after the follow-up run %d records are due (%v); want %d", len(due), err, 5-c.wantFollow)
+			}
+		})
+	}
+}
+
 // Issue 19: a record that waits on a merge in flight says why in the log,
 // so an operator sees the reason without opening the record.
 func TestWaitingLogsItsReason(t *testing.T) {

@@ -17,10 +17,20 @@
 // queue's inflow: work that falls due during a pass (a re-send whose backoff
 // ended, a queue QueueLimit left out) is listed by the next one.
 //
+// A queue whose last run on this replica stopped at the limit has been woken
+// by that run, so its next run is a follow-up (FollowRunner; the planner's
+// RunFollow, up to planner.Config.FollowLimit records, 100 by default): the
+// rest of a storm's records on it are settled in a few large runs, each
+// paying the lease, the due read, the host's batch statements and the
+// publish once, instead of one run per RunLimit records. A queue whose run
+// took all it found goes back to plain runs, so new work on it, and every
+// queue's first run, stays short. The replica keeps this mark only for the
+// queues its latest pass listed.
+//
 // # Bound
 //
 // A pass lasts at most ceil(QueueLimit/share) runs of at most RunLimit
-// records each, where the share is Concurrency or, with other replicas
+// records each (FollowLimit for follow-up runs), where the share is Concurrency or, with other replicas
 // working, ceil(ClusterConcurrency/working replicas) (those replicas take
 // their part of the same list, so the queues a pass finds held or drained
 // cost it a probe, not a run), every run cut off at QueueTimeout. Passes start
@@ -29,7 +39,8 @@
 // oldest records, so work is served roughly in the order it fell due: a
 // record due at t is listed by the first pass that starts after t once
 // fewer than QueueLimit queues hold records due before it, and each pass
-// takes up to QueueLimit×RunLimit of those older records. While at most
+// takes up to QueueLimit×RunLimit of those older records (more, with
+// follow-up runs). While at most
 // QueueLimit queues are due, a lost wake-up is re-sent within one Interval
 // plus one pass after it fell due. Drain runs passes until one ends
 // without More, for cron (mend run --once).

@@ -70,6 +70,14 @@ type Runner interface {
 	Run(ctx context.Context, lease planner.Lease) (planner.Stats, error)
 }
 
+// FollowRunner is a Runner with a larger run for a queue whose previous
+// run stopped at its limit (Stats.More): that run woke the queue, so the
+// rest of its records can go in fewer runs. *planner.Planner implements it;
+// a Runner without it is run with Run every time.
+type FollowRunner interface {
+	RunFollow(ctx context.Context, lease planner.Lease) (planner.Stats, error)
+}
+
 // Hooks observe the reconciler; every field is optional.
 type Hooks struct {
 	// OnQueue runs after each queue's planner run, with its duration.
@@ -189,6 +197,12 @@ type Reconciler struct {
 	// recountEvery is shareRecount; tests set it to 0 (a count before
 	// every queue a pass takes).
 	recountEvery time.Duration
+
+	// follow holds the queues whose last run here stopped at the planner's
+	// limit (Stats.More): their next run in a pass is a follow-up run
+	// (FollowRunner). Only the queues a pass lists are kept.
+	followMu sync.Mutex
+	follow   map[string]bool
 }
 
 // New returns a Reconciler.
@@ -224,11 +238,13 @@ func New(cfg Config) (*Reconciler, error) {
 // Returns an error matching mend.ErrLeaseHeld if another holder has the
 // queue; that holder or a later pass finishes the work.
 func (r *Reconciler) TryRepair(ctx context.Context, queue string) error {
-	_, err := r.repair(ctx, queue)
+	_, err := r.repair(ctx, queue, false)
 	return err
 }
 
-func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, error) {
+// repair runs queue once under its lease: a follow-up run (FollowRunner)
+// when follow is set and the Runner has one.
+func (r *Reconciler) repair(ctx context.Context, queue string, follow bool) (planner.Stats, error) {
 	lease, err := r.cfg.Fence.TryAcquire(ctx, queue)
 	if err != nil {
 		return planner.Stats{}, fmt.Errorf("reconcile: queue %q: %w", queue, err)
@@ -254,7 +270,11 @@ func (r *Reconciler) repair(ctx context.Context, queue string) (planner.Stats, e
 		}
 	}()
 	start := time.Now()
-	st, err := r.cfg.Planner.Run(runCtx, lease)
+	run := r.cfg.Planner.Run
+	if fr, ok := r.cfg.Planner.(FollowRunner); ok && follow {
+		run = fr.RunFollow
+	}
+	st, err := run(runCtx, lease)
 	if r.cfg.Hooks.OnQueue != nil {
 		r.cfg.Hooks.OnQueue(queue, st, time.Since(start), err)
 	}
@@ -298,6 +318,7 @@ func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 	// Each replica takes due queues in its own order, its part of them
 	// first (see newShare).
 	sh := r.newShare(ctx, queues)
+	r.keepFollowing(queues)
 	if sh.counter == nil {
 		r.dropSlot(ctx)
 	}
@@ -353,7 +374,8 @@ func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 					return
 				}
 			}
-			st, err := r.repair(ctx, q)
+			st, err := r.repair(ctx, q, r.following(q))
+			r.setFollowing(q, err == nil && st.More)
 			mu.Lock()
 			defer mu.Unlock()
 			ps.Records = add(ps.Records, st)
@@ -526,4 +548,42 @@ func (r *Reconciler) Stop() {
 	}
 	stop()
 	<-done
+}
+
+// following reports whether queue's last run here stopped at its limit.
+func (r *Reconciler) following(queue string) bool {
+	r.followMu.Lock()
+	defer r.followMu.Unlock()
+	return r.follow[queue]
+}
+
+// setFollowing records whether queue's run here stopped at its limit.
+func (r *Reconciler) setFollowing(queue string, more bool) {
+	r.followMu.Lock()
+	defer r.followMu.Unlock()
+	if !more {
+		delete(r.follow, queue)
+		return
+	}
+	if r.follow == nil {
+		r.follow = map[string]bool{}
+	}
+	r.follow[queue] = true
+}
+
+// keepFollowing forgets the queues a pass did not list (drained, or left
+// to another replica), so the set stays as small as the due queues.
+func (r *Reconciler) keepFollowing(listed []string) {
+	r.followMu.Lock()
+	defer r.followMu.Unlock()
+	if len(r.follow) == 0 {
+		return
+	}
+	keep := make(map[string]bool, len(listed))
+	for _, q := range listed {
+		if r.follow[q] {
+			keep[q] = true
+		}
+	}
+	r.follow = keep
 }

@@ -245,6 +245,10 @@ type drainRunner struct {
 }
 
 func (f *drainRunner) Run(ctx context.Context, lease planner.Lease) (planner.Stats, error) {
+	return f.take(ctx, lease, f.limit)
+}
+
+func (f *drainRunner) take(ctx context.Context, lease planner.Lease, limit int) (planner.Stats, error) {
 	q := lease.Term().Queue
 	f.mu.Lock()
 	f.order = append(f.order, q)
@@ -252,7 +256,7 @@ func (f *drainRunner) Run(ctx context.Context, lease planner.Lease) (planner.Sta
 	if f.during != nil {
 		f.during(q)
 	}
-	recs, err := f.store.RecordsDue(ctx, q, f.limit)
+	recs, err := f.store.RecordsDue(ctx, q, limit)
 	if err != nil {
 		return planner.Stats{}, err
 	}
@@ -262,13 +266,78 @@ func (f *drainRunner) Run(ctx context.Context, lease planner.Lease) (planner.Sta
 			return planner.Stats{}, err
 		}
 	}
-	return planner.Stats{Done: len(recs), More: len(recs) == f.limit}, nil
+	return planner.Stats{Done: len(recs), More: len(recs) == limit}, nil
 }
 
 func (f *drainRunner) runs() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.order)
+}
+
+// followRunner is a drainRunner with follow-up runs (reconcile.FollowRunner)
+// of followLimit records; kinds says which of the two each run was.
+type followRunner struct {
+	drainRunner
+	followLimit int
+	kinds       []string // "run" or "follow", one per run, in order
+}
+
+func (f *followRunner) Run(ctx context.Context, lease planner.Lease) (planner.Stats, error) {
+	f.mu.Lock()
+	f.kinds = append(f.kinds, lease.Term().Queue+":run")
+	f.mu.Unlock()
+	return f.drainRunner.Run(ctx, lease)
+}
+
+func (f *followRunner) RunFollow(ctx context.Context, lease planner.Lease) (planner.Stats, error) {
+	f.mu.Lock()
+	f.kinds = append(f.kinds, lease.Term().Queue+":follow")
+	f.mu.Unlock()
+	return f.take(ctx, lease, f.followLimit)
+}
+
+// TestFollowUpRuns: a queue whose run stopped at the planner's limit (it
+// was woken, more may be due) is run next with the larger follow-up run;
+// a queue whose run took all it had goes back to plain runs, so a storm's
+// first round stays short for every queue.
+func TestFollowUpRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	for i := range 7 {
+		b.record(t, "big", fmt.Sprintf("m%d", i))
+	}
+	b.record(t, "small", "m")
+	runner := &followRunner{drainRunner: drainRunner{store: b.store, limit: 2}, followLimit: 4}
+	r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := func(want ...string) {
+		t.Helper()
+		runner.kinds = nil
+		if _, err := r.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := slices.Clone(runner.kinds)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("runs %v; want %v", got, want)
+		}
+	}
+	pass("big:run", "small:run") // 2 of big's 7 (more), small's only one
+	pass("big:follow")           // 4 more of big (more)
+	pass("big:follow")           // big's last one: drained
+	b.record(t, "big", "m7")     // new work on big, exactly the limit:
+	b.record(t, "big", "m8")     // the run cannot tell whether more is due
+	pass("big:run")              // a plain run again, stopped at the limit
+	pass()                       // nothing due: big is forgotten
+	b.record(t, "big", "m9")
+	pass("big:run") // a plain run, not a follow-up of the run two passes ago
+	if due, err := b.store.RecordsDue(ctx, "big", 10); err != nil || len(due) != 0 {
+		t.Fatalf("big has %d due, %v; want none", len(due), err)
+	}
 }
 
 // TestNextPassReachesNewWork: the passes end, so work that was not listed
