@@ -51,6 +51,7 @@ type scaleConfig struct {
 	Settle      time.Duration // the storm target: every record settled and woken within this of the first delivery
 	Bound       time.Duration // the storm is given up after this (the benchmark always ends)
 	RunLimit    int           // planner.Config.RunLimit (0: mend's default; -1: drain a queue per run)
+	FollowLimit int           // planner.Config.FollowLimit (0: mend's default; run_limit's value: no follow-up runs larger than first runs)
 	Concurrency int           // reconcile.Config.Concurrency of each replica (0: mend's default)
 	NoLimit     bool          // leave out the limit storm after each of mend's (BenchmarkScale)
 }
@@ -104,6 +105,8 @@ func scaleFrom(tb testing.TB, env string, full, smoke scaleConfig) scaleConfig {
 			atoi(&c.IdlePasses)
 		case k == "run_limit":
 			atoi(&c.RunLimit)
+		case k == "follow_limit":
+			atoi(&c.FollowLimit)
 		case k == "concurrency":
 			atoi(&c.Concurrency)
 		case k == "intake_conns":
@@ -135,7 +138,7 @@ func scaleFrom(tb testing.TB, env string, full, smoke scaleConfig) scaleConfig {
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			tb.Fatalf("%s %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, intake_conns, intake_batch, interval, deadline, settle, bound, limit=false; or smoke)", env, kv, err)
+			tb.Fatalf("%s %q: %v (keys: queues, finished, storm, storm_queues, replicas=2+4, idle_passes, run_limit, follow_limit, concurrency, intake_conns, intake_batch, interval, deadline, settle, bound, limit=false; or smoke)", env, kv, err)
 		}
 	}
 	if c.Queues < 1 || c.StormQueues < 1 || c.Storm < c.StormQueues || c.Finished < 0 || c.Finished > 1_000_000 || c.Storm > 1_000_000 || c.IdlePasses < 1 || c.IntakeConns < 1 || c.IntakeBatch < 1 {
@@ -357,7 +360,7 @@ type scaleStats struct {
 	closeOnce   sync.Once
 }
 
-func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Duration, runLimit, concurrency int, st *scaleStats) *replica {
+func newReplica(b *testing.B, storeDSN, hostDSN, holder string, cfg scaleConfig, st *scaleStats) *replica {
 	b.Helper()
 	ctx := context.Background()
 	store, err := storage.Open(ctx, storeDSN, storage.Options{})
@@ -380,7 +383,7 @@ func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Du
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := planner.New(planner.Config{Store: store, Batches: h, Waker: h, Actor: "planner/" + holder, RunLimit: runLimit, Hooks: planner.Hooks{
+	p, err := planner.New(planner.Config{Store: store, Batches: h, Waker: h, Actor: "planner/" + holder, RunLimit: cfg.RunLimit, FollowLimit: cfg.FollowLimit, Hooks: planner.Hooks{
 		OnWake: func(queue string, err error) {
 			if err != nil {
 				return
@@ -398,7 +401,7 @@ func newReplica(b *testing.B, storeDSN, hostDSN, holder string, interval time.Du
 	if err != nil {
 		b.Fatal(err)
 	}
-	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: interval, Concurrency: concurrency,
+	rec, err := reconcile.New(reconcile.Config{Store: store, Fence: f, Planner: p, Interval: cfg.Interval, Concurrency: cfg.Concurrency,
 		Hooks: reconcile.Hooks{
 			OnPass: func(reconcile.PassStats, time.Duration) { st.passes.Add(1) },
 			OnQueue: func(_ string, ps planner.Stats, took time.Duration, err error) {
@@ -454,6 +457,9 @@ func BenchmarkScale(b *testing.B) {
 	// Printed, not logged: a parent benchmark's log is not shown.
 	fmt.Printf("mend-bench: scale sizes queues=%d finished=%d storm=%d storm_queues=%d replicas=%v interval=%s intake_conns=%d deadline=%s bound=%s",
 		cfg.Queues, cfg.Finished, cfg.Storm, cfg.StormQueues, cfg.Replicas, cfg.Interval, cfg.IntakeConns, cfg.Deadline, cfg.Bound)
+	if cfg.RunLimit != 0 || cfg.FollowLimit != 0 {
+		fmt.Printf(" run_limit=%d follow_limit=%d", cfg.RunLimit, cfg.FollowLimit)
+	}
 	fmt.Println()
 	seedStart := time.Now()
 	seedScaleWorld(b, raw, cfg)
@@ -548,7 +554,7 @@ func startReplicas(b *testing.B, dbs stormDBs, cfg scaleConfig, n int, prefix st
 	st = &scaleStats{firstW: map[string]time.Time{}, want: int64(cfg.Storm), finishedAll: make(chan struct{})}
 	reps = make([]*replica, n)
 	for i := range n {
-		reps[i] = newReplica(b, cnt.DSN(b, dbs.mend.DSN), cnt.DSN(b, dbs.host.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg.Interval, cfg.RunLimit, cfg.Concurrency, st)
+		reps[i] = newReplica(b, cnt.DSN(b, dbs.mend.DSN), cnt.DSN(b, dbs.host.DSN), fmt.Sprintf("%sreplica-%d", prefix, i), cfg, st)
 	}
 	for _, r := range reps {
 		if _, err := r.rec.RunOnce(context.Background()); err != nil {

@@ -108,6 +108,13 @@ func (sh *share) order(queues []string) {
 	})
 }
 
+// helping reports whether queue is in another working replica's part:
+// this replica reaches it only after its own part (order), by when the
+// queue's owner has run it in its own pass, so the run is a follow-up.
+func (sh *share) helping(queue string) bool {
+	return sh.replicas >= 2 && hashName(queue)%uint32(sh.replicas) != uint32(sh.rank)
+}
+
 func hashName(s string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(s))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,6 +208,52 @@ func TestPassRunsItsOwnQueuesFirst(t *testing.T) {
 	}
 	if rank := rankBesideOther(); !ownFirst(o.order, rank) {
 		t.Fatalf("order %v (rank %d of 2): some of its own queues came after another replica's", o.order, rank)
+	}
+}
+
+// TestHelperRunsAreFollowUps: beside another working replica, a pass runs
+// its own part's queues with plain runs and reaches the other's part only
+// after them, when their owner has run them first: those are follow-up
+// runs. Alone, every first run is plain.
+func TestHelperRunsAreFollowUps(t *testing.T) {
+	t.Parallel()
+	for _, other := range []bool{true, false} {
+		t.Run(fmt.Sprintf("other replica %v", other), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			for i := range 8 {
+				b.record(t, fmt.Sprintf("q%02d", i), "m")
+			}
+			if other {
+				otherReplica(t, b)
+			}
+			runner := &followRunner{drainRunner: drainRunner{store: b.store, limit: 2}, followLimit: 4}
+			r, err := reconcile.New(reconcile.Config{Store: b.store, Fence: b.fence, Planner: runner, Concurrency: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rank := rankBesideOther()
+			if len(runner.kinds) != 8 {
+				t.Fatalf("runs %v; want one per queue", runner.kinds)
+			}
+			for _, k := range runner.kinds {
+				q, kind, _ := strings.Cut(k, ":")
+				want := "run"
+				if other && int(fnv32(q)%2) != rank {
+					want = "follow"
+				}
+				if kind != want {
+					t.Fatalf("runs %v (rank %d of 2): %s was a %s; want a %s", runner.kinds, rank, q, kind, want)
+				}
+			}
+			if follows := strings.Count(strings.Join(runner.kinds, " "), ":follow"); other && (follows == 0 || follows == 8) {
+				t.Fatalf("runs %v: the queues fell in one part; the test needs both", runner.kinds)
+			}
+		})
 	}
 }
 

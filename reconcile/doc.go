@@ -25,7 +25,10 @@
 // publish once, instead of one run per RunLimit records. A queue whose run
 // took all it found goes back to plain runs, so new work on it, and every
 // queue's first run, stays short. The replica keeps this mark only for the
-// queues its latest pass listed.
+// queues its latest pass listed. Beside other replicas a pass runs its own
+// part of the queues first (see Replicas) and reaches another replica's
+// part only after it, when the owner has run those queues in its own pass:
+// those runs are follow-ups too.
 //
 // # Bound
 //

@@ -362,6 +362,10 @@ func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 		// again, this replica's new part first.
 		sh.order(queues[i:])
 		q := queues[i]
+		// A follow-up run (FollowRunner) for a queue whose last run here
+		// stopped at the limit, or one of another replica's part, reached
+		// only after this replica's own part: its owner has run it first.
+		follow := r.following(q) || sh.helping(q)
 		inflight++
 		wg.Go(func() {
 			defer func() { ended <- struct{}{} }()
@@ -374,7 +378,7 @@ func (r *Reconciler) pass(ctx context.Context) (PassStats, error) {
 					return
 				}
 			}
-			st, err := r.repair(ctx, q, r.following(q))
+			st, err := r.repair(ctx, q, follow)
 			r.setFollowing(q, err == nil && st.More)
 			mu.Lock()
 			defer mu.Unlock()

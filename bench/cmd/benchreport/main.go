@@ -512,7 +512,7 @@ func render(r results, commands []string, took time.Duration, date time.Time) re
 
 	// Reconcile pass curve.
 	w("## Reconcile pass against finished records\n\n")
-	w("`reconcile.Drain` (passes until nothing more is due, each queue at most `RunLimit` records a pass) repairing 1,000 due records (4 queues on the submit queue's real tables, each record's batch\n")
+	w("`reconcile.Drain` (passes until nothing more is due, each queue one run a pass: `RunLimit` records, `FollowLimit` after a run that stopped at the limit) repairing 1,000 due records (4 queues on the submit queue's real tables, each record's batch\n")
 	w("failed with the three-step transition, fanned out with a RequestLog per request, settled, the queue woken) while N\n")
 	w("finished records (state done, with an event each) sit in the same queues. They are\n")
 	w("bulk-inserted with multi-row `INSERT ... SELECT` from a numbers table. Target: within %.0f%% of the pass with none.\n\n", (flatTarget-1)*100)
@@ -975,10 +975,12 @@ const scaleAnalysis = `
 empty when nothing is due, so it costs the same at 10,000 queues and 10^6 finished records as in an empty world.
 
 **Storm.** A pass lists the due queues and takes each at most once: one planner run per queue, up to the planner's
-` + "`RunLimit`" + ` records, then the next queue; the next pass lists again. A run settles its records together (the host's
+` + "`RunLimit`" + ` (20) records, then the next queue; the next pass lists again. A run settles its records together (the host's
 batches read, moved and finished in a few statements for all of them, each record's own fenced events kept) and
 wakes the queue once, so every queue's first wake-up comes in the first round over the due queues rather than after
-the queues before it are drained. What is left per record is its own settled event; the rest is shared by the run.
+the queues before it are drained. A queue whose run stopped at ` + "`RunLimit`" + ` has been woken by it, so its next run
+is a follow-up of up to ` + "`FollowLimit`" + ` (100) records: the rest of its storm goes in one or two large runs instead
+of one per 20. What is left per record is its own settled event; the rest is shared by the run.
 
 **Connections.** ` + "`connects`" + ` counts the connections the replicas' pools opened during the storm; the pools keep as
 many as 16 idle connections (storage.MaxIdleConns), more than a replica works on at once.
@@ -1099,9 +1101,9 @@ var stormPhases = []string{"intake", "fence", "records", "settle", "wake", "txn"
 // phaseRemedy says, per phase, what would shrink a storm's time there.
 var phaseRemedy = map[string]string{
 	"intake":  "the intake's statements per page (one packet a page already) cost the server the rows' index updates; fewer secondary indexes on mend_records and mend_events, or the records' event in the record's own row, would shrink it",
-	"fence":   "taking and releasing a lease per planner run; more records per run (RunLimit), or one term held across a pass's runs of the same queue, would shrink it",
-	"records": "mend's own bookkeeping per run (the due read, the settled and woken events and projections); more records per run (RunLimit), or the settled and woken events written in one append, would shrink it",
-	"settle":  "the host's statements (read, move and finish the batches, membership, requests), which mend sends once per run of `RunLimit` records and the limit once per page of 500; more records per run would shrink it, not a change to mend's own statements",
+	"fence":   "taking and releasing a lease per planner run; more records per run (RunLimit, FollowLimit), or one term held across a pass's runs of the same queue, would shrink it",
+	"records": "mend's own bookkeeping per run (the due read, the settled and woken events and projections); more records per run (RunLimit, FollowLimit), or the settled and woken events written in one append, would shrink it",
+	"settle":  "the host's statements (read, move and finish the batches, membership, requests), which mend sends once per run (a first run of `RunLimit` records, follow-ups of `FollowLimit`) and the limit once per page of 500; fewer, larger runs would shrink it further, not a change to mend's own statements",
 	"wake":    "the publishes, one per run; fewer runs per queue (more records per run) would shrink it",
 	"txn":     "COMMIT and ROLLBACK packets of their own; sending each COMMIT in its transaction's last statement's packet, as the single-record intake does, would shrink it",
 }
@@ -1198,8 +1200,8 @@ func renderPhaseTime(w func(string, ...any), pairs []stormPair) {
 		w("mend's run slots were busy %.0f%% of its storms' settle time", busy)
 		if busy < 60 {
 			w(":\nfor the rest no run was in flight, so the settle time is set more by the passes' cadence (a queue gets at most\n")
-			w("one run of `RunLimit` records a pass, the next pass an interval later) than by any phase on the wire; running a\n")
-			w("queue again within the pass while it still has due records, or a larger `RunLimit`, would shrink it")
+			w("one run a pass, the next pass an interval later) than by any phase on the wire; running a\n")
+			w("queue again within the pass while it still has due records, or larger runs, would shrink it")
 		} else {
 			w(": the runs in flight, not the passes' cadence, set the settle time")
 		}
