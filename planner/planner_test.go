@@ -450,6 +450,22 @@ func TestFinishCarriesTheDeadLetter(t *testing.T) {
 	}
 }
 
+// seedSpeculating records n dead letters m0…m(n-1) on queue q, each naming
+// its own speculating batch b0…b(n-1), beside a live batch, and returns the
+// host holding those batches.
+func seedSpeculating(t *testing.T, b *bundle, n int) *fakeHost {
+	t.Helper()
+	var batches []mend.Batch
+	for i := range n {
+		batches = append(batches, mend.Batch{ID: fmt.Sprintf("b%d", i), State: mend.BatchSpeculating, Version: 1})
+	}
+	h := newFakeHost(append(batches, mend.Batch{ID: "live", State: mend.BatchCreated, Version: 1})...)
+	for i := range n {
+		b.record(t, "q", fmt.Sprintf("m%d", i), fmt.Sprintf("b%d", i))
+	}
+	return h
+}
+
 // TestRunLimit: a run takes at most RunLimit due records and says whether
 // more may be due, so a reconciler can give other queues a turn; the next
 // runs pick up where it stopped, and the last says nothing more is due.
@@ -457,14 +473,7 @@ func TestRunLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	var batches []mend.Batch
-	for i := range 5 {
-		batches = append(batches, mend.Batch{ID: fmt.Sprintf("b%d", i), State: mend.BatchSpeculating, Version: 1})
-	}
-	h := newFakeHost(append(batches, mend.Batch{ID: "live", State: mend.BatchCreated, Version: 1})...)
-	for i := range 5 {
-		b.record(t, "q", fmt.Sprintf("m%d", i), fmt.Sprintf("b%d", i))
-	}
+	h := seedSpeculating(t, b, 5)
 	p := newPlanner(t, b, h, func(c *planner.Config) { c.RunLimit = 2 })
 	lease := b.lease(t, "q")
 	for i, want := range []struct {
@@ -503,14 +512,7 @@ func TestRunFollow(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t)
-			var batches []mend.Batch
-			for i := range 7 {
-				batches = append(batches, mend.Batch{ID: fmt.Sprintf("b%d", i), State: mend.BatchSpeculating, Version: 1})
-			}
-			h := newFakeHost(append(batches, mend.Batch{ID: "live", State: mend.BatchCreated, Version: 1})...)
-			for i := range 7 {
-				b.record(t, "q", fmt.Sprintf("m%d", i), fmt.Sprintf("b%d", i))
-			}
+			h := seedSpeculating(t, b, 7)
 			p := newPlanner(t, b, h, func(c2 *planner.Config) { c2.RunLimit, c2.FollowLimit = 2, c.follow })
 			lease := b.lease(t, "q")
 			if st, err := p.Run(ctx, lease); err != nil || st.Woken != 2 || !st.More {
