@@ -17,7 +17,8 @@
 // and writes docs/benchmarks-vitess.md (make bench-vitess).
 //
 // With -from FILE -took D it renders the report again from the saved output
-// of an earlier run (e.g. after changing the explanations), without running.
+// of an earlier run (e.g. after changing the explanations), without running;
+// a run of make bench saves its output in the temporary directory for that.
 package main
 
 import (
@@ -246,8 +247,9 @@ func run(goCmd string, ops, passes, trials int, out string) error {
 	if err != nil {
 		return err
 	}
-	res := parse(all)
 	took := time.Since(begin)
+	saveOutput(commands, all, took)
+	res := parse(all)
 	table := render(res, commands, took, time.Now())
 	fmt.Println()
 	fmt.Println(table.summary)
@@ -256,6 +258,26 @@ func run(goCmd string, ops, passes, trials int, out string) error {
 	}
 	fmt.Printf("wrote %s (whole run %s)\n", out, took.Round(time.Second))
 	return nil
+}
+
+// saveOutput keeps a run's output where -from can render it again (a
+// change to the report's text should not need a second 10-minute run on
+// a quiet machine): the commands as "$ " lines, then what they printed.
+func saveOutput(commands []string, all string, took time.Duration) {
+	f, err := os.CreateTemp("", "mend-bench-*.txt")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport: output not saved:", err)
+		return
+	}
+	defer f.Close()
+	for _, c := range commands {
+		fmt.Fprintln(f, "$", c)
+	}
+	if _, err := f.WriteString(all); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport: output not saved:", err)
+		return
+	}
+	fmt.Printf("saved the output to %s (render again: go run ./bench/cmd/benchreport -from %s -took %s -out ...)\n", f.Name(), f.Name(), took.Round(time.Second))
 }
 
 // result is one benchmark line: name without the -GOMAXPROCS suffix, and
