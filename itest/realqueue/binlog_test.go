@@ -2,40 +2,33 @@ package realqueue
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/mendq/mend/binlog"
-	"github.com/mendq/mend/dlq"
-	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/internal/sqreal"
-	"github.com/mendq/mend/storage"
 )
 
 // TestLostWakeupBinlog is TestLostWakeupSubscription in binlog mode (issue 44): mend learns of the
 // culprit's dead letters from the queue database server's binary log, not by reading queue_messages by
-// offset, so it registers no consumer group and holds none of the host's GC back. mend run runs with
-// --subscribe=false (its reconciler repairs what is recorded); the reader is a binlog.Reader built in the
-// test on mend's store and the queue's DSN, as `mend run --subscribe-mode binlog` will wire it (that flag
-// is being built apart). The dependent must land after one wake-up naming it, every dead letter must have
-// come through the reader, no queue_offsets row of group mend may exist, and the host's GC must collect
-// the culprit's dead letters once its own DLQ group has acknowledged them. Its control is
+// offset, so it registers no consumer group and holds none of the host's GC back. mend runs as shipped,
+// `mend run --queue-dsn ... --subscribe-mode binlog`, and is observed through its metrics and its saved
+// position. The dependent must land after one wake-up naming it, every record must have come through
+// the binary log, no queue_offsets row of group mend may exist, and the host's GC must collect the
+// culprit's dead letters once its own DLQ group has acknowledged them. Its control is
 // TestLostWakeupSubscription/control.
 func TestLostWakeupBinlog(t *testing.T) {
 	requireOptIn(t)
 	lostWakeup(t, modeBinlog)
 }
 
-// TestDeadLetterWhileMendDownBinlog is TestDeadLetterWhileMendDown in binlog mode: the reader ran and
-// saved its position, then it and mend run stopped; the culprit's dead letter is committed, the host's DLQ
+// TestDeadLetterWhileMendDownBinlog is TestDeadLetterWhileMendDown in binlog mode: mend run
+// --subscribe-mode binlog read the binary log and saved its position, then stopped; the culprit's dead letter is committed, the host's DLQ
 // group acknowledges it and the host's GC collects it while mend is down (binlog mode holds nothing back:
-// no queue_offsets row of mend's). The reader started again resumes from its saved position (no start over
+// no queue_offsets row of mend's). mend run started again resumes from its saved position (no start over
 // from the tables, which no longer hold the row) and records the dead letter from the binary log; the
 // dependent lands after exactly one wake-up. Its control is TestDeadLetterWhileMendDown/control.
 func TestDeadLetterWhileMendDownBinlog(t *testing.T) {
@@ -43,118 +36,71 @@ func TestDeadLetterWhileMendDownBinlog(t *testing.T) {
 	deadLetterWhileDown(t, true, false, 0, true)
 }
 
-// binlogReader is a binlog.Reader running beside a stack, and what its hooks saw.
-type binlogReader struct {
-	r        *binlog.Reader
-	stop     func()
-	mu       sync.Mutex
-	recorded map[string]int // dead letters recorded, by topic
-	failures []string
+// binlogMode is mend run's flag for binlog mode, as an operator deploys it beside the queue.
+var binlogMode = []string{"--subscribe-mode", "binlog"}
+
+// binlogShown is what mend run in binlog mode shows an operator: its metrics (the process's own
+// counts: they start at zero with each process) and the reader's saved position (mend's database).
+type binlogShown struct {
+	mode     float64 // mend_subscribe_mode{mode="binlog"}
+	recorded float64 // mend_binlog_recorded_total
+	resets   float64 // mend_binlog_resets_total, every reason
+	file     string  // mend_binlog_positions.binlog_file, "" before the first save
+	pos      int64
+	gtids    string
 }
 
-// startBinlogReader runs a binlog.Reader on m's database and s's queue database until t's cleanup.
-func startBinlogReader(t *testing.T, s *sqreal.Stack, m *mendProc) *binlogReader {
+// shown reads m's binlog mode from its /metrics and mend_binlog_positions.
+func (m *mendProc) shown(t *testing.T) binlogShown {
 	t.Helper()
-	ctx := context.Background()
-	store, err := storage.Open(ctx, m.db.DSN, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
+	var b binlogShown
+	for k, v := range scrape(t, m.run.Addr) {
+		switch {
+		case k == `mend_subscribe_mode{mode="binlog"}`:
+			b.mode = v
+		case k == "mend_binlog_recorded_total":
+			b.recorded = v
+		case strings.HasPrefix(k, "mend_binlog_resets_total{"):
+			b.resets += v
+		}
 	}
-	t.Cleanup(func() { _ = store.Close() })
-	intake, err := dlq.New(store, dlq.Config{})
-	if err != nil {
-		t.Fatal(err)
+	err := m.db.SQL(t).QueryRowContext(context.Background(),
+		"SELECT binlog_file, binlog_pos, gtid_set FROM mend_binlog_positions").Scan(&b.file, &b.pos, &b.gtids)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		t.Fatalf("read mend_binlog_positions: %v", err)
 	}
-	f, err := fence.New(store, fence.Config{Holder: "realqueue-binlog"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qcfg, err := mysql.ParseDSN(s.Queue.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := &binlogReader{recorded: map[string]int{}}
-	br.r, err = binlog.New(binlog.Config{Server: qcfg, Intake: intake, Parker: store, Store: store, Fence: f,
-		Hooks: binlog.Hooks{
-			OnRecorded: func(rows []dlq.Row, _ int) {
-				br.mu.Lock()
-				for _, row := range rows {
-					br.recorded[row.Topic]++
-				}
-				br.mu.Unlock()
-			},
-			OnFailed: func(err error) {
-				br.mu.Lock()
-				br.failures = append(br.failures, err.Error())
-				br.mu.Unlock()
-			},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- br.r.Run(runCtx) }()
-	var once sync.Once
-	br.stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("the binlog reader: %v", err)
-			}
-			if fs := br.failed(); len(fs) > 0 {
-				t.Logf("the binlog reader retried after %d failures:\n%s", len(fs), strings.Join(fs, "\n"))
-			}
-		})
-	}
-	t.Cleanup(br.stop)
-	return br
+	return b
 }
 
-// waitSaved waits until the reader has saved a position (after its start-over's import). It does not
-// wait for the reader to be caught up at one instant: the busy host's processes commit often enough that
-// the server seldom sends a heartbeat (CaughtUp is true only from a heartbeat to the next commit), and a
-// clean-clone CI run timed out waiting for one.
-func (br *binlogReader) waitSaved(t *testing.T, s *sqreal.Stack) {
+func (b binlogShown) String() string {
+	return fmt.Sprintf("mode gauge %v, %v recorded, %v start-overs, saved position %q:%d (GTIDs %q)", b.mode, b.recorded, b.resets, b.file, b.pos, b.gtids)
+}
+
+// waitBinlogSaved waits until m's run reads the binary log and has saved a position (after its first
+// start's import). It does not wait for the reader to be caught up at one instant: the busy host's
+// processes commit often enough that the server seldom sends a heartbeat, and a clean-clone CI run
+// timed out waiting for one.
+func (m *mendProc) waitBinlogSaved(t *testing.T, s *sqreal.Stack) {
 	t.Helper()
-	s.Eventually(t, time.Minute, "the binlog reader to save its position", func() (bool, string) {
-		st := br.r.Status()
-		return st.Position.File != "", fmt.Sprintf("%s, caught up %v, position %q, last error %q", st.Role, st.CaughtUp, st.Position.File, st.LastErr)
+	s.Eventually(t, time.Minute, "mend run to read the binary log and save its position", func() (bool, string) {
+		b := m.shown(t)
+		return b.mode == 1 && b.file != "", b.String()
 	})
 }
 
-// count is how many dead letters of topic the reader has recorded.
-func (br *binlogReader) count(topic string) int {
-	br.mu.Lock()
-	defer br.mu.Unlock()
-	return br.recorded[topic]
-}
-
-func (br *binlogReader) failed() []string {
-	br.mu.Lock()
-	defer br.mu.Unlock()
-	return append([]string(nil), br.failures...)
-}
-
 // checkBinlogMode asserts what binlog mode promises beside the real queue once the dependent has landed:
-// every record of the culprit's dead letters came through the reader, the stuck-queue scan woke nothing,
-// mend has no queue_offsets row (no consumer group, the host's GC held by nothing of mend's), and the
-// host's GC collects the culprit's dead letters.
-func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, br *binlogReader, culpritBatch string) {
+// mend run read the binary log, every record of mend's on the queue came through its reader (the only
+// way in here: no consumer group, and the stuck-queue scan woke nothing), mend has no queue_offsets row
+// (the host's GC held by nothing of mend's), and the host's GC collects the culprit's dead letters.
+func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, culpritBatch string) {
 	t.Helper()
-	var records int64
-	if err := m.db.SQL(t).QueryRowContext(context.Background(),
-		"SELECT COUNT(*) FROM mend_records WHERE queue = ? AND topic = 'build_dlq'", queue).Scan(&records); err != nil {
-		t.Fatal(err)
-	}
-	// The reader's hook runs after its recording returns; a recording that stored some chunks and failed
-	// on another returns no rows to the hook until the term that follows records them again (already
-	// recorded, counted then), so the count is waited for, not read at one instant.
-	s.Eventually(t, time.Minute, "every build_dlq record of mend's to have come through the binlog reader", func() (bool, string) {
-		got := br.count("build_dlq")
-		st := br.r.Status()
-		return records > 0 && int64(got) >= records, fmt.Sprintf("mend holds %d build_dlq records of %s, the reader recorded %d (want at least one, all through the reader); reader %s, last error %q, failures %q",
-			records, queue, got, st.Role, st.LastErr, br.failed())
+	all, _ := m.records(t, queue)
+	// The reader's count moves after its recording returns; a recording that stored some chunks and
+	// failed on another counts them when the term that follows records them again, so the count is
+	// waited for, not read at one instant.
+	s.Eventually(t, time.Minute, "every record of mend's to have come through the binlog reader", func() (bool, string) {
+		b := m.shown(t)
+		return b.mode == 1 && all > 0 && b.recorded >= float64(all), fmt.Sprintf("mend holds %d records of %s; %s", all, queue, b)
 	})
 	if n := m.stuckRecords(t, queue); n != 0 {
 		t.Errorf("%d stuck-queue records of %s: the scan, not the binary log, woke the queue", n, queue)
@@ -166,7 +112,5 @@ func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, br *binlogReade
 		n := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'build_dlq' AND partition_key = ?", culpritBatch)
 		return n == 0, fmt.Sprintf("%d rows left\n%s", n, s.Snapshot(t, queue))
 	})
-	st := br.r.Status()
-	t.Logf("binlog reader: %s at %s:%d (GTIDs %s), %d recorded, %d parked, %d resets; build_dlq rows collected by the host's GC, no queue_offsets row of mend's",
-		st.Role, st.Position.File, st.Position.Pos, st.Position.GTIDSet, st.Recorded, st.Parked, st.Resets)
+	t.Logf("mend run in binlog mode: %s; build_dlq rows collected by the host's GC, no queue_offsets row of mend's", m.shown(t))
 }
