@@ -4,7 +4,8 @@ package binlog
 // function runs.
 func Plant(name string) (undo func()) {
 	flags := map[string]*bool{"saveBeforeRecord": &planted.saveBeforeRecord, "dropOnFailure": &planted.dropOnFailure,
-		"startAtEnd": &planted.startAtEnd, "recordRollbacks": &planted.recordRollbacks, "saveMidTransaction": &planted.saveMidTransaction}
+		"startAtEnd": &planted.startAtEnd, "recordRollbacks": &planted.recordRollbacks, "saveMidTransaction": &planted.saveMidTransaction,
+		"offsetWatermark": &planted.offsetWatermark}
 	f, ok := flags[name]
 	if !ok {
 		panic("binlog: no planted variant " + name)

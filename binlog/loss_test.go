@@ -7,9 +7,11 @@ package binlog_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/storage"
 )
 
 // missing lists the ids mend has not recorded.
@@ -195,12 +198,60 @@ func (b *blockingRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([
 // wakes its save is fenced, the saved position is the new reader's, and
 // nothing is lost.
 func TestLossReaderPausedPastItsLease(t *testing.T) {
+	if problem := pausedPastLease(t, nil); problem != "" {
+		t.Fatal(problem)
+	}
+}
+
+// The negative control: a store whose save, refused by the fence, writes
+// the position anyway (a save without the epoch check). The paused reader's
+// older position then overwrites the new reader's, and the test says so.
+func TestLossReaderPausedPastItsLeaseNegativeControl(t *testing.T) {
+	problem := pausedPastLease(t, func(w *world) binlog.Store { return unfencedStore{w.store, w.mend} })
+	if problem == "" {
+		t.Fatal("a paused reader whose save is not fenced overwrote nothing: the test does not catch it")
+	}
+	t.Logf("caught: %s", problem)
+}
+
+// unfencedStore saves the position even when its term is fenced.
+type unfencedStore struct {
+	*storage.DB
+	mend *sql.DB
+}
+
+func (u unfencedStore) BinlogPositionSave(ctx context.Context, term mend.Term, p storage.BinlogPosition) error {
+	err := u.DB.BinlogPositionSave(ctx, term, p)
+	if errors.Is(err, mend.ErrFenced) {
+		_, err = u.mend.ExecContext(ctx, "UPDATE mend_binlog_positions SET binlog_file = ?, binlog_pos = ?, epoch = ?, holder = ? WHERE name = ?",
+			p.File, p.Pos, term.Epoch, term.Holder, p.Name)
+	}
+	return err
+}
+
+// pausedPastLease runs the scenario, the paused reader on the store store
+// makes (nil: the world's), and says what went wrong ("" for nothing). A
+// trigger logs every write of the saved position, so a write by an ended
+// term is seen even when a later term overwrites it at once.
+func pausedPastLease(t *testing.T, store func(*world) binlog.Store) string {
 	w := newWorld(t)
+	for _, stmt := range []string{
+		"CREATE TABLE mend_test_position_log (seq BIGINT AUTO_INCREMENT PRIMARY KEY, epoch BIGINT NOT NULL, holder VARBINARY(1020) NOT NULL)",
+		"CREATE TRIGGER mend_test_position_ins AFTER INSERT ON mend_binlog_positions FOR EACH ROW INSERT INTO mend_test_position_log (epoch, holder) VALUES (NEW.epoch, NEW.holder)",
+		"CREATE TRIGGER mend_test_position_upd AFTER UPDATE ON mend_binlog_positions FOR EACH ROW INSERT INTO mend_test_position_log (epoch, holder) VALUES (NEW.epoch, NEW.holder)",
+	} {
+		if _, err := w.mend.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
 	br := &blockingRecorder{Recorder: w.intake, held: make(chan struct{}), release: make(chan struct{})}
 	var fencedSeen sync.Once
 	fenced := make(chan struct{})
 	a := w.start(t, "a", func(c *binlog.Config) {
 		c.Intake = br
+		if store != nil {
+			c.Store = store(w)
+		}
 		c.Hooks.OnFailed = func(err error) {
 			if errors.Is(err, mend.ErrFenced) || errors.Is(err, mend.ErrLeaseLost) {
 				fencedSeen.Do(func() { close(fenced) })
@@ -223,25 +274,78 @@ func TestLossReaderPausedPastItsLease(t *testing.T) {
 	w.deadLetter(t, "q2", "after-takeover")
 	until(t, b, "the row after the takeover", w.has(t, "paused", "after-takeover"))
 	until(t, b, "b's saved position", func() bool { return w.position(t, w.qcfg.DBName).Holder == "b" })
-	before := w.position(t, w.qcfg.DBName)
+	var bSeq int64
+	if err := w.mend.QueryRow("SELECT MIN(seq) FROM mend_test_position_log WHERE holder = 'b'").Scan(&bSeq); err != nil {
+		t.Fatal(err)
+	}
 	close(br.release)
-	select {
-	case <-fenced:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the paused reader's save was never refused")
-	}
-	after := w.position(t, w.qcfg.DBName)
-	if after.Holder != "b" || after.Epoch < before.Epoch {
-		t.Fatalf("the saved position went from %+v to %+v: the paused reader wrote after losing its lease", before, after)
-	}
+	// The paused reader's save is refused, or (a save not fenced) written.
+	until(t, a, "the paused reader's save refused or written", func() bool {
+		select {
+		case <-fenced:
+			return true
+		default:
+			var n int
+			if err := w.mend.QueryRow("SELECT COUNT(*) FROM mend_test_position_log WHERE holder = 'a' AND seq > ?", bSeq).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+	})
 	w.deadLetter(t, "q2", "marker")
 	until(t, b, "the marker", w.has(t, "marker"))
+	// Every write of the position by a term older than one that wrote it
+	// before: a write after the lease was lost.
+	rows, err := w.mend.Query("SELECT seq, epoch, holder FROM mend_test_position_log ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var newest int64
+	var stale []string
+	for rows.Next() {
+		var seq, epoch int64
+		var holder string
+		if err := rows.Scan(&seq, &epoch, &holder); err != nil {
+			t.Fatal(err)
+		}
+		if epoch < newest {
+			stale = append(stale, fmt.Sprintf("write %d by %s at epoch %d after epoch %d's", seq, holder, epoch, newest))
+		}
+		newest = max(newest, epoch)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) > 0 {
+		return "the saved position was written by an ended term: " + strings.Join(stale, "; ")
+	}
+	return ""
 }
 
 // A dead letter whose transaction waits on a lock twice after its insert
-// (as MoveToDLQ's can) commits long after later ones: it is recorded when
-// it commits, whatever was saved meanwhile.
+// (as MoveToDLQ's can) commits long after later ones of its own partition,
+// which took higher offsets: it is recorded when it commits, whatever was
+// saved meanwhile.
 func TestLossTwoLockWaits(t *testing.T) {
+	if lost := twoLockWaits(t); len(lost) > 0 {
+		t.Fatalf("lost %v, whose transaction waited on two locks", lost)
+	}
+}
+
+// The negative control: a reader that takes offsets for commit order (the
+// inference the offset subscription must not make) skips the row that
+// waited, and the test says so.
+func TestLossTwoLockWaitsNegativeControl(t *testing.T) {
+	defer binlog.Plant("offsetWatermark")()
+	if lost := twoLockWaits(t); len(lost) == 0 {
+		t.Fatal("a reader that skips offsets below its partition's highest lost nothing: the test does not catch it")
+	}
+}
+
+// twoLockWaits runs the scenario and returns the dead letters never
+// recorded, after a marker committed last is.
+func twoLockWaits(t *testing.T) []string {
 	w := newWorld(t)
 	r := w.start(t, "a", nil)
 	ctx := context.Background()
@@ -274,7 +378,7 @@ func TestLossTwoLockWaits(t *testing.T) {
 			return err == nil && n > 0
 		})
 		id := fmt.Sprintf("during-wait-%d", lockID)
-		w.deadLetter(t, "q2", id)
+		w.deadLetter(t, "q1", id)
 		until(t, r, "a row committed during the wait", w.has(t, id))
 		if err := holder.Commit(); err != nil {
 			t.Fatal(err)
@@ -289,7 +393,10 @@ func TestLossTwoLockWaits(t *testing.T) {
 	if err := mover.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	until(t, r, "the row that waited twice, at its commit", w.has(t, "waited-twice"))
+	w.deadLetter(t, "q1", "marker")
+	until(t, r, "the marker committed after the row that waited", w.has(t, "marker"))
+	readThrough(t, r)
+	return w.missing(t, []string{"waited-twice", "during-wait-1", "during-wait-2"})
 }
 
 // The queue database's server killed and restarted: the reader reconnects

@@ -176,6 +176,8 @@ type term struct {
 	txnGTID  func() // adds the open transaction's GTID to read's set
 	mysqlSet *gomysql.MysqlGTIDSet
 	mariaSet *gomysql.MariadbGTIDSet
+
+	watermark map[string]uint64 // planted.offsetWatermark only
 }
 
 // lead is one lease term.
@@ -194,7 +196,8 @@ func (r *Reader) lead(ctx context.Context, le *fence.Lease) error {
 		return fmt.Errorf("binlog: the queue database: %w", err)
 	}
 	defer dl.Close()
-	t := &term{r: r, lease: le, db: dl.DB(), dl: dl, failures: map[mend.SourceID]int{}, columns: map[uint64][]string{}}
+	t := &term{r: r, lease: le, db: dl.DB(), dl: dl, failures: map[mend.SourceID]int{}, columns: map[uint64][]string{},
+		watermark: map[string]uint64{}}
 	err = t.run(ctx)
 	if le.Err() != nil {
 		return fmt.Errorf("binlog: the reader's lease ended: %w", le.Err())

@@ -307,6 +307,10 @@ var planted struct {
 	// saveMidTransaction saves the position of the last event read, in
 	// the middle of a transaction, rather than the last commit's.
 	saveMidTransaction bool
+	// offsetWatermark takes offsets for commit order, as the offset
+	// subscription must not: a row whose offset is not above the highest
+	// one read on its topic and partition is skipped as already seen.
+	offsetWatermark bool
 }
 
 // save stores what has been read (everything pending is recorded) as the
@@ -368,9 +372,17 @@ func (t *term) rows(ctx context.Context, kind replication.EventType, e *replicat
 		if err != nil {
 			return fmt.Errorf("binlog: a row of %s.%s after %s: %w", tm.Schema, tm.Table, describe(t.read), err)
 		}
-		if strings.HasSuffix(row.Topic, dlq.DLQSuffix) {
-			t.txnRows = append(t.txnRows, row)
+		if !strings.HasSuffix(row.Topic, dlq.DLQSuffix) {
+			continue
 		}
+		if planted.offsetWatermark {
+			k := row.Topic + "\x00" + row.PartitionKey
+			if row.Offset <= t.watermark[k] {
+				continue
+			}
+			t.watermark[k] = row.Offset
+		}
+		t.txnRows = append(t.txnRows, row)
 	}
 	return nil
 }
