@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -303,10 +304,15 @@ func TestResumesFromSavedPosition(t *testing.T) {
 }
 
 // A transaction rolled back never appears; one held open while later ones
-// are recorded and their position saved is recorded when it commits.
+// are recorded and their position saved is recorded when it commits. The
+// hold lasts ten minutes by the reader's clock (moved on, not waited for):
+// nothing in the reader keys on how long a transaction stays open.
 func TestRollbackNeverAndHeldOpenAtCommit(t *testing.T) {
 	w := newWorld(t)
-	r := w.start(t, "a", nil)
+	var ahead atomic.Int64 // how far the reader's clock is moved on
+	r := w.start(t, "a", func(c *binlog.Config) {
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	})
 	ctx := context.Background()
 	rolled, err := w.queue.BeginTx(ctx, nil)
 	if err != nil {
@@ -327,6 +333,10 @@ func TestRollbackNeverAndHeldOpenAtCommit(t *testing.T) {
 	until(t, r, "the later rows", w.has(t, "later-0", "later-1", "later-2"))
 	_, _, saves := r.ev.snapshot()
 	until(t, r, "a position saved past them", func() bool { _, _, n := r.ev.snapshot(); return n > saves })
+	ahead.Store(int64(10 * time.Minute))
+	_, _, saves = r.ev.snapshot()
+	w.deadLetter(t, "q3", "ten-minutes-on")
+	until(t, r, "a position saved ten minutes on", func() bool { _, _, n := r.ev.snapshot(); return n > saves && w.has(t, "ten-minutes-on")() })
 	if err := held.Commit(); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ package binlog
 func Plant(name string) (undo func()) {
 	flags := map[string]*bool{"saveBeforeRecord": &planted.saveBeforeRecord, "dropOnFailure": &planted.dropOnFailure,
 		"startAtEnd": &planted.startAtEnd, "recordRollbacks": &planted.recordRollbacks, "saveMidTransaction": &planted.saveMidTransaction,
-		"offsetWatermark": &planted.offsetWatermark}
+		"offsetWatermark": &planted.offsetWatermark, "resumeFromRead": &planted.resumeFromRead}
 	f, ok := flags[name]
 	if !ok {
 		panic("binlog: no planted variant " + name)

@@ -171,11 +171,13 @@ func TestLossStoreCutOffPastGCNegativeControl(t *testing.T) {
 }
 
 // blockingRecorder holds the first batch it is given after arm until
-// release, as a paused process would hold it.
+// release, as a paused process would hold it: after recording it, or
+// (before) before.
 type blockingRecorder struct {
 	binlog.Recorder
 	mu      sync.Mutex
 	armed   bool
+	before  bool
 	held    chan struct{}
 	release chan struct{}
 }
@@ -185,6 +187,11 @@ func (b *blockingRecorder) RecordMany(ctx context.Context, ds []dlq.Delivery) ([
 	hold := b.armed
 	b.armed = false
 	b.mu.Unlock()
+	if hold && b.before {
+		close(b.held)
+		<-b.release
+		return b.Recorder.RecordMany(ctx, ds)
+	}
 	res, err := b.Recorder.RecordMany(ctx, ds)
 	if hold {
 		close(b.held)
@@ -338,9 +345,11 @@ func TestLossTwoLockWaits(t *testing.T) {
 // waited, and the test says so.
 func TestLossTwoLockWaitsNegativeControl(t *testing.T) {
 	defer binlog.Plant("offsetWatermark")()
-	if lost := twoLockWaits(t); len(lost) == 0 {
+	lost := twoLockWaits(t)
+	if len(lost) == 0 {
 		t.Fatal("a reader that skips offsets below its partition's highest lost nothing: the test does not catch it")
 	}
+	t.Logf("caught: lost %v", lost)
 }
 
 // twoLockWaits runs the scenario and returns the dead letters never
@@ -399,21 +408,50 @@ func twoLockWaits(t *testing.T) []string {
 	return w.missing(t, []string{"waited-twice", "during-wait-1", "during-wait-2"})
 }
 
-// The queue database's server killed and restarted: the reader reconnects
-// and records what was committed before the kill and after the restart.
+// The queue database's server killed and restarted while the reader held
+// a dead letter it had read and not yet recorded: the reader reconnects
+// and records it, and what was committed after the restart.
 func TestLossQueueServerKilled(t *testing.T) {
+	if lost := queueServerKilled(t); len(lost) > 0 {
+		t.Fatalf("lost %v across the server's kill", lost)
+	}
+}
+
+// The negative control: a reader that resumes where it had read to, not
+// at its saved position, skips the dead letter it held, and the test says
+// so.
+func TestLossQueueServerKilledNegativeControl(t *testing.T) {
+	defer binlog.Plant("resumeFromRead")()
+	lost := queueServerKilled(t)
+	if len(lost) == 0 {
+		t.Fatal("a reader resuming from what it had read lost nothing: the test does not catch it")
+	}
+	t.Logf("caught: lost %v", lost)
+}
+
+// queueServerKilled runs the scenario and returns the dead letters never
+// recorded, after a marker committed after the restart is.
+func queueServerKilled(t *testing.T) []string {
 	srv := mysqltest.StartPrivate(t)
 	w := newWorldOn(t, srv)
-	r := w.start(t, "a", nil)
+	br := &blockingRecorder{Recorder: w.intake, before: true, held: make(chan struct{}), release: make(chan struct{})}
+	r := w.start(t, "a", func(c *binlog.Config) { c.Intake = br })
 	w.deadLetter(t, "q1", "before-kill")
 	until(t, r, "the first row", w.has(t, "before-kill"))
+	br.mu.Lock()
+	br.armed = true
+	br.mu.Unlock()
 	w.deadLetter(t, "q1", "just-before-kill")
+	<-br.held // read, not yet recorded
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	close(br.release) // its recording fails: the server is gone
 	if err := srv.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	w.deadLetter(t, "q1", "after-restart")
-	until(t, r, "the rows around the kill", w.has(t, "just-before-kill", "after-restart"))
+	until(t, r, "the row after the restart", w.has(t, "after-restart"))
+	readThrough(t, r)
+	return w.missing(t, []string{"before-kill", "just-before-kill", "after-restart"})
 }

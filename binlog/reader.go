@@ -66,6 +66,8 @@ type Reader struct {
 
 	mu     sync.Mutex
 	status Status
+
+	lastRead storage.BinlogPosition // planted.resumeFromRead only
 }
 
 // New checks cfg and returns a Reader. It connects to nothing.
@@ -199,6 +201,9 @@ func (r *Reader) lead(ctx context.Context, le *fence.Lease) error {
 	t := &term{r: r, lease: le, db: dl.DB(), dl: dl, failures: map[mend.SourceID]int{}, columns: map[uint64][]string{},
 		watermark: map[string]uint64{}}
 	err = t.run(ctx)
+	if planted.resumeFromRead {
+		r.lastRead = t.read
+	}
 	if le.Err() != nil {
 		return fmt.Errorf("binlog: the reader's lease ended: %w", le.Err())
 	}
@@ -222,6 +227,9 @@ func (t *term) run(ctx context.Context) error {
 		return t.reset(ctx, ResetFirstStart, false)
 	case err != nil:
 		return err
+	}
+	if planted.resumeFromRead && r.lastRead.File != "" {
+		saved.File, saved.Pos, saved.GTIDSet = r.lastRead.File, r.lastRead.Pos, ""
 	}
 	t.pos = saved
 	r.setStatus(func(s *Status) { s.Position = saved })

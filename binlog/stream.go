@@ -67,7 +67,9 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 		wait := ctx
 		var cancel context.CancelFunc = func() {}
 		if len(t.pending) > 0 {
-			wait, cancel = context.WithDeadline(ctx, t.flushDue)
+			// flushDue is on the reader's clock (Config.Now), not
+			// necessarily the wall clock a deadline is on.
+			wait, cancel = context.WithTimeout(ctx, t.flushDue.Sub(r.cfg.Now()))
 		}
 		ev, err := streamer.GetEvent(wait)
 		cancel()
@@ -311,6 +313,10 @@ var planted struct {
 	// subscription must not: a row whose offset is not above the highest
 	// one read on its topic and partition is skipped as already seen.
 	offsetWatermark bool
+	// resumeFromRead starts a term after a failure where the last term
+	// had read to, not at the saved position: the rows read and not yet
+	// recorded are skipped.
+	resumeFromRead bool
 }
 
 // save stores what has been read (everything pending is recorded) as the
