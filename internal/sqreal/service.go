@@ -149,6 +149,23 @@ func (s *Service) Stop() error {
 	return early
 }
 
+// Kill SIGKILLs the process group, as a crash or an OOM kill would end it (no shutdown of its own: leases
+// are not released, open transactions are cut), and waits until it has exited. Kill on a stopped service
+// does nothing.
+func (s *Service) Kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+	s.mu.Lock()
+	s.cmd, s.exited = nil, nil
+	s.mu.Unlock()
+}
+
 // Restart stops the service and starts it again.
 func (s *Service) Restart(t testing.TB) {
 	t.Helper()

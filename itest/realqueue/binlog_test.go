@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,73 @@ func TestLostWakeupBinlog(t *testing.T) {
 func TestDeadLetterWhileMendDownBinlog(t *testing.T) {
 	requireOptIn(t)
 	deadLetterWhileDown(t, true, false, 0, true)
+}
+
+// TestReaderKilledBinlog is TestLostWakeupBinlog with two replicas of mend run in binlog mode: once one
+// of them reads the binary log and has saved its position, that one is SIGKILLed (no shutdown: its lease
+// is not released, its connections are cut), before the culprit's dead letters are committed. The other
+// replica must take the reader's lease when it lapses and resume from the saved position (no start over:
+// its own mend_binlog_resets_total stays 0), record every dead letter from the log and repair the queue,
+// with the same checks as TestLostWakeupBinlog.
+func TestReaderKilledBinlog(t *testing.T) {
+	requireOptIn(t)
+	lostWakeup(t, modeBinlogKilled)
+}
+
+// replica is a second `mend run` beside m's: the same binary, database and flags, its own metrics address
+// and log, stopped at t's cleanup.
+func (m *mendProc) replica(t *testing.T, s *sqreal.Stack, name string) *mendProc {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append([]string{}, m.run.Args...)
+	for i := range args {
+		if args[i] == "--metrics-addr" && i+1 < len(args) {
+			args[i+1] = addr
+		}
+	}
+	r := &mendProc{bin: m.bin, db: m.db, run: &sqreal.Service{Name: name, Bin: m.bin, Args: args, Addr: addr,
+		Log: filepath.Join(s.Dir, "logs", name+".log")}}
+	t.Cleanup(func() {
+		if err := r.run.Stop(); err != nil {
+			t.Errorf("%v\n%s", err, sqreal.Tail(r.run.Log, 40))
+		}
+		if t.Failed() {
+			t.Logf("%s", sqreal.Tail(r.run.Log, 80))
+		}
+	})
+	return r
+}
+
+// reading reports whether m's run is the replica reading the binary log (only the reader exports
+// mend_binlog_lag_seconds).
+func (m *mendProc) reading(t *testing.T) bool {
+	t.Helper()
+	_, ok := scrape(t, m.run.Addr)["mend_binlog_lag_seconds"]
+	return ok
+}
+
+// killReader waits until one of two replicas in binlog mode reads the log and has saved its position,
+// SIGKILLs it and returns the other.
+func killReader(t *testing.T, s *sqreal.Stack, a, b *mendProc) *mendProc {
+	t.Helper()
+	var reader, other *mendProc
+	s.Eventually(t, time.Minute, "one replica reading the binary log, its position saved", func() (bool, string) {
+		ra, rb := a.reading(t), b.reading(t)
+		switch {
+		case ra && !rb:
+			reader, other = a, b
+		case rb && !ra:
+			reader, other = b, a
+		default:
+			return false, fmt.Sprintf("reading: %v and %v", ra, rb)
+		}
+		shown := reader.shown(t)
+		return shown.file != "", shown.String()
+	})
+	before := reader.shown(t)
+	reader.run.Kill()
+	t.Logf("SIGKILLed the binlog reader %s at %s; %s stands by", reader.run.Name, before, other.run.Name)
+	return other
 }
 
 // binlogMode is mend run's flag for binlog mode, as an operator deploys it beside the queue.
@@ -92,7 +160,8 @@ func (m *mendProc) waitBinlogSaved(t *testing.T, s *sqreal.Stack) {
 // mend run read the binary log, every record of mend's on the queue came through its reader (the only
 // way in here: no consumer group, and the stuck-queue scan woke nothing), mend has no queue_offsets row
 // (the host's GC held by nothing of mend's), and the host's GC collects the culprit's dead letters.
-func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, culpritBatch string) {
+// took says m's run took the reader's lease over from a killed replica: it must not have started over.
+func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, culpritBatch string, took bool) {
 	t.Helper()
 	all, _ := m.records(t, queue)
 	// The reader's count moves after its recording returns; a recording that stored some chunks and
@@ -112,5 +181,9 @@ func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, culpritBatch st
 		n := s.QueueInt(t, "SELECT COUNT(*) FROM queue_messages WHERE topic = 'build_dlq' AND partition_key = ?", culpritBatch)
 		return n == 0, fmt.Sprintf("%d rows left\n%s", n, s.Snapshot(t, queue))
 	})
-	t.Logf("mend run in binlog mode: %s; build_dlq rows collected by the host's GC, no queue_offsets row of mend's", m.shown(t))
+	shown := m.shown(t)
+	if took && shown.resets != 0 {
+		t.Errorf("the replica that took over started over %v times; want a resume from the saved position", shown.resets)
+	}
+	t.Logf("mend run in binlog mode: %s; build_dlq rows collected by the host's GC, no queue_offsets row of mend's", shown)
 }

@@ -109,16 +109,18 @@ const adoptBound = "15s"
 
 // How a lost-wake-up scenario runs mend.
 const (
-	modeControl    = iota // without mend
-	modeSubscribed        // mend run --queue-dsn beside the unmodified queue
-	modeLinked            // the queue patched to call mend's intake; mend run --subscribe=false
-	modeAdopt             // without mend until the queue is stuck, then mend adopt and mend run
-	modeBinlog            // mend run --queue-dsn --subscribe-mode binlog beside the unmodified queue
+	modeControl      = iota // without mend
+	modeSubscribed          // mend run --queue-dsn beside the unmodified queue
+	modeLinked              // the queue patched to call mend's intake; mend run --subscribe=false
+	modeAdopt               // without mend until the queue is stuck, then mend adopt and mend run
+	modeBinlog              // mend run --queue-dsn --subscribe-mode binlog beside the unmodified queue
+	modeBinlogKilled        // two replicas in binlog mode; the reader SIGKILLed before the culprit fails
 )
 
 func lostWakeup(t *testing.T, mode int) {
 	sqreal.RequireMySQL(t) // before building a patched orchestrator for nothing
-	withMend, adopt := mode == modeSubscribed || mode == modeLinked || mode == modeBinlog, mode == modeAdopt
+	inBinlog := mode == modeBinlog || mode == modeBinlogKilled
+	withMend, adopt := mode == modeSubscribed || mode == modeLinked || inBinlog, mode == modeAdopt
 	opts := sqreal.Options{Queues: []string{queue}}
 	var m *mendProc
 	if mode == modeLinked {
@@ -138,12 +140,17 @@ func lostWakeup(t *testing.T, mode int) {
 		m = newMend(t, s)
 	case modeLinked:
 		m.attach(t, s, "--subscribe=false")
-	case modeBinlog:
+	case modeBinlog, modeBinlogKilled:
 		m = newMend(t, s, binlogMode...)
 	}
 	if withMend {
 		m.doctor(t, s)
 		m.run.Start(t)
+	}
+	if mode == modeBinlogKilled {
+		second := m.replica(t, s, "mend-2")
+		second.run.Start(t)
+		m = killReader(t, s, m, second)
 	}
 
 	s.CloseGate(t, sqreal.GroupDLQ, "", "realq: fail the culprit only after its dependent has built")
@@ -191,8 +198,8 @@ func lostWakeup(t *testing.T, mode int) {
 		})
 		n := checkMendWakes(t, s, m, queue)
 		t.Logf("mend: %d records, %d wake-ups; the dependent landed", all, n)
-		if mode == modeBinlog {
-			checkBinlogMode(t, s, m, culpritBatch)
+		if inBinlog {
+			checkBinlogMode(t, s, m, culpritBatch, mode == modeBinlogKilled)
 		}
 		return
 	}
