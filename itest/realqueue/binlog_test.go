@@ -53,22 +53,9 @@ func TestReaderKilledBinlog(t *testing.T) {
 func (m *mendProc) replica(t *testing.T, s *sqreal.Stack, name string) *mendProc {
 	t.Helper()
 	addr := freeAddr(t)
-	args := append([]string{}, m.run.Args...)
-	for i := range args {
-		if args[i] == "--metrics-addr" && i+1 < len(args) {
-			args[i+1] = addr
-		}
-	}
-	r := &mendProc{bin: m.bin, db: m.db, run: &sqreal.Service{Name: name, Bin: m.bin, Args: args, Addr: addr,
+	r := &mendProc{bin: m.bin, db: m.db, run: &sqreal.Service{Name: name, Bin: m.bin, Args: withMetricsAddr(m.run.Args, addr), Addr: addr,
 		Log: filepath.Join(s.Dir, "logs", name+".log")}}
-	t.Cleanup(func() {
-		if err := r.run.Stop(); err != nil {
-			t.Errorf("%v\n%s", err, sqreal.Tail(r.run.Log, 40))
-		}
-		if t.Failed() {
-			t.Logf("%s", sqreal.Tail(r.run.Log, 80))
-		}
-	})
+	r.stopAtCleanup(t)
 	return r
 }
 

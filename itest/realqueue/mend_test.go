@@ -71,6 +71,11 @@ func (m *mendProc) attach(t *testing.T, s *sqreal.Stack, extra ...string) {
 		Addr: metrics,
 		Log:  filepath.Join(s.Dir, "logs", "mend.log"),
 	}
+	m.stopAtCleanup(t)
+}
+
+// stopAtCleanup stops m's run at t's cleanup, printing its log's tail if t failed.
+func (m *mendProc) stopAtCleanup(t *testing.T) {
 	t.Cleanup(func() {
 		if err := m.run.Stop(); err != nil {
 			t.Errorf("%v\n%s", err, sqreal.Tail(m.run.Log, 40))
@@ -79,6 +84,18 @@ func (m *mendProc) attach(t *testing.T, s *sqreal.Stack, extra ...string) {
 			t.Logf("%s", sqreal.Tail(m.run.Log, 80))
 		}
 	})
+}
+
+// withMetricsAddr returns a copy of run's args with --metrics-addr set to addr (a second process beside
+// a running one needs its own).
+func withMetricsAddr(args []string, addr string) []string {
+	out := append([]string{}, args...)
+	for i := range out {
+		if out[i] == "--metrics-addr" && i+1 < len(out) {
+			out[i+1] = addr
+		}
+	}
+	return out
 }
 
 // doctor runs `mend doctor` with run's DSNs and fails t unless it passes.

@@ -600,13 +600,7 @@ func refuseTypo(t *testing.T, s *sqreal.Stack, m *mendProc, host string) {
 	if code == 0 || !strings.Contains(out, typoTopic) {
 		t.Fatalf("mend doctor --wake-topic %s on the %s host: exit %d, want a failure naming the topic\n%s", typoTopic, host, code, out)
 	}
-	args := append([]string{}, m.run.Args...)
-	for i := range args {
-		if args[i] == "--metrics-addr" && i+1 < len(args) {
-			args[i+1] = freeAddr(t)
-		}
-	}
-	args = append(args, "--wake-topic", typoTopic)
+	args := append(withMetricsAddr(m.run.Args, freeAddr(t)), "--wake-topic", typoTopic)
 	out, code = sqreal.Run(t, time.Minute, nil, m.bin, args...)
 	if code <= 0 || !strings.Contains(out, typoTopic) {
 		t.Fatalf("mend run --wake-topic %s on the %s host: exit %d, want it refused naming the topic\n%s", typoTopic, host, code, out)

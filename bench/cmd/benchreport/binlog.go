@@ -109,8 +109,8 @@ func renderBinlog(w func(string, ...any), sum *strings.Builder, r results) (miss
 		w("writes for those statements alone: %s.", b)
 		if in := r.byName[intakeBound].metrics; in["records/s"] < binlogRateTarget && in["raw-records/s"] < binlogRateTarget {
 			w(" Here the intake alone, and even the replay of its statements, stay under %d records/s: the server's write rate\n", binlogRateTarget)
-			w("for mend's statements bounds the reader, not reading the log; what the reader loses beside the intake is the log's\n")
-			w("decoding and the server's dump thread on the same cores.")
+			w("for mend's statements bounds the reader, not reading the log; what the reader loses beside the intake is reading\n")
+			w("and decoding the log, which it does not overlap with recording, and the server's dump thread on the same cores.")
 		}
 		w("\n\n")
 	}
