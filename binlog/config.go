@@ -155,7 +155,7 @@ func (c Config) withDefaults() Config {
 	if c.StandbyPoll == 0 {
 		c.StandbyPoll = StandbyPollDefault
 	}
-	if c.ParkAfter == 0 {
+	if c.ParkAfter == 0 && !planted.noParkDefault {
 		c.ParkAfter = subscribe.ParkAfterDefault
 	}
 	if c.Actor == "" {

@@ -5,7 +5,8 @@ package binlog
 func Plant(name string) (undo func()) {
 	flags := map[string]*bool{"saveBeforeRecord": &planted.saveBeforeRecord, "dropOnFailure": &planted.dropOnFailure,
 		"startAtEnd": &planted.startAtEnd, "recordRollbacks": &planted.recordRollbacks, "saveMidTransaction": &planted.saveMidTransaction,
-		"offsetWatermark": &planted.offsetWatermark, "resumeFromRead": &planted.resumeFromRead}
+		"offsetWatermark": &planted.offsetWatermark, "resumeFromRead": &planted.resumeFromRead,
+		"parkCountPerTerm": &planted.parkCountPerTerm, "parkOneLate": &planted.parkOneLate, "noParkDefault": &planted.noParkDefault, "returnOnProblem": &planted.returnOnProblem}
 	f, ok := flags[name]
 	if !ok {
 		panic("binlog: no planted variant " + name)

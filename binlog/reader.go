@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -36,7 +37,7 @@ const (
 // Status is what the reader reports of itself (mend status, the console,
 // the metrics).
 type Status struct {
-	Role     string // "reader", "standby" or "stopped"
+	Role     string // RoleReader, RoleStandby, RoleRetrying or RoleStopped
 	Position storage.BinlogPosition
 	// CaughtUp: the server said it had nothing more to send (a heartbeat)
 	// since the last event. Lag is how far behind the last event read was
@@ -52,6 +53,11 @@ type Status struct {
 	// says the reader has read everything written before it was sent.
 	Heartbeats int64
 	LastErr    string
+	// Failures counts failed terms by FailureReason since the process
+	// started; FailingSince is when the failures in a row began (zero once
+	// a term has saved a position since).
+	Failures     map[string]int64
+	FailingSince time.Time
 }
 
 // Reader streams the queue database server's binary log and records every
@@ -67,6 +73,13 @@ type Reader struct {
 	mu     sync.Mutex
 	status Status
 
+	// failures counts, per dead letter, the recordings in a row that
+	// failed for a reason that may pass. It outlives the term (each such
+	// failure ends one), so a row that always fails is parked after
+	// ParkAfter of them and the reader moves past it. Only the goroutine
+	// running a term touches it.
+	failures map[mend.SourceID]int
+
 	lastRead storage.BinlogPosition // planted.resumeFromRead only
 }
 
@@ -76,7 +89,7 @@ func New(cfg Config) (*Reader, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Reader{cfg: cfg, log: cfg.Log}
+	r := &Reader{cfg: cfg, log: cfg.Log, failures: map[mend.SourceID]int{}}
 	r.status.Role = "stopped"
 	r.status.Position.Name = LeaseName(cfg.Source)
 	return r, nil
@@ -86,7 +99,9 @@ func New(cfg Config) (*Reader, error) {
 func (r *Reader) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.status
+	s := r.status
+	s.Failures = maps.Clone(s.Failures)
+	return s
 }
 
 func (r *Reader) setStatus(f func(*Status)) {
@@ -97,49 +112,65 @@ func (r *Reader) setStatus(f func(*Status)) {
 
 // Run reads until ctx ends: it takes the reader's lease (standing by while
 // another replica holds it), resumes from the saved position (or starts
-// over from the tables, see Reset*), and streams. A failure of the server,
-// of mend's store or of the lease ends the term and starts again after a
-// pause. It returns ctx's error, or an error that retrying cannot fix
-// (ErrConfig, a server without a binary log).
+// over from the tables, see Reset*), and streams. Anything that goes wrong
+// after New (the server, its settings, the credentials, mend's store, the
+// lease) ends the term: it is counted by FailureReason, reported through
+// Hooks.OnFailed and Status (RoleRetrying, LastErr, Failures,
+// FailingSince), and the next term starts after a pause that doubles up to
+// a minute. Run returns only ctx's error: no failure stops the reader for
+// good while the process runs (see the package doc's invariant).
 func (r *Reader) Run(ctx context.Context) error {
-	defer r.setStatus(func(s *Status) { s.Role = "stopped" })
+	defer r.setStatus(func(s *Status) { s.Role = RoleStopped })
 	backoff := r.cfg.StandbyPoll
 	for ctx.Err() == nil {
 		le, err := r.cfg.Fence.TryAcquire(ctx, LeaseName(r.cfg.Source))
 		if err != nil {
 			if !errors.Is(err, mend.ErrLeaseHeld) {
-				r.failed(ctx, fmt.Errorf("binlog: take the reader's lease: %w", err))
+				r.failed(ctx, fmt.Errorf("%w: take the reader's lease: %w", errStore, err))
+			} else {
+				r.setStatus(func(s *Status) { s.Role = RoleStandby })
 			}
-			r.setStatus(func(s *Status) { s.Role = "standby" })
 			sleep(ctx, r.cfg.StandbyPoll)
 			continue
 		}
-		r.setStatus(func(s *Status) { s.Role = "reader" })
-		err = r.lead(ctx, le)
+		r.setStatus(func(s *Status) { s.Role = RoleReader })
+		saved := false
+		err = r.lead(ctx, le, &saved)
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = le.Release(relCtx)
 		cancel()
-		r.setStatus(func(s *Status) { s.Role = "standby" })
 		if ctx.Err() != nil {
 			break
 		}
-		if errors.Is(err, ErrConfig) || errors.Is(err, errNoBinlog) {
-			return err
+		if saved {
+			backoff = r.cfg.StandbyPoll
 		}
-		if err != nil {
-			r.failed(ctx, err)
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, time.Minute)
+		if err == nil {
+			r.setStatus(func(s *Status) { s.Role = RoleStandby })
 			continue
 		}
-		backoff = r.cfg.StandbyPoll
+		r.failed(ctx, err)
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, time.Minute)
 	}
 	return ctx.Err()
 }
 
+// failed records a failed term: counted by reason, the reader retrying.
 func (r *Reader) failed(ctx context.Context, err error) {
-	r.setStatus(func(s *Status) { s.LastErr = err.Error() })
-	r.log.WarnContext(ctx, "binlog reader: will retry", "err", err)
+	reason := FailureReason(err)
+	now := r.cfg.Now()
+	r.setStatus(func(s *Status) {
+		s.Role, s.LastErr = RoleRetrying, err.Error()
+		if s.Failures == nil {
+			s.Failures = map[string]int64{}
+		}
+		s.Failures[reason]++
+		if s.FailingSince.IsZero() {
+			s.FailingSince = now
+		}
+	})
+	r.log.WarnContext(ctx, "binlog reader: will retry", "reason", reason, "err", err)
 	if r.cfg.Hooks.OnFailed != nil {
 		r.cfg.Hooks.OnFailed(err)
 	}
@@ -168,7 +199,7 @@ type term struct {
 	read  storage.BinlogPosition // what has been read (pending rows up to it)
 
 	pending  []dlq.Row
-	failures map[mend.SourceID]int
+	saved    *bool // set once the term saves a position
 	savedAt  time.Time
 	flushDue time.Time
 	columns  map[uint64][]string
@@ -183,7 +214,7 @@ type term struct {
 }
 
 // lead is one lease term.
-func (r *Reader) lead(ctx context.Context, le *fence.Lease) error {
+func (r *Reader) lead(ctx context.Context, le *fence.Lease, saved *bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -195,17 +226,20 @@ func (r *Reader) lead(ctx context.Context, le *fence.Lease) error {
 	}()
 	dl, err := host.OpenDeadLetters(ctx, r.cfg.Server.FormatDSN())
 	if err != nil {
-		return fmt.Errorf("binlog: the queue database: %w", err)
+		return fmt.Errorf("%w: %w", errConnect, err)
 	}
 	defer dl.Close()
-	t := &term{r: r, lease: le, db: dl.DB(), dl: dl, failures: map[mend.SourceID]int{}, columns: map[uint64][]string{},
+	t := &term{r: r, lease: le, db: dl.DB(), dl: dl, columns: map[uint64][]string{}, saved: saved,
 		watermark: map[string]uint64{}}
 	err = t.run(ctx)
 	if planted.resumeFromRead {
 		r.lastRead = t.read
 	}
+	if planted.parkCountPerTerm {
+		clear(r.failures)
+	}
 	if le.Err() != nil {
-		return fmt.Errorf("binlog: the reader's lease ended: %w", le.Err())
+		return fmt.Errorf("%w: %w", errLeaseEnded, le.Err())
 	}
 	return err
 }
@@ -402,26 +436,30 @@ func (t *term) record(ctx context.Context, rows []dlq.Row) error {
 	}
 	results, err := t.recordChunks(ctx, ds)
 	if err != nil {
-		return fmt.Errorf("binlog: record %d dead letters: %w", len(rows), err)
+		return fmt.Errorf("%w: record %d dead letters: %w", errStore, len(rows), err)
+	}
+	limit := r.cfg.ParkAfter
+	if planted.parkOneLate {
+		limit++
 	}
 	parked := 0
 	for i, res := range results {
 		if res.Err == nil {
-			delete(t.failures, ds[i].Source)
+			delete(r.failures, ds[i].Source)
 			continue
 		}
 		mismatch := errors.Is(res.Err, mend.ErrIdentityMismatch)
 		if !mismatch && !errors.Is(res.Err, mend.ErrInvalid) {
-			t.failures[ds[i].Source]++
-			if t.failures[ds[i].Source] < r.cfg.ParkAfter {
-				return fmt.Errorf("binlog: record offset %d of %s/%q (failure %d of %d before it is parked): %w",
-					rows[i].Offset, rows[i].Topic, rows[i].PartitionKey, t.failures[ds[i].Source], r.cfg.ParkAfter, res.Err)
+			r.failures[ds[i].Source]++
+			if r.failures[ds[i].Source] < limit {
+				return fmt.Errorf("%w: record offset %d of %s/%q (failure %d of %d before it is parked): %w",
+					errStore, rows[i].Offset, rows[i].Topic, rows[i].PartitionKey, r.failures[ds[i].Source], r.cfg.ParkAfter, res.Err)
 			}
 		}
 		if err := t.park(ctx, rows[i], res.Err); err != nil {
 			return err
 		}
-		delete(t.failures, ds[i].Source)
+		delete(r.failures, ds[i].Source)
 		parked++
 	}
 	r.setStatus(func(s *Status) { s.Recorded += int64(len(rows) - parked); s.Parked += int64(parked) })
@@ -537,4 +575,28 @@ func (t *term) syncerConfig() (replication.BinlogSyncerConfig, error) {
 // standIn is the parked record for a row the intake could not record.
 func standIn(row dlq.Row, cause error, actor string) mend.CreateParams {
 	return subscribe.StandIn(row, cause, "This parked stand-in keeps it visible, and the binary-log reader has read past it", actor)
+}
+
+// CatchUpResult is what one CatchUp did.
+type CatchUpResult struct {
+	// From is where it started reading (the saved position, or a
+	// start-over's), To the position it saved at the end.
+	From, To storage.BinlogPosition
+	// Recorded and Parked count the dead letters it recorded and parked.
+	Recorded, Parked int64
+	// Reset is why it started over from the tables ("" when it resumed).
+	Reset string
+}
+
+// CatchUp is one bounded read for mend run --once (a CronJob, a person's
+// one-off): under the reader's lease, it reads the binary log from the
+// saved position (or starts over, as Run would) to the end the server had
+// when it began, records every dead letter committed up to there, saves
+// the position and releases the lease. It never joins a consumer group.
+// Returns an error matching mend.ErrLeaseHeld, having read nothing, when
+// another replica holds the reader's lease (that replica reads: intake is
+// its job); any other error is a failed read, counted as Run counts them,
+// with the position left where it was.
+func (r *Reader) CatchUp(ctx context.Context) (CatchUpResult, error) {
+	return CatchUpResult{}, errors.New("binlog: CatchUp: not implemented yet")
 }

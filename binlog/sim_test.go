@@ -243,12 +243,12 @@ func simulate(seed uint64, steps int) []string {
 	w := &simWorld{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), file: 1, size: 4, tables: map[string]bool{}, commitAt: map[string]int{},
 		rolled: map[string]bool{}, recorded: map[string]bool{}, lossOK: map[string]bool{}}
 	cfg := Config{Server: &mysql.Config{DBName: simDB}, Intake: simRecorder{w}, Parker: simParker{}, Store: simStore{w}, BatchRows: 4, Log: slog.New(slog.DiscardHandler)}.withDefaults()
-	r := &Reader{cfg: cfg, log: cfg.Log}
+	r := &Reader{cfg: cfg, log: cfg.Log, failures: map[mend.SourceID]int{}}
 	ctx := context.Background()
 	var t *term
 	next := 0 // the next event the reader is given
 	start := func() {
-		t = &term{r: r, lease: &fence.Lease{}, failures: map[mend.SourceID]int{}, columns: map[uint64][]string{}}
+		t = &term{r: r, lease: &fence.Lease{}, columns: map[uint64][]string{}}
 		t.srv = Server{Flavor: "mysql", Identity: "sim", LogBin: true, Format: "ROW", RowImage: "FULL"}
 		for f := w.purged; f <= w.file; f++ {
 			t.srv.Files = append(t.srv.Files, simFile(f))

@@ -317,6 +317,17 @@ var planted struct {
 	// had read to, not at the saved position: the rows read and not yet
 	// recorded are skipped.
 	resumeFromRead bool
+	// parkCountPerTerm forgets a row's failures when the term ends, so a
+	// row that always fails (each failure ends the term) is never parked.
+	parkCountPerTerm bool
+	// parkOneLate parks a row at ParkAfter+1 failures in a row.
+	parkOneLate bool
+	// noParkDefault leaves a zero ParkAfter at zero, so a row is parked at
+	// its first failure that may pass.
+	noParkDefault bool
+	// retryPerTerm ends Run for good on a problem found at a later
+	// term's start (a setting flipped, a refused credential).
+	returnOnProblem bool
 }
 
 // save stores what has been read (everything pending is recorded) as the
@@ -331,7 +342,10 @@ func (t *term) save(ctx context.Context) error {
 	}
 	t.pos = p
 	t.savedAt = t.r.cfg.Now()
-	t.r.setStatus(func(s *Status) { s.Position = p })
+	if t.saved != nil {
+		*t.saved = true
+	}
+	t.r.setStatus(func(s *Status) { s.Position, s.FailingSince = p, time.Time{} })
 	if !t.left && t.r.cfg.LeaveGroup != "" {
 		t.left = true
 		t.leaveGroup(ctx)
