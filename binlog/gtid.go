@@ -152,6 +152,9 @@ func (g *mysqlSet) keys() []tsid {
 
 // String is MySQL's text form.
 func (g *mysqlSet) String() string {
+	if g == nil {
+		return ""
+	}
 	var b strings.Builder
 	var prev uuid.UUID
 	for i, k := range g.keys() {
@@ -239,6 +242,19 @@ func (g *mysqlSet) Clone() gomysql.GTIDSet {
 	return c
 }
 
+// tagged reports whether g holds a tagged GTID.
+func (g *mysqlSet) tagged() bool {
+	if g == nil {
+		return false
+	}
+	for k := range g.m {
+		if k.tag != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // IsEmpty reports whether g holds no GTID.
 func (g *mysqlSet) IsEmpty() bool { return len(g.m) == 0 }
 
@@ -319,4 +335,70 @@ func mariaContains(set, sub string) bool {
 		}
 	}
 	return true
+}
+
+// decodeSet reads a GTID set in the binary form Encode writes, the body of
+// a Previous_gtids event (trailing bytes, such as a checksum, ignored).
+// go-mysql's own reading of a tagged set gives a UUID's tagged GTIDs to
+// the UUID printed before it when that UUID has no untagged ones.
+func decodeSet(b []byte) (*mysqlSet, error) {
+	g := newMySQLSet()
+	if len(b) < 8 {
+		return nil, fmt.Errorf("binlog: a GTID set of %d bytes", len(b))
+	}
+	tagged := b[7] == 1
+	var n uint64
+	if tagged {
+		var w [8]byte
+		copy(w[:], b[1:7])
+		n = binary.LittleEndian.Uint64(w[:])
+	} else {
+		n = binary.LittleEndian.Uint64(b[:8])
+	}
+	pos := 8
+	need := func(k int) error {
+		if len(b) < pos+k {
+			return fmt.Errorf("binlog: a GTID set cut short at byte %d", pos)
+		}
+		return nil
+	}
+	for range n {
+		if err := need(16); err != nil {
+			return nil, err
+		}
+		var k tsid
+		copy(k.sid[:], b[pos:pos+16])
+		pos += 16
+		if tagged {
+			if err := need(1); err != nil {
+				return nil, err
+			}
+			if b[pos]&1 != 0 {
+				return nil, fmt.Errorf("binlog: a GTID tag longer than a one-byte length")
+			}
+			l := int(b[pos] >> 1)
+			pos++
+			if err := need(l); err != nil {
+				return nil, err
+			}
+			k.tag = string(b[pos : pos+l])
+			pos += l
+		}
+		if err := need(8); err != nil {
+			return nil, err
+		}
+		m := binary.LittleEndian.Uint64(b[pos:])
+		pos += 8
+		for range m {
+			if err := need(16); err != nil {
+				return nil, err
+			}
+			start, stop := int64(binary.LittleEndian.Uint64(b[pos:])), int64(binary.LittleEndian.Uint64(b[pos+8:]))
+			pos += 16
+			if start >= 1 && stop > start {
+				g.add(k, start, stop)
+			}
+		}
+	}
+	return g, nil
 }

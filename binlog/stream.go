@@ -43,22 +43,39 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 	}
 	syncer := replication.NewBinlogSyncer(cfg)
 	defer syncer.Close()
+	var src events
 	var streamer *replication.BinlogStreamer
-	if byFile {
+	switch {
+	case byFile:
 		streamer, err = syncer.StartSync(gomysql.Position{Name: p.File, Pos: uint32(p.Pos)})
-	} else {
-		var set gomysql.GTIDSet = t.mysqlSet
-		if t.srv.Flavor == "mariadb" {
-			set = t.mariaSet
-		}
+	case t.srv.Flavor == "mariadb":
 		r.log.InfoContext(ctx, "binlog reader: resuming by GTID on another server", "gtids", p.GTIDSet, "server", t.srv.Identity, "was", p.ServerUUID)
-		t.read.ServerUUID, t.read.File, t.read.Pos = t.srv.Identity, "", 0
 		// The syncer keeps and grows the set it is given, on its own
 		// goroutine: it gets a copy.
-		streamer, err = syncer.StartSyncGTID(set.Clone())
+		streamer, err = syncer.StartSyncGTID(t.mariaSet.Clone())
+	case t.mysqlSet.tagged():
+		r.log.InfoContext(ctx, "binlog reader: resuming by GTID on another server (a set with tagged GTIDs)", "gtids", p.GTIDSet, "server", t.srv.Identity, "was", p.ServerUUID)
+		var d *taggedDump
+		if d, err = startTaggedDump(ctx, cfg, t.mysqlSet); err == nil {
+			defer d.Close()
+			src = d
+		}
+	default:
+		r.log.InfoContext(ctx, "binlog reader: resuming by GTID on another server", "gtids", p.GTIDSet, "server", t.srv.Identity, "was", p.ServerUUID)
+		// go-mysql's own set type, which its syncer grows as it reads.
+		var gs gomysql.GTIDSet
+		if gs, err = gomysql.ParseMysqlGTIDSet(t.mysqlSet.String()); err == nil {
+			streamer, err = syncer.StartSyncGTID(gs)
+		}
+	}
+	if !byFile {
+		t.read.ServerUUID, t.read.File, t.read.Pos = t.srv.Identity, "", 0
 	}
 	if err != nil {
 		return fmt.Errorf("%w: start reading the binary log at %s: %w", errConnect, describe(p), err)
+	}
+	if streamer != nil {
+		src = streamer
 	}
 	r.log.InfoContext(ctx, "binlog reader: reading", "from", describe(p), "server", t.srv.Identity, "flavor", t.srv.Flavor, "server_id", cfg.ServerID)
 	t.savedAt = r.cfg.Now()
@@ -71,7 +88,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 			// necessarily the wall clock a deadline is on.
 			wait, cancel = context.WithTimeout(ctx, t.flushDue.Sub(r.cfg.Now()))
 		}
-		ev, err := streamer.GetEvent(wait)
+		ev, err := src.GetEvent(wait)
 		cancel()
 		switch {
 		case err == nil:
@@ -193,7 +210,14 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 		return nil
 	case *replication.PreviousGTIDsEvent:
 		// At a file's start: the set before it, where the reader started
-		// from the file (a reset) and has no set yet.
+		// from the file (a reset) and has no set yet. Read from the event's
+		// bytes (tags kept with their own UUID), else from go-mysql's text.
+		if t.mysqlSet == nil && len(ev.RawData) > replication.EventHeaderSize {
+			if set, err := decodeSet(ev.RawData[replication.EventHeaderSize:]); err == nil {
+				t.mysqlSet = set
+				return nil
+			}
+		}
 		if t.mysqlSet == nil && e.GTIDSets != "" {
 			return t.parseSet(e.GTIDSets)
 		}
