@@ -82,8 +82,8 @@ func TestLostWakeupSubscription(t *testing.T) {
 // TestLostWakeupLinked is TestLostWakeupSubscription with mend linked into the queue instead of
 // subscribed: testdata/link-mend.patch is the smallest change an adopting team makes to the queue's DLQ
 // wiring (README, "Link it into a dead-letter consumer"): a pipeline option that wraps every DLQ
-// controller, and a wrapper that records the dead letter with mend's intake (with the reconciler as its
-// Repairer) before the queue's own controller runs. The patched orchestrator is built from the unpacked
+// controller, and a wrapper that records the dead letter through mend's front door (client.Open, then
+// Client.Record, which also tries the repair inline) before the queue's own controller runs. The patched orchestrator is built from the unpacked
 // source (cached apart, keyed by the patch and mend's source) and mend run beside it with
 // --subscribe=false, as integration.md says for a host that links the intake in. Its control is
 // TestLostWakeupSubscription/control.
