@@ -147,9 +147,8 @@ func (m *mendProc) waitBinlogSaved(t *testing.T, s *sqreal.Stack) {
 // mend run read the binary log, every record of mend's on the queue came through its reader (the only
 // way in here: no consumer group, and the stuck-queue scan woke nothing), mend has no queue_offsets row
 // (the host's GC held by nothing of mend's), and the host's GC collects the culprit's dead letters.
-// resumed says m's run must have resumed from a saved position, never started over: it took the
-// reader's lease over from a killed replica, or its reader logged in again after a password rotation.
-func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, culpritBatch string, resumed bool) {
+// took says m's run took the reader's lease over from a killed replica: it must not have started over.
+func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, culpritBatch string, took bool) {
 	t.Helper()
 	all, _ := m.records(t, queue)
 	// The reader's count moves after its recording returns; a recording that stored some chunks and
@@ -170,8 +169,8 @@ func checkBinlogMode(t *testing.T, s *sqreal.Stack, m *mendProc, culpritBatch st
 		return n == 0, fmt.Sprintf("%d rows left\n%s", n, s.Snapshot(t, queue))
 	})
 	shown := m.shown(t)
-	if resumed && shown.resets != 0 {
-		t.Errorf("mend run's reader started over %v times; want a resume from the saved position", shown.resets)
+	if took && shown.resets != 0 {
+		t.Errorf("the replica that took over started over %v times; want a resume from the saved position", shown.resets)
 	}
 	t.Logf("mend run in binlog mode: %s; build_dlq rows collected by the host's GC, no queue_offsets row of mend's", shown)
 }

@@ -213,11 +213,13 @@ func lostWakeup(t *testing.T, mode int) {
 		n := checkMendWakes(t, s, m, queue)
 		t.Logf("mend: %d records, %d wake-ups; the dependent landed", all, n)
 		if inBinlog {
-			checkBinlogMode(t, s, m, culpritBatch, mode == modeBinlogKilled || mode == modeRotation)
+			checkBinlogMode(t, s, m, culpritBatch, mode == modeBinlogKilled)
 		}
 		if rot != nil {
+			rot.checkResumed(t)
 			rot.waitRecorded(t, culpritBatch)
 			rot.fileFirst(t)
+			rot.checkResumed(t)
 			rot.checkNoRestart(t)
 		}
 		return

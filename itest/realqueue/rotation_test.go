@@ -95,7 +95,8 @@ type rotation struct {
 	m      *mendProc
 	user   *queueUser
 	secret *secretDir
-	dump   int64 // the reader's replication session now (a processlist id)
+	dump   int64   // the reader's replication session now (a processlist id)
+	resets float64 // mend run's start-overs before the first rotation (its first start's)
 }
 
 // serverFirst waits until mend run reads the binary log (by its replication session), then changes the
@@ -103,6 +104,7 @@ type rotation struct {
 func (r *rotation) serverFirst(t *testing.T) {
 	t.Helper()
 	r.m.waitBinlogSaved(t, r.s)
+	r.resets = r.m.shown(t).resets
 	r.dump = r.user.waitDump(t, 0)
 	r.user.alter(t, "rotated-pw-2")
 	r.user.cut(t)
@@ -160,6 +162,16 @@ func (r *rotation) waitRecorded(t *testing.T, batch string) {
 		return len(dead) > 0 && len(missing) == 0, fmt.Sprintf("%d dead letters on build_dlq/%s, not recorded: %v", len(dead), batch, missing)
 	})
 	t.Logf("each of the %d dead letters on build_dlq/%s is recorded", len(dead), batch)
+}
+
+// checkResumed checks that the reader resumed from its saved position after each log-in: no start
+// over since its first start's.
+func (r *rotation) checkResumed(t *testing.T) {
+	t.Helper()
+	if b := r.m.shown(t); b.resets != r.resets {
+		t.Errorf("mend run's reader started over after the rotation (%v start-overs, %v before it); want a resume from the saved position: %s",
+			b.resets, r.resets, b)
+	}
 }
 
 // checkNoRestart checks that mend run is the process started once at the beginning.
