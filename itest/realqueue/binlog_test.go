@@ -53,7 +53,7 @@ func TestReaderKilledBinlog(t *testing.T) {
 func (m *mendProc) replica(t *testing.T, s *sqreal.Stack, name string) *mendProc {
 	t.Helper()
 	addr := freeAddr(t)
-	r := &mendProc{bin: m.bin, db: m.db, run: &sqreal.Service{Name: name, Bin: m.bin, Args: withMetricsAddr(m.run.Args, addr), Addr: addr,
+	r := &mendProc{bin: m.bin, db: m.db, dsns: m.dsns, run: &sqreal.Service{Name: name, Bin: m.bin, Args: withMetricsAddr(m.run.Args, addr), Addr: addr,
 		Log: filepath.Join(s.Dir, "logs", name+".log")}}
 	r.stopAtCleanup(t)
 	return r

@@ -26,6 +26,9 @@ type mendProc struct {
 	bin string
 	db  *mysqltest.DB
 	run *sqreal.Service
+	// dsns are run's database flags (--dsn, --host-dsn, --queue-dsn, or their -file forms), which
+	// doctor is given too.
+	dsns []string
 }
 
 // newMend is prepareMend then attach: mend's binary and database, and its run beside s (not started).
@@ -56,18 +59,26 @@ func prepareMend(t *testing.T) *mendProc {
 // attach sets up `mend run` beside s with the host's DSNs (and extra flags), stopped at t's cleanup.
 func (m *mendProc) attach(t *testing.T, s *sqreal.Stack, extra ...string) {
 	t.Helper()
-	metrics := freeAddr(t)
 	if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--subscribe") }) {
 		// These tests were written for the offset subscription; the test servers log in ROW with
 		// every prerequisite of binlog mode, which auto would pick. Binlog mode has its own tests
 		// (binlog_test.go).
 		extra = append([]string{"--subscribe-mode", "offsets"}, extra...)
 	}
+	m.attachWith(t, s, []string{"--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN}, extra...)
+}
+
+// attachWith sets up `mend run` beside s with the database flags dsns (and extra flags), stopped at
+// t's cleanup.
+func (m *mendProc) attachWith(t *testing.T, s *sqreal.Stack, dsns []string, extra ...string) {
+	t.Helper()
+	metrics := freeAddr(t)
+	m.dsns = dsns
+	args := append([]string{"run"}, dsns...)
 	m.run = &sqreal.Service{
 		Name: "mend",
 		Bin:  m.bin,
-		Args: append([]string{"run", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
-			"--interval", mendInterval.String(), "--metrics-addr", metrics}, extra...),
+		Args: append(append(args, "--interval", mendInterval.String(), "--metrics-addr", metrics), extra...),
 		Addr: metrics,
 		Log:  filepath.Join(s.Dir, "logs", "mend.log"),
 	}
@@ -98,10 +109,10 @@ func withMetricsAddr(args []string, addr string) []string {
 	return out
 }
 
-// doctor runs `mend doctor` with run's DSNs and fails t unless it passes.
-func (m *mendProc) doctor(t *testing.T, s *sqreal.Stack) {
+// doctor runs `mend doctor` with run's database flags and fails t unless it passes.
+func (m *mendProc) doctor(t *testing.T) {
 	t.Helper()
-	out, code := sqreal.Run(t, time.Minute, nil, m.bin, "doctor", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN)
+	out, code := sqreal.Run(t, time.Minute, nil, m.bin, append([]string{"doctor"}, m.dsns...)...)
 	if code != 0 {
 		t.Fatalf("mend doctor: exit %d\n%s", code, out)
 	}

@@ -82,8 +82,8 @@ func TestLostWakeupSubscription(t *testing.T) {
 // TestLostWakeupLinked is TestLostWakeupSubscription with mend linked into the queue instead of
 // subscribed: testdata/link-mend.patch is the smallest change an adopting team makes to the queue's DLQ
 // wiring (README, "Link it into a dead-letter consumer"): a pipeline option that wraps every DLQ
-// controller, and a wrapper that records the dead letter with mend's intake (with the reconciler as its
-// Repairer) before the queue's own controller runs. The patched orchestrator is built from the unpacked
+// controller, and a wrapper that records the dead letter through mend's front door (client.Open, then
+// Client.Record, which also tries the repair inline) before the queue's own controller runs. The patched orchestrator is built from the unpacked
 // source (cached apart, keyed by the patch and mend's source) and mend run beside it with
 // --subscribe=false, as integration.md says for a host that links the intake in. Its control is
 // TestLostWakeupSubscription/control.
@@ -115,14 +115,16 @@ const (
 	modeAdopt               // without mend until the queue is stuck, then mend adopt and mend run
 	modeBinlog              // mend run --queue-dsn --subscribe-mode binlog beside the unmodified queue
 	modeBinlogKilled        // two replicas in binlog mode; the reader SIGKILLed before the culprit fails
+	modeRotation            // mend run as the Deployment runs it (DSN files, auto: binlog); the queue user's password rotated
 )
 
 func lostWakeup(t *testing.T, mode int) {
 	sqreal.RequireMySQL(t) // before building a patched orchestrator for nothing
-	inBinlog := mode == modeBinlog || mode == modeBinlogKilled
+	inBinlog := mode == modeBinlog || mode == modeBinlogKilled || mode == modeRotation
 	withMend, adopt := mode == modeSubscribed || mode == modeLinked || inBinlog, mode == modeAdopt
 	opts := sqreal.Options{Queues: []string{queue}}
 	var m *mendProc
+	var rot *rotation // modeRotation's
 	if mode == modeLinked {
 		tree := sqreal.Source(t)
 		tree.Apply(t, "testdata/link-mend.patch")
@@ -134,6 +136,9 @@ func lostWakeup(t *testing.T, mode int) {
 	}
 	s := sqreal.Start(t, opts)
 	observeSpeculate(t, s)
+	if mode == modeRotation {
+		observeDeadLetters(t, s)
+	}
 	warm := warmUp(t, s)
 	switch mode {
 	case modeSubscribed:
@@ -142,10 +147,16 @@ func lostWakeup(t *testing.T, mode int) {
 		m.attach(t, s, "--subscribe=false")
 	case modeBinlog, modeBinlogKilled:
 		m = newMend(t, s, binlogMode...)
+	case modeRotation:
+		m, rot = newRotation(t, s)
 	}
 	if withMend {
-		m.doctor(t, s)
+		m.doctor(t)
 		m.run.Start(t)
+	}
+	if rot != nil {
+		// The culprit's dead letters will be committed while mend's file holds the old password.
+		rot.serverFirst(t)
 	}
 	if mode == modeBinlogKilled {
 		second := m.replica(t, s, "mend-2")
@@ -183,6 +194,9 @@ func lostWakeup(t *testing.T, mode int) {
 	if ok, desc := settled(); !ok {
 		t.Fatalf("the dependent did not stay settled for a heartbeat: %s", desc)
 	}
+	if rot != nil {
+		rot.fileLater(t)
+	}
 	s.OpenGate(t, sqreal.GroupDLQ, "")
 
 	if withMend {
@@ -200,6 +214,13 @@ func lostWakeup(t *testing.T, mode int) {
 		t.Logf("mend: %d records, %d wake-ups; the dependent landed", all, n)
 		if inBinlog {
 			checkBinlogMode(t, s, m, culpritBatch, mode == modeBinlogKilled)
+		}
+		if rot != nil {
+			rot.checkResumed(t)
+			rot.waitRecorded(t, culpritBatch)
+			rot.fileFirst(t)
+			rot.checkResumed(t)
+			rot.checkNoRestart(t)
 		}
 		return
 	}
@@ -228,7 +249,7 @@ func lostWakeup(t *testing.T, mode int) {
 		return n == 0, fmt.Sprintf("%d rows left", n)
 	})
 	m = newMend(t, s)
-	m.doctor(t, s)
+	m.doctor(t)
 	out, code := sqreal.Run(t, 2*time.Minute, nil, m.bin, "adopt", "--dsn", m.db.DSN, "--host-dsn", s.App.DSN, "--queue-dsn", s.Queue.DSN,
 		"--stuck-bound", adoptBound)
 	if code != 0 || !strings.Contains(out, queue+": woken") {
@@ -379,7 +400,7 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 	switch {
 	case withMend && inBinlog:
 		m = newMend(t, s, binlogMode...)
-		m.doctor(t, s)
+		m.doctor(t)
 		m.run.Start(t)
 		m.waitBinlogSaved(t, s)
 		if err := m.run.Stop(); err != nil {
@@ -387,7 +408,7 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 		}
 	case withMend:
 		m = newMend(t, s)
-		m.doctor(t, s)
+		m.doctor(t)
 		m.run.Start(t)
 		s.Eventually(t, time.Minute, "mend to register ahead on merge-signal_dlq/"+queue, func() (bool, string) {
 			return groupRows(t, s, "merge-signal_dlq", queue) == 1, "no row of group mend"
@@ -509,7 +530,7 @@ func deadLetterWhileDown(t *testing.T, withMend, quiet bool, quietFor time.Durat
 	}
 	if quiet {
 		refuseTypo(t, s, m, "quiet")
-		m.doctor(t, s)
+		m.doctor(t)
 	}
 	if aheadCheck {
 		// The unseen queue's partitions are as quiet as the stuck one's: no host group holds a row on

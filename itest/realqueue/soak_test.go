@@ -47,7 +47,7 @@ func TestStuckScanBusyQueue(t *testing.T) {
 	observeSpeculate(t, s)
 	warm := warmUp(t, s)
 	m := newMend(t, s, "--stuck-every", "10s", "--stuck-bound", "30s")
-	m.doctor(t, s)
+	m.doctor(t)
 	m.run.Start(t)
 
 	ids := []string{warm}
