@@ -236,7 +236,7 @@ func TestRunBinlogMode(t *testing.T) {
 	})
 	st := opsMust(t, "status", "--dsn", x.mendDB.DSN)
 	if !strings.Contains(st.stdout, "Subscribe mode: binlog") || !strings.Contains(st.stdout, "reading: ") ||
-		!regexp.MustCompile(`(?m)^"`+regexp.QuoteMeta(x.queueDB.Name)+`"\s+reading: \S+ \(epoch 1\)\s+"mend-bin\.\d+:\d+`).MatchString(st.stdout) {
+		!regexp.MustCompile(`(?m)^"`+regexp.QuoteMeta(x.queueDB.Name)+`"\s+reading: \S+ \(epoch 1, for [^)]+\)\s+"mend-bin\.\d+:\d+`).MatchString(st.stdout) {
 		t.Errorf("status shows no binlog reader:\n%s", st.stdout)
 	}
 	var js struct {
@@ -254,7 +254,7 @@ func TestRunBinlogMode(t *testing.T) {
 	if code := <-done; code != exitOK {
 		t.Errorf("mend run exit %d after the signal:\n%s", code, stderr.String())
 	}
-	if st := opsMust(t, "status", "--dsn", x.mendDB.DSN); !regexp.MustCompile(`(?m)^"` + regexp.QuoteMeta(x.queueDB.Name) + `"\s+no reader\s`).MatchString(st.stdout) {
+	if st := opsMust(t, "status", "--dsn", x.mendDB.DSN); !regexp.MustCompile(`(?m)^"` + regexp.QuoteMeta(x.queueDB.Name) + `"\s+no reader for \S+\s`).MatchString(st.stdout) {
 		t.Errorf("status after the stop shows a reader:\n%s", st.stdout)
 	}
 
