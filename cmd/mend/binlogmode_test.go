@@ -27,8 +27,13 @@ import (
 // and batch 1 dead-lettered.
 func binlogWorld(t *testing.T) *wakeWorld {
 	t.Helper()
+	return seedBinlogWorld(t, newWakeWorld(t))
+}
+
+// seedBinlogWorld seeds binlogWorld's batches and dead letter into x.
+func seedBinlogWorld(t *testing.T, x *wakeWorld) *wakeWorld {
+	t.Helper()
 	ctx := context.Background()
-	x := newWakeWorld(t)
 	for _, seed := range []func() error{
 		func() error { return x.w.SeedBatch(ctx, "q", "q/batch/1", "speculating", "q/1") },
 		func() error { return x.w.SeedBatch(ctx, "q", "q/batch/2", "created", "q/2") },

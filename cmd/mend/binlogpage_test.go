@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
@@ -284,16 +286,21 @@ func mustMatch(t *testing.T, what, got string, res ...string) {
 	}
 }
 
-// TestBinlogStopPages: a reader stopped by a rotated password pages. mend
-// run reads in binlog mode as a user of its own; the user's password is
-// changed at the server and the reader's connection killed, so every term
-// fails at its connect (ERROR 1045). The reader's process says so
-// (mend_binlog_failures_total{reason="auth"}, mend_binlog_reader_state
-// retrying, the position's age while retrying), and the series every
-// replica reads from mend's database, once the position is old (its save
-// moved 20 minutes back: the test cannot wait), fire MendBinlogNotReading
-// when promtool evaluates the shipped rule on them; mend status says it
-// pages.
+// TestBinlogStopPages: a reader that cannot read pages, stopped three
+// ways: the queue user's password rotated at the server (every connect
+// refused, ERROR 1045), binlog_row_image flipped to MINIMAL (every term's
+// probe refuses the server), the queue server gone (a proxy in front of it
+// cut). In each, mend run reads in binlog mode until the test stops it and
+// kills the reader's connection; the reader's process then says so
+// (mend_binlog_failures_total by the way's reason, mend_binlog_reader_state
+// retrying, the position's age while retrying, no lag), and the series
+// every replica reads from mend's database, once the position is old (its
+// save moved 20 minutes back: the test cannot wait), fire
+// MendBinlogNotReading when promtool evaluates the shipped rule on them
+// (and do not beside a term of 10 minutes: the evaluation's negative
+// control); mend status says it pages. A binary-log filter leaving the
+// queue schema out is the fourth way of issue 55, once the reader checks
+// filters (binlog/).
 func TestBinlogStopPages(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
@@ -303,132 +310,172 @@ func TestBinlogStopPages(t *testing.T) {
 		}
 		t.Skip("promtool is not installed")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	x := binlogWorld(t)
-	queueDSN := x.queueDB.User(t, "SELECT, INSERT, UPDATE, DELETE ON %s.*", "REPLICATION SLAVE, REPLICATION CLIENT ON *.*")
-	qcfg, err := mysql.ParseDSN(queueDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"run", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", queueDSN,
-			"--interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, io.Discard, &stderr, func(string) string { return "" })
-	}()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	wait := func(what string, cond func() bool) {
+	// killDump ends the queue server's binlog dump connections of user
+	// ("" any), so the reader's term ends and the next meets the stop.
+	killDump := func(t *testing.T, root *sql.DB, user string) {
 		t.Helper()
-		deadline := time.After(60 * time.Second)
-		for !cond() {
-			select {
-			case code := <-done:
-				t.Fatalf("mend run exited %d while waiting for %s:\n%s", code, what, stderr.String())
-			case <-deadline:
-				t.Fatalf("still waiting for %s:\n%s", what, stderr.String())
-			case <-tick.C:
-			}
-		}
-	}
-	addrRE := regexp.MustCompile(`msg="serving metrics" .*?addr=(\S+)`)
-	var addr string
-	wait("metrics", func() bool {
-		if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	})
-	scrape := func() string {
-		resp, err := http.Get("http://" + addr + "/metrics")
+		rows, err := root.QueryContext(t.Context(), "SELECT ID, USER FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	store, err := storage.Open(ctx, x.mendDB.DSN, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	name := binlog.LeaseName(x.queueDB.Name)
-	wait("the position saved", func() bool { _, err := store.BinlogPositionGet(ctx, name); return err == nil })
-	page := scrape()
-	for _, want := range []string{`mend_binlog_reader_state{state="reader"} 1`, `mend_binlog_reader_state{state="retrying"} 0`,
-		`mend_binlog_failures_total{reason="auth"} 0`, `mend_binlog_reader_live{source="` + x.queueDB.Name + `"} 1`} {
-		if !strings.Contains(page, want) {
-			t.Errorf("reading: /metrics lacks %q", want)
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			var u string
+			if err := rows.Scan(&id, &u); err != nil {
+				t.Fatal(err)
+			}
+			if user == "" || u == user {
+				ids = append(ids, id)
+			}
+		}
+		if err := rows.Err(); err != nil || len(ids) == 0 {
+			t.Fatalf("the reader's dump connection: %v %v", ids, err)
+		}
+		for _, id := range ids {
+			if _, err := root.ExecContext(t.Context(), "KILL "+strconv.FormatInt(id, 10)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	for _, tt := range []struct {
+		name, reason string
+		// world returns the world, the queue DSN mend run reads, and
+		// what stops it reading.
+		world func(t *testing.T) (*wakeWorld, string, func())
+	}{
+		{"password rotated", binlog.FailAuth, func(t *testing.T) (*wakeWorld, string, func()) {
+			x := binlogWorld(t)
+			dsn := x.queueDB.User(t, "SELECT, INSERT, UPDATE, DELETE ON %s.*", "REPLICATION SLAVE, REPLICATION CLIENT ON *.*")
+			cfg, err := mysql.ParseDSN(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return x, dsn, func() {
+				root := x.queueDB.SQL(t)
+				if _, err := root.ExecContext(t.Context(), "ALTER USER '"+cfg.User+"'@'%' IDENTIFIED BY 'rotated-elsewhere'"); err != nil {
+					t.Fatal(err)
+				}
+				killDump(t, root, cfg.User)
+			}
+		}},
+		{"row image flipped", binlog.FailSetting, func(t *testing.T) (*wakeWorld, string, func()) {
+			srv := mysqltest.StartPrivate(t)
+			x := &wakeWorld{mendDB: mysqltest.NewDB(t, migrations.Up), appDB: mysqltest.NewDB(t, onDSN(sqtest.CreateApp)),
+				queueDB: mysqltest.NewDBOn(t, srv, onDSN(sqtest.CreateQueue))}
+			x.w = sqtest.World{App: x.appDB.SQL(t), Queue: x.queueDB.SQL(t)}
+			seedBinlogWorld(t, x)
+			return x, x.queueDB.DSN, func() {
+				srv.SetGlobal(t, "binlog_row_image", "'MINIMAL'")
+				killDump(t, x.queueDB.SQL(t), "")
+			}
+		}},
+		{"queue server gone", binlog.FailConnect, func(t *testing.T) (*wakeWorld, string, func()) {
+			x := binlogWorld(t)
+			px := mysqltest.NewProxy(t, x.queueDB.Server.Addr())
+			return x, x.queueDB.DSNVia(px.Addr()), px.Cut
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			x, queueDSN, stop := tt.world(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var stderr lockedBuffer
+			done := make(chan int, 1)
+			go func() {
+				done <- Main(ctx, []string{"run", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", queueDSN,
+					"--interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, io.Discard, &stderr, func(string) string { return "" })
+			}()
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			wait := func(what string, cond func() bool) {
+				t.Helper()
+				deadline := time.After(60 * time.Second)
+				for !cond() {
+					select {
+					case code := <-done:
+						t.Fatalf("mend run exited %d while waiting for %s:\n%s", code, what, stderr.String())
+					case <-deadline:
+						t.Fatalf("still waiting for %s:\n%s", what, stderr.String())
+					case <-tick.C:
+					}
+				}
+			}
+			addrRE := regexp.MustCompile(`msg="serving metrics" .*?addr=(\S+)`)
+			var addr string
+			wait("metrics", func() bool {
+				if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
+					addr = m[1]
+				}
+				return addr != ""
+			})
+			scrape := func() string {
+				resp, err := http.Get("http://" + addr + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return string(b)
+			}
+			store, err := storage.Open(ctx, x.mendDB.DSN, storage.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			name := binlog.LeaseName(x.queueDB.Name)
+			wait("the position saved", func() bool { _, err := store.BinlogPositionGet(ctx, name); return err == nil })
+			page := scrape()
+			for _, want := range []string{`mend_binlog_reader_state{state="reader"} 1`, `mend_binlog_reader_state{state="retrying"} 0`,
+				`mend_binlog_failures_total{reason="` + tt.reason + `"} 0`, `mend_binlog_reader_live{source="` + x.queueDB.Name + `"} 1`} {
+				if !strings.Contains(page, want) {
+					t.Errorf("reading: /metrics lacks %q", want)
+				}
+			}
 
-	root := x.queueDB.SQL(t)
-	if _, err := root.ExecContext(ctx, "ALTER USER '"+qcfg.User+"'@'%' IDENTIFIED BY 'rotated-elsewhere'"); err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	rows, err := root.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = ? AND COMMAND LIKE 'Binlog Dump%'", qcfg.User)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil || len(ids) == 0 {
-		t.Fatalf("the reader's dump connection: %v %v", ids, err)
-	}
-	for _, id := range ids {
-		if _, err := root.ExecContext(ctx, "KILL "+strconv.FormatInt(id, 10)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ageRE := regexp.MustCompile(`\nmend_binlog_position_age_seconds (\S+)\n`)
-	wait("the reader retrying after refused connects, its age exported", func() bool {
-		page = scrape()
-		return regexp.MustCompile(`mend_binlog_failures_total\{reason="auth"\} [1-9]`).MatchString(page) &&
-			strings.Contains(page, `mend_binlog_reader_state{state="retrying"} 1`) && ageRE.MatchString(page)
-	})
-	if strings.Contains(page, "\nmend_binlog_lag_seconds ") {
-		t.Error("a retrying reader exports the lag of its last term")
-	}
+			stop()
+			failedRE := regexp.MustCompile(`mend_binlog_failures_total\{reason="` + tt.reason + `"\} [1-9]`)
+			ageRE := regexp.MustCompile(`\nmend_binlog_position_age_seconds \S+\n`)
+			wait("the reader retrying after "+tt.reason+" failures, its age exported", func() bool {
+				page = scrape()
+				return failedRE.MatchString(page) && strings.Contains(page, `mend_binlog_reader_state{state="retrying"} 1`) && ageRE.MatchString(page)
+			})
+			if strings.Contains(page, "\nmend_binlog_lag_seconds ") {
+				t.Error("a retrying reader exports the lag of its last term")
+			}
 
-	// The position cannot move while every term fails; the test moves its
-	// save back rather than wait.
-	if _, err := x.mendDB.SQL(t).ExecContext(ctx, "UPDATE mend_binlog_positions SET updated_at = NOW(6) - INTERVAL 20 MINUTE WHERE name = ?", name); err != nil {
-		t.Fatal(err)
-	}
-	src := regexp.QuoteMeta(x.queueDB.Name)
-	var savedAge, termAge string
-	wait("the old position in /metrics", func() bool {
-		page = scrape()
-		s := regexp.MustCompile(`\nmend_binlog_position_saved_age_seconds\{source="` + src + `"\} (\S+)\n`).FindStringSubmatch(page)
-		tm := regexp.MustCompile(`\nmend_binlog_reader_term_seconds\{source="` + src + `"\} (\S+)\n`).FindStringSubmatch(page)
-		if s == nil || tm == nil {
-			return false
-		}
-		savedAge, termAge = s[1], tm[1]
-		v, _ := strconv.ParseFloat(savedAge, 64)
-		return v >= 1200
-	})
-	if fired, out := notReadingFires(t, promtool, x.queueDB.Name, savedAge, termAge); !fired {
-		t.Errorf("MendBinlogNotReading does not fire on saved age %s, term %s:\n%s", savedAge, termAge, out)
-	}
-	// The evaluation's negative control: the same old position beside a
-	// term of 10 minutes (a reader that reads, on a quiet server).
-	if fired, _ := notReadingFires(t, promtool, x.queueDB.Name, savedAge, "600"); fired {
-		t.Errorf("MendBinlogNotReading fires on saved age %s beside a term of 10 minutes", savedAge)
-	}
-	mustMatch(t, "status", opsMust(t, "status", "--dsn", x.mendDB.DSN).stdout,
-		`(?m)^"`+src+`": not read for 20m\S*: .*MendBinlogNotReading pages now`)
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Errorf("mend run exit %d after the signal:\n%s", code, stderr.String())
+			// The position cannot move while every term fails; the test
+			// moves its save back rather than wait.
+			if _, err := x.mendDB.SQL(t).ExecContext(ctx, "UPDATE mend_binlog_positions SET updated_at = NOW(6) - INTERVAL 20 MINUTE WHERE name = ?", name); err != nil {
+				t.Fatal(err)
+			}
+			src := regexp.QuoteMeta(x.queueDB.Name)
+			var savedAge, termAge string
+			wait("the old position in /metrics", func() bool {
+				page = scrape()
+				s := regexp.MustCompile(`\nmend_binlog_position_saved_age_seconds\{source="` + src + `"\} (\S+)\n`).FindStringSubmatch(page)
+				tm := regexp.MustCompile(`\nmend_binlog_reader_term_seconds\{source="` + src + `"\} (\S+)\n`).FindStringSubmatch(page)
+				if s == nil || tm == nil {
+					return false
+				}
+				savedAge, termAge = s[1], tm[1]
+				v, _ := strconv.ParseFloat(savedAge, 64)
+				return v >= 1200
+			})
+			if fired, out := notReadingFires(t, promtool, x.queueDB.Name, savedAge, termAge); !fired {
+				t.Errorf("MendBinlogNotReading does not fire on saved age %s, term %s:\n%s", savedAge, termAge, out)
+			}
+			if fired, _ := notReadingFires(t, promtool, x.queueDB.Name, savedAge, "600"); fired {
+				t.Errorf("MendBinlogNotReading fires on saved age %s beside a term of 10 minutes", savedAge)
+			}
+			mustMatch(t, "status", opsMust(t, "status", "--dsn", x.mendDB.DSN).stdout,
+				`(?m)^"`+src+`": not read for 20m\S*: .*MendBinlogNotReading pages now`)
+			cancel()
+			if code := <-done; code != exitOK {
+				t.Errorf("mend run exit %d after the signal:\n%s", code, stderr.String())
+			}
+		})
 	}
 }
 
