@@ -57,7 +57,6 @@ type binlogMetrics struct {
 	mu      sync.Mutex
 	savedAt time.Time // the last position saved by this process, or the reader's start
 	reader  *binlog.Reader
-	now     func() time.Time // time.Now; a test's clock
 
 	lag, age, retention, state *prometheus.Desc
 }
@@ -91,7 +90,6 @@ func newBinlogMetrics(reg *prometheus.Registry) *binlogMetrics {
 			"1 for the state of this process's binlog reader, 0 for the others: reader (holds the lease and reads), standby (another replica holds it), retrying (its last term failed: mend_binlog_failures_total), stopped (not running); exported in binlog mode.",
 			[]string{"state"}, nil),
 		savedAt: time.Now(),
-		now:     time.Now,
 	}
 	reg.MustRegister(bm.mode, bm.resets, bm.purged, bm.recorded, bm.failures, bm)
 	for _, r := range resetReasons {
@@ -124,7 +122,7 @@ func (m *metrics) binlogHooks() binlog.Hooks {
 		},
 		OnSaved: func(storage.BinlogPosition) {
 			bm.mu.Lock()
-			bm.savedAt = bm.now()
+			bm.savedAt = time.Now()
 			bm.mu.Unlock()
 		},
 		OnFailed: func(err error) {
@@ -179,7 +177,7 @@ func (bm *binlogMetrics) Collect(ch chan<- prometheus.Metric) {
 	if st.Role == binlog.RoleReader {
 		ch <- prometheus.MustNewConstMetric(bm.lag, prometheus.GaugeValue, st.Lag.Seconds())
 	}
-	if age, ok := positionAge(st, savedAt, bm.now()); ok {
+	if age, ok := positionAge(st, savedAt, time.Now()); ok {
 		ch <- prometheus.MustNewConstMetric(bm.age, prometheus.GaugeValue, age.Seconds())
 	}
 }
@@ -467,7 +465,10 @@ func printBinlogReaders(w io.Writer, rs []binlogReaderView) {
 // readerRole is a reader's role as mend status shows it: who reads and
 // for how long, or for how long nobody has, and the failed terms.
 func readerRole(r binlogReaderView) string {
-	role := fmt.Sprintf("%s for %s", r.Role, doctor.FormatAge(secs(r.NoReaderSeconds)))
+	role := r.Role
+	if r.NoReaderSeconds > 0 {
+		role = fmt.Sprintf("%s for %s", r.Role, doctor.FormatAge(secs(r.NoReaderSeconds)))
+	}
 	if r.Holder != "" {
 		role = fmt.Sprintf("reading: %s (epoch %d, for %s)", escapeShown(r.Holder, 60), r.Epoch, doctor.FormatAge(secs(r.TermSeconds)))
 	}
@@ -491,7 +492,7 @@ func notReadingLine(r binlogReaderView) string {
 	case r.Holder != "":
 		why = fmt.Sprintf("its reader's term began %s ago", doctor.FormatAge(secs(r.TermSeconds)))
 	}
-	return fmt.Sprintf("not read for %s: %s; MendBinlogNotReading %s (docs/operations.md, \"When nobody reads the binary log\")",
+	return fmt.Sprintf("not read for %s: %s; MendBinlogNotReading %s while a replica runs binlog mode (docs/operations.md, \"When nobody reads the binary log\")",
 		doctor.FormatAge(secs(r.SavedSeconds)), why, when)
 }
 
