@@ -44,7 +44,8 @@ type TopicLag struct {
 }
 
 // BinlogReader is one of binlog mode's readers, as mend status shows it:
-// its saved position, and whether a replica holds its lease.
+// its saved position, and whether a replica holds its lease, all from
+// mend's database (the console runs no reader).
 type BinlogReader struct {
 	Source   string
 	Role     string // "reading" or "no reader"
@@ -54,6 +55,19 @@ type BinlogReader struct {
 	Saved    time.Duration // how long ago the position was saved
 	Lag      time.Duration // the last transaction read, its commit to the save
 	Reset    string        // the last reset: when and why ("" if none)
+	// Term is how long the live term has lasted (Role "reading"); NoReader
+	// how long since the last one ended (Role "no reader").
+	Term, NoReader time.Duration
+	// FailedTerms counts the terms of the last 10 minutes that their holder
+	// ended itself within minutes: a reader that fails, releases its lease
+	// and retries (its process's log and mend_binlog_failures_total say
+	// why).
+	FailedTerms int
+	// NotReading is MendBinlogNotReading's condition now (the position not
+	// saved for minutes and no term that lasted); Pages says it has held for
+	// the rule's for, so the rule fires. Purged says the last reset found
+	// the saved position purged (MendBinlogPositionPurged).
+	NotReading, Pages, Purged bool
 }
 
 // parkedScan bounds the parked records one page of the reason filter
@@ -72,6 +86,11 @@ var alertParams = storage.ConsoleAlertParams{
 }
 
 const (
+	// failingPagesAfter is MendRepairsFailing's threshold.
+	failingPagesAfter = 30 * time.Second
+	// binlogWindow is MendBinlogNotReading's for, over which FailedTerms
+	// counts.
+	binlogWindow     = 10 * time.Minute
 	parkedPagesAfter = 15 * time.Minute
 	lagPagesAfter    = 10 * time.Minute
 	// chartMinutes is the overview's window: its repair latency (mend

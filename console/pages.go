@@ -150,9 +150,12 @@ type overviewPage struct {
 	LagErr     string
 	Binlog     []BinlogReader
 	BinlogErr  string
-	Health     *healthLine // nil without Config.Health
-	Chart      chart
-	ChartPart  bool
+	// Nothing is what "Nothing would page" says it checked, and the page
+	// rules only Prometheus sees (pageRules).
+	Nothing   nothingPages
+	Health    *healthLine // nil without Config.Health
+	Chart     chart
+	ChartPart bool
 }
 
 // stuckQueue is a queue the overview lists before the others.
@@ -287,6 +290,12 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	p.FailingAll, p.FailingRecs, p.FailingMore = len(failing.Queues), failing.Records, failing.Truncated
 	p.Failing = failing.Queues[:min(len(failing.Queues), failingShow)]
 	p.AlertsMore = al.Truncated
+	// The failing queues listed (the worst failingShow): the rest are in
+	// the queue table, first.
+	p.AlertsMore = p.AlertsMore || p.FailingAll > len(p.Failing)
+	for _, q := range p.Failing {
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairsFailing", q.Queue, fmt.Sprintf("%d record(s) whose every attempt fails, the longest for %s (%d attempts): see Failing now", q.Records, dur(q.FailingFor), q.Attempts), q.FailingFor > failingPagesAfter})
+	}
 	for _, q := range al.Overdue {
 		p.Alerts = append(p.Alerts, alertRow{"MendRepairStuck", q.Queue, fmt.Sprintf("%d record(s) due for over %s, the oldest for %s", q.Count, dur(alertParams.OverdueAfter), dur(q.Age)), true})
 	}
@@ -371,6 +380,23 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		}
 	}
 	p.Binlog = readers
+	for _, r := range readers {
+		src := quoteUnprintable([]byte(r.Source))
+		if r.NotReading {
+			why := "no replica holds its reader's lease"
+			switch {
+			case r.FailedTerms > 0:
+				why = fmt.Sprintf("its reader fails and retries (%d failed term(s) in %s: the reader's log and mend_binlog_failures_total say why)", r.FailedTerms, dur(binlogWindow))
+			case r.Holder != "":
+				why = fmt.Sprintf("its reader's term began %s ago", dur(r.Term))
+			}
+			p.Alerts = append(p.Alerts, alertRow{"MendBinlogNotReading", "", fmt.Sprintf("binlog source %s: not read for %s: %s", src, dur(r.Saved), why), r.Pages})
+		}
+		if r.Purged {
+			p.Alerts = append(p.Alerts, alertRow{"MendBinlogPositionPurged", "", fmt.Sprintf("binlog source %s: %s: dead letters the host collected in the gap are lost (the page lasts until each replica that found it restarts)", src, r.Reset), true})
+		}
+	}
+	p.Nothing = nothingPaged(p.LagOn, len(readers) > 0)
 	if rdrErr != nil {
 		p.BinlogErr = rdrErr.Error()
 		if s.cfg.Redact != nil {

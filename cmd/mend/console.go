@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/console"
 	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/fence"
@@ -130,11 +131,13 @@ func newConsoleCmd(a *app) *cobra.Command {
 			}
 		}
 		cfg.Binlog = func(ctx context.Context) ([]console.BinlogReader, error) {
-			rs, err := binlogReaders(ctx, store)
+			rs, err := binlogReaders(ctx, store, true)
 			out := make([]console.BinlogReader, len(rs))
 			for i, r := range rs {
 				out[i] = console.BinlogReader{Source: r.Source, Role: r.Role, Holder: r.Holder, Epoch: r.Epoch, Position: r.Position,
-					Saved: secs(r.SavedSeconds), Lag: secs(r.LagSeconds)}
+					Saved: secs(r.SavedSeconds), Lag: secs(r.LagSeconds), Term: secs(r.TermSeconds), NoReader: secs(r.NoReaderSeconds),
+					FailedTerms: r.FailedTerms, NotReading: r.NotReading, Pages: r.Pages,
+					Purged: strings.HasPrefix(r.ResetReason, binlog.ResetPurged)}
 				if r.ResetReason != "" {
 					out[i].Reset = r.ResetAt + " " + r.ResetReason
 				}

@@ -413,7 +413,7 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			readers, err := binlogReaders(ctx, store)
+			readers, err := binlogReaders(ctx, store, true)
 			var readersDenied error
 			if errors.Is(err, mend.ErrDenied) {
 				// A user granted before migration 0019 (the documented

@@ -214,6 +214,7 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		col.onQueue = m.touchQueue
 		m.reg.MustRegister(col)
 		m.reg.MustRegister(newVerifyCollector(ctx, svc.Store(), clog)) // issue 46: the last mend verify run
+		m.reg.MustRegister(newBinlogCollector(ctx, svc.Store(), clog)) // issue 55: whether anyone reads each binlog source
 		hostPools, err := openHostPools(ctx, c)
 		defer func() {
 			for _, p := range hostPools {
