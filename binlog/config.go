@@ -82,7 +82,9 @@ type Hooks struct {
 	// OnEvent runs for every binary-log event the reader handles, before
 	// it is handled (tests use it to order a fault against the stream).
 	OnEvent func(kind string)
-	// OnFailed runs when recording or saving fails and will be retried.
+	// OnFailed runs for every term that ended in a failure (the server,
+	// its settings, the credentials, mend's store, the lease; FailureReason
+	// labels it), before the pause after which the reader tries again.
 	OnFailed func(err error)
 }
 

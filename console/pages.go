@@ -385,10 +385,10 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		if r.NotReading {
 			why := "no replica holds its reader's lease"
 			switch {
+			case r.Holder != "":
+				why = fmt.Sprintf("%s holds the reader's lease (for %s) but has not saved its position: its read loop is wedged or it cannot record", quoteUnprintable([]byte(r.Holder)), dur(r.Term))
 			case r.FailedTerms > 0:
 				why = fmt.Sprintf("its reader fails and retries (%d failed term(s) in %s: the reader's log and mend_binlog_failures_total say why)", r.FailedTerms, dur(binlogWindow))
-			case r.Holder != "":
-				why = fmt.Sprintf("its reader's term began %s ago", dur(r.Term))
 			}
 			p.Alerts = append(p.Alerts, alertRow{"MendBinlogNotReading", "", fmt.Sprintf("binlog source %s: not read for %s: %s", src, dur(r.Saved), why), r.Pages})
 		}

@@ -216,20 +216,23 @@ func positionAge(st binlog.Status, savedAt, now time.Time) (time.Duration, bool)
 // replica at scrape time as mend_lease_held is, so they are there when the
 // reader's own process is wedged or gone, or only standbys are alive.
 // MendBinlogNotReading pages on them; mend status and the console show the
-// same condition (binlogReaderView.NotReading): notReadingSaved,
-// notReadingTerm and notReadingFor are the rule's thresholds, and
-// TestBinlogNotReadingRule holds the rule file to them.
+// same condition (binlogReaderView.NotReading): notReadingSaved and
+// notReadingFor are the rule's thresholds, and TestBinlogNotReadingRule
+// holds the rule file to them. A reader that reads saves its position at
+// least every binlog.RefreshIntervalDefault (30 s), caught up on a quiet
+// server too, so the saved row's age alone says whether anyone reads: a
+// reader that holds its lease while its read loop is wedged pages as one
+// that has none.
 const (
 	// notReadingSaved: the reader's position was saved longer ago than
 	// this ...
 	notReadingSaved = 5 * time.Minute
-	// notReadingTerm: ... and no term of its lease has lasted this long
-	// (a term ends at every failure, so a reader that fails lasts seconds;
-	// on a quiet server a reader that reads has nothing to save, and its
-	// term is what says it reads) ...
-	notReadingTerm = 3 * time.Minute
 	// notReadingFor: ... for this long.
 	notReadingFor = 10 * time.Minute
+	// failedTermWithin: a term its holder ended within this is a failed
+	// term (every failure ends the term; a reader that cannot read
+	// lasts seconds), as mend status and the console count them.
+	failedTermWithin = 3 * time.Minute
 	// binlogSourcesMax bounds the sources the series are exported for
 	// (the first by name): sources are queue databases, a few at most.
 	binlogSourcesMax = 20
@@ -319,17 +322,17 @@ type binlogReaderView struct {
 	TermSeconds     float64 `json:"term_seconds,omitempty"`
 	NoReaderSeconds float64 `json:"no_reader_seconds,omitempty"`
 	// FailedTerms counts the reader's terms begun in the last
-	// notReadingFor that its holder ended itself within notReadingTerm: a
+	// notReadingFor that its holder ended itself within failedTermWithin: a
 	// reader fails, releases its lease and retries (its process's log and
 	// mend_binlog_failures_total say why). Read only while the position is
 	// older than notReadingSaved.
 	FailedTerms int `json:"failed_terms,omitempty"`
 	// NotReading is MendBinlogNotReading's condition now: the position
 	// saved more than notReadingSaved ago and no live term older than
-	// notReadingTerm. Pages says it has held for the rule's for
+	// failedTermWithin. Pages says it has held for the rule's for
 	// (notReadingFor) as far as the database tells: the position saved
 	// more than notReadingSaved + notReadingFor ago, and no term in that
-	// time lasted notReadingTerm.
+	// time lasted failedTermWithin.
 	NotReading bool `json:"not_reading"`
 	Pages      bool `json:"pages"`
 }
@@ -393,7 +396,7 @@ func binlogReaders(ctx context.Context, store binlogSource, history bool) ([]bin
 		case leased && l.Term.Epoch > 0:
 			v.NoReaderSeconds = (-l.Remaining).Seconds()
 		}
-		v.NotReading = p.Age > notReadingSaved && !(v.Role == roleReading && secs(v.TermSeconds) >= notReadingTerm)
+		v.NotReading = p.Age > notReadingSaved
 		if history && p.Age > notReadingSaved && leased {
 			terms, err := store.LeaseHistory(ctx, p.Name, binlogHistoryRead)
 			if err != nil {
@@ -411,13 +414,11 @@ func binlogReaders(ctx context.Context, store binlogSource, history bool) ([]bin
 
 // judgeTerms reads a reader's lease terms (newest first) at the database's
 // now: how many begun in the last notReadingFor its holder ended itself
-// within notReadingTerm (failed terms), and whether MendBinlogNotReading's
+// within failedTermWithin (failed terms), and whether MendBinlogNotReading's
 // condition has held for notReadingFor: the position (saved age ago) older
-// than notReadingSaved all that time and no term in it lasting
-// notReadingTerm.
+// than notReadingSaved all that time.
 func judgeTerms(terms []storage.LeaseTerm, now time.Time, saved time.Duration) (failed int, held bool) {
 	since := now.Add(-notReadingFor)
-	held = saved > notReadingSaved+notReadingFor
 	for _, t := range terms {
 		end := now
 		if t.EndedAt != nil {
@@ -426,15 +427,11 @@ func judgeTerms(terms []storage.LeaseTerm, now time.Time, saved time.Duration) (
 		if end.Before(since) {
 			break
 		}
-		lasted := end.Sub(t.AcquiredAt)
-		if lasted >= notReadingTerm {
-			held = false
-		}
-		if t.EndedAt != nil && t.EndedHow == storage.LeaseEndedHolder && lasted < notReadingTerm && !t.AcquiredAt.Before(since) {
+		if t.EndedAt != nil && t.EndedHow == storage.LeaseEndedHolder && end.Sub(t.AcquiredAt) < failedTermWithin && !t.AcquiredAt.Before(since) {
 			failed++
 		}
 	}
-	return failed, held
+	return failed, saved > notReadingSaved+notReadingFor
 }
 
 // printBinlogReaders is mend status's binlog section.
@@ -487,10 +484,10 @@ func notReadingLine(r binlogReaderView) string {
 	}
 	why := "no replica holds its lease"
 	switch {
+	case r.Holder != "":
+		why = fmt.Sprintf("%s holds the reader's lease (for %s) but has not saved its position: its read loop is wedged or it cannot record", escapeShown(r.Holder, 60), doctor.FormatAge(secs(r.TermSeconds)))
 	case r.FailedTerms > 0:
 		why = fmt.Sprintf("its reader fails and retries (%d failed term(s) in %s: the reader's log and mend_binlog_failures_total say why)", r.FailedTerms, doctor.FormatAge(notReadingFor))
-	case r.Holder != "":
-		why = fmt.Sprintf("its reader's term began %s ago", doctor.FormatAge(secs(r.TermSeconds)))
 	}
 	return fmt.Sprintf("not read for %s: %s; MendBinlogNotReading %s while a replica runs binlog mode (docs/operations.md, \"When nobody reads the binary log\")",
 		doctor.FormatAge(secs(r.SavedSeconds)), why, when)

@@ -23,6 +23,7 @@ import (
 	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/internal/sqtest"
+	"github.com/mendq/mend/internal/testserver"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
 )
@@ -63,15 +64,22 @@ func (rf ruleFile) rule(t *testing.T, name string) map[string]any {
 }
 
 // MendBinlogNotReading's thresholds are the ones mend status and the
-// console judge a reader by (notReadingSaved, notReadingTerm,
-// notReadingFor): the two say "would page" about the same readers.
+// console judge a reader by (notReadingSaved, notReadingFor): the two say
+// "would page" about the same readers. The saved age alone decides, which
+// holds because a reader that reads writes its position at least every
+// binlog.RefreshIntervalDefault, well under the threshold.
 func TestBinlogNotReadingRule(t *testing.T) {
 	t.Parallel()
+	if 4*binlog.RefreshIntervalDefault > notReadingSaved {
+		t.Errorf("a reader refreshes its position every %v: too close to the rule's %v", binlog.RefreshIntervalDefault, notReadingSaved)
+	}
 	r := readRules(t).rule(t, "MendBinlogNotReading")
 	expr, _ := r["expr"].(string)
+	if strings.Contains(expr, "mend_binlog_reader_term_seconds") {
+		t.Errorf("MendBinlogNotReading excuses a long term: a reader wedged while it holds its lease would never page:\n%s", expr)
+	}
 	for _, want := range []string{
 		fmt.Sprintf("max by (source) (mend_binlog_position_saved_age_seconds) > %d", int(notReadingSaved.Seconds())),
-		fmt.Sprintf("max by (source) (mend_binlog_reader_term_seconds) > %d", int(notReadingTerm.Seconds())),
 		`mend_subscribe_mode{mode="binlog"}`,
 	} {
 		if !strings.Contains(expr, want) {
@@ -170,10 +178,11 @@ func gatheredAll(t *testing.T, reg *prometheus.Registry, name, label string) map
 // from mend's database alone (the reader's process may be wedged or gone):
 // the metrics MendBinlogNotReading pages on, and mend status's section,
 // which judges the same condition. A source saved 20 minutes ago with no
-// lease is not read, and pages; a live term of 4 minutes is a reader that
-// reads (a quiet server); after it, terms that end within seconds are
-// failed terms, and the condition holds again, paging only once no term
-// lasted in the rule's 10 minutes.
+// lease is not read, and pages; a reader that reads has saved lately (it
+// refreshes its row when caught up); after it, terms that end within
+// seconds are failed terms, and the position ages past the threshold:
+// not read, paging once that has lasted the rule's 10 minutes; a holder
+// whose term lasts but which saves nothing is wedged, and pages too.
 func TestBinlogReadersFromDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -225,14 +234,15 @@ func TestBinlogReadersFromDatabase(t *testing.T) {
 		`(?m)^"queue<db>"\s+no reader for 20m\d+s\s+"mariadb-bin\.000003:1234"`,
 		`(?m)^"queue<db>": not read for 20m\S*: no replica holds its lease; MendBinlogNotReading pages now`)
 
-	// A replica has read for 4 minutes on a quiet server: nothing saved,
-	// but its term says it reads.
+	// A replica has read for 4 minutes on a quiet server: caught up, it
+	// has written its position again lately.
 	term, err := store.LeaseAcquire(ctx, name, "replica-1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	exec(`UPDATE mend_leases SET acquired_at = NOW(6) - INTERVAL 4 MINUTE WHERE queue = ?`, name)
 	exec(`UPDATE mend_lease_history SET acquired_at = NOW(6) - INTERVAL 4 MINUTE WHERE queue = ? AND epoch = ?`, name, term.Epoch)
+	exec(`UPDATE mend_binlog_positions SET updated_at = NOW(6) - INTERVAL 20 SECOND WHERE name = ?`, name)
 	if live, tsec, _ := series(); live != 1 || tsec < 240 || tsec > 300 {
 		t.Errorf("a reader of 4 minutes: live %v, term %v; want 1, 4 minutes", live, tsec)
 	}
@@ -261,20 +271,38 @@ func TestBinlogReadersFromDatabase(t *testing.T) {
 	if live, tsec, _ := series(); live != 0 || tsec != 0 {
 		t.Errorf("failing: live %v, term %v; want 0, 0", live, tsec)
 	}
+	// Its last save six minutes ago: past the threshold, within the for.
+	exec(`UPDATE mend_binlog_positions SET updated_at = NOW(6) - INTERVAL 6 MINUTE WHERE name = ?`, name)
 	v := view()
 	if v.Role != roleNoReader || !v.NotReading || v.Pages || v.FailedTerms != 3 {
-		t.Errorf("failing after a 4-minute term: %+v; want not reading, 3 failed terms, not paging yet (the long term ended within the rule's for)", v)
+		t.Errorf("failing for six minutes: %+v; want not reading, 3 failed terms, not paging yet", v)
 	}
 	mustMatch(t, "status, failing", status(),
 		`(?m)^"queue<db>"\s+no reader for \S+, 3 failed term\(s\) in 10m0s\s`,
-		`(?m)^"queue<db>": not read for 20m\S*: its reader fails and retries \(3 failed term\(s\) in 10m0s: .*\); MendBinlogNotReading pages if it lasts 10m0s`)
+		`(?m)^"queue<db>": not read for 6m\S*: its reader fails and retries \(3 failed term\(s\) in 10m0s: .*\); MendBinlogNotReading pages if it lasts 10m0s`)
 
-	// Ten minutes on, the long term is out of the rule's window: it pages.
-	exec(`UPDATE mend_lease_history SET acquired_at = acquired_at - INTERVAL 11 MINUTE, ended_at = ended_at - INTERVAL 11 MINUTE WHERE queue = ? AND epoch = ?`, name, term.Epoch)
+	// Sixteen minutes: the condition has held for the rule's for: it pages.
+	exec(`UPDATE mend_binlog_positions SET updated_at = NOW(6) - INTERVAL 16 MINUTE WHERE name = ?`, name)
 	if v := view(); !v.NotReading || !v.Pages {
 		t.Errorf("failing for the rule's for: %+v; want paging", v)
 	}
 	mustMatch(t, "status, paging", status(), `MendBinlogNotReading pages now`)
+
+	// A holder whose term lasts (its process renews the lease) but which
+	// saves nothing: its read loop is wedged. It pages as one that is gone.
+	if _, err := store.LeaseAcquire(ctx, name, "replica-3", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	exec(`UPDATE mend_leases SET acquired_at = NOW(6) - INTERVAL 30 MINUTE WHERE queue = ?`, name)
+	exec(`UPDATE mend_binlog_positions SET updated_at = NOW(6) - INTERVAL 20 MINUTE WHERE name = ?`, name)
+	if live, tsec, _ := series(); live != 1 || tsec < 1800 {
+		t.Errorf("a wedged holder: live %v, term %v; want 1, 30 minutes", live, tsec)
+	}
+	if v := view(); v.Role != roleReading || !v.NotReading || !v.Pages {
+		t.Errorf("a wedged holder: %+v; want its lease held, not reading, paging", v)
+	}
+	mustMatch(t, "status, wedged", status(),
+		`(?m)^"queue<db>": not read for 20m\S*: "replica-3" holds the reader's lease \(for 30m\S*\) but has not saved its position: .*MendBinlogNotReading pages now`)
 }
 
 func mustMatch(t *testing.T, what, got string, res ...string) {
@@ -286,21 +314,20 @@ func mustMatch(t *testing.T, what, got string, res ...string) {
 	}
 }
 
-// TestBinlogStopPages: a reader that cannot read pages, stopped three
+// TestBinlogStopPages: a reader that cannot read pages, stopped four
 // ways: the queue user's password rotated at the server (every connect
 // refused, ERROR 1045), binlog_row_image flipped to MINIMAL (every term's
-// probe refuses the server), the queue server gone (a proxy in front of it
-// cut). In each, mend run reads in binlog mode until the test stops it and
+// probe refuses the server), the queue server restarted with a binary-log
+// filter that leaves the queue schema out (local backend), the queue
+// server gone (a proxy in front of it cut). In each, mend run reads in binlog mode until the test stops it and
 // kills the reader's connection; the reader's process then says so
 // (mend_binlog_failures_total by the way's reason, mend_binlog_reader_state
 // retrying, the position's age while retrying, no lag), and the series
 // every replica reads from mend's database, once the position is old (its
 // save moved 20 minutes back: the test cannot wait), fire
 // MendBinlogNotReading when promtool evaluates the shipped rule on them
-// (and do not beside a term of 10 minutes: the evaluation's negative
-// control); mend status says it pages. A binary-log filter leaving the
-// queue schema out is the fourth way of issue 55, once the reader checks
-// filters (binlog/).
+// (and do not on a position saved 20 s ago: the evaluation's negative
+// control); mend status says it pages.
 func TestBinlogStopPages(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
@@ -368,6 +395,24 @@ func TestBinlogStopPages(t *testing.T) {
 			return x, x.queueDB.DSN, func() {
 				srv.SetGlobal(t, "binlog_row_image", "'MINIMAL'")
 				killDump(t, x.queueDB.SQL(t), "")
+			}
+		}},
+		{"log filtered", binlog.FailSetting, func(t *testing.T) (*wakeWorld, string, func()) {
+			srv := mysqltest.StartPrivate(t)
+			if srv.Backend() != testserver.BackendLocal {
+				t.Skip("restarting the queue server with --binlog-do-db needs a local server process (MEND_TEST_BACKEND=local; CI's local job runs it)")
+			}
+			x := &wakeWorld{mendDB: mysqltest.NewDB(t, migrations.Up), appDB: mysqltest.NewDB(t, onDSN(sqtest.CreateApp)),
+				queueDB: mysqltest.NewDBOn(t, srv, onDSN(sqtest.CreateQueue))}
+			x.w = sqtest.World{App: x.appDB.SQL(t), Queue: x.queueDB.SQL(t)}
+			seedBinlogWorld(t, x)
+			return x, x.queueDB.DSN, func() {
+				// The operator restarts the queue server with a filter that
+				// leaves the queue schema out: the reader's stream breaks,
+				// and every later term finds the filter.
+				if err := srv.RestartWith(t.Context(), "--binlog-do-db=some_other_schema"); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}},
 		{"queue server gone", binlog.FailConnect, func(t *testing.T) (*wakeWorld, string, func()) {
@@ -466,8 +511,8 @@ func TestBinlogStopPages(t *testing.T) {
 			if fired, out := notReadingFires(t, promtool, x.queueDB.Name, savedAge, termAge); !fired {
 				t.Errorf("MendBinlogNotReading does not fire on saved age %s, term %s:\n%s", savedAge, termAge, out)
 			}
-			if fired, _ := notReadingFires(t, promtool, x.queueDB.Name, savedAge, "600"); fired {
-				t.Errorf("MendBinlogNotReading fires on saved age %s beside a term of 10 minutes", savedAge)
+			if fired, _ := notReadingFires(t, promtool, x.queueDB.Name, "20", termAge); fired {
+				t.Errorf("MendBinlogNotReading fires on a position saved 20 s ago (term %s)", termAge)
 			}
 			mustMatch(t, "status", opsMust(t, "status", "--dsn", x.mendDB.DSN).stdout,
 				`(?m)^"`+src+`": not read for 20m\S*: .*MendBinlogNotReading pages now`)

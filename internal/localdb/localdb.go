@@ -529,6 +529,25 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.startAndWait(ctx)
 }
 
+// RestartWith is Restart with the extra server options replaced by args
+// (Config.Args): the same data, port and usual options, configured anew,
+// as an operator restarting a server with a changed config file does.
+func (s *Server) RestartWith(ctx context.Context, args ...string) error {
+	_, portText, err := net.SplitHostPort(s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("localdb: the server's address %q: %w", s.cfg.Addr, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return fmt.Errorf("localdb: the server's port %q: %w", portText, err)
+	}
+	s.mu.Lock()
+	s.extra = append([]string(nil), args...)
+	s.args = s.startArgs(port)
+	s.mu.Unlock()
+	return s.Restart(ctx)
+}
+
 // Crash returns an error describing an exit of the server process that the caller did not
 // cause (the first one, with the tail of its logs), or nil if there was none.
 func (s *Server) Crash() error {

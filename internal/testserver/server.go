@@ -284,6 +284,19 @@ func (s *Server) Restart(ctx context.Context) error {
 	return ErrNotOwned
 }
 
+// ErrNotLocal is RestartWith's answer for a server that is not a local
+// process (a container's command is fixed when it is created).
+var ErrNotLocal = errors.New("testserver: restarting with other server options needs a local server process (MEND_TEST_BACKEND=local)")
+
+// RestartWith restarts a local server with its extra options replaced by
+// args (Choice.Args), on the same data and address.
+func (s *Server) RestartWith(ctx context.Context, args ...string) error {
+	if s.local == nil {
+		return ErrNotLocal
+	}
+	return s.local.RestartWith(ctx, args...)
+}
+
 // Running reports whether an owned server is up (it may be paused); an
 // EnvDSN server is always taken to be running.
 func (s *Server) Running() bool {
