@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,7 +66,10 @@ type Config struct {
 	WakeTopicUnjoined bool
 	// SubscriptionGroup is the consumer group of a mend subscription on
 	// the queue database, if one runs (mend run --queue-dsn does): its
-	// reads do not count as the host reading WakeTopic. Empty means
+	// reads do not count as the host reading WakeTopic. With a
+	// Subscription, its Group wins when set, and this is the group only
+	// while Subscription.Group is empty; Config() reports the group in use
+	// in both fields. Empty (and no Subscription.Group) means
 	// subscribe.GroupDefault.
 	SubscriptionGroup string
 
@@ -116,9 +120,11 @@ type Config struct {
 // Subscription configures the Client's subscription (see package
 // subscribe). Every zero field means subscribe's default.
 type Subscription struct {
-	// Group is the consumer group in the host's queue_offsets. Empty
-	// means subscribe.GroupDefault ("mend"); Config.SubscriptionGroup is
-	// set from it.
+	// Group is the consumer group in the host's queue_offsets (offsets
+	// mode joins it; binlog mode leaves it). It is the more specific of
+	// the two group fields and wins when set: Config.SubscriptionGroup is
+	// then overridden by it. Empty means Config.SubscriptionGroup, and
+	// when that is empty too, subscribe.GroupDefault ("mend").
 	Group string
 	// Interval is the time between the subscription's passes. Zero means
 	// subscribe.PollIntervalDefault.
@@ -136,9 +142,14 @@ type Subscription struct {
 	// group, nothing of the host's held back), doctor.ModeOffsets joins
 	// the *_dlq topics as consumer group Group (package subscribe), and
 	// doctor.ModeAuto (or empty) picks binlog where every prerequisite
-	// holds (doctor.Binlog), else offsets. An explicit binlog mode whose
+	// holds (doctor.Binlog), else offsets. Auto is sticky: once the source
+	// has a saved binary-log position, it never falls back to offsets (a
+	// dead letter committed after that position and collected by the
+	// host's GC while offsets mode ran would never be recorded). An
+	// explicit binlog mode, or auto beside a saved position, whose
 	// prerequisites do not hold is refused: Open returns a
-	// *BinlogUnavailableError naming the first, with its fix.
+	// *BinlogUnavailableError naming the first, with its fix (and the
+	// saved position). Any other value is a *ConfigError.
 	Mode string
 	// BinlogServerID is the server_id binlog mode's reader registers
 	// with, unique in the host's topology. Zero means BinlogServerID(the
@@ -223,6 +234,11 @@ func (c Config) validate() error {
 			return fmt.Errorf("client: WakeTopic: %w", err)
 		}
 	}
+	if c.Subscription != nil {
+		if err := doctor.ValidateMode(c.Subscription.Mode); err != nil {
+			return fmt.Errorf("client: Subscription.Mode %w", err)
+		}
+	}
 	return nil
 }
 
@@ -292,6 +308,12 @@ type Client struct {
 	mode    string         // doctor.ModeBinlog or doctor.ModeOffsets with a subscription, else ""
 	modeWhy string
 
+	// life orders Start, Stop and Close: a Start after (or racing) Close
+	// starts nothing.
+	life struct {
+		sync.Mutex
+		closed bool
+	}
 	readerMu   sync.Mutex
 	readerStop context.CancelFunc
 	readerDone chan struct{}
@@ -489,23 +511,44 @@ func (c *Client) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyR
 	return c.intake.RecordMany(ctx, ds)
 }
 
+// ErrClosed is what Start returns on a Client that Close has closed (or
+// is closing): its pools are closed, so nothing is started.
+var ErrClosed = errors.New("client: closed")
+
 // Start runs the reconciler in the background, a pass every
 // Config.Interval, and the subscription when configured, until Stop, Close
 // or ctx ends. A worker that records inline needs a reconciler (this one
 // or a mend run elsewhere) for the repairs an inline try could not finish.
-// Returns an error if it is already running.
+// Returns an error if it is already running, and ErrClosed after (or
+// racing) Close; on any error it leaves nothing of its own running: what it
+// started before the failure is stopped again.
 func (c *Client) Start(ctx context.Context) error {
+	c.life.Lock()
+	defer c.life.Unlock()
+	if c.life.closed {
+		return ErrClosed
+	}
+	var started []func()
+	undo := func(err error) error {
+		for _, stop := range slices.Backward(started) {
+			stop()
+		}
+		return err
+	}
 	if c.sub != nil {
 		if err := c.sub.Start(ctx); err != nil {
 			return err
 		}
+		started = append(started, c.sub.Stop)
 	}
-	if err := c.startReader(ctx); err != nil {
-		return err
+	if c.reader != nil {
+		if err := c.startReader(ctx); err != nil {
+			return undo(err)
+		}
+		started = append(started, c.stopReader)
 	}
 	if err := c.rec.Start(ctx); err != nil {
-		c.stopSubscription()
-		return err
+		return undo(err)
 	}
 	return nil
 }
@@ -514,14 +557,29 @@ func (c *Client) Start(ctx context.Context) error {
 // taking queues, cancels runs in flight and waits until their leases are
 // released. Idempotent and safe before Start.
 func (c *Client) Stop() {
+	c.life.Lock()
+	defer c.life.Unlock()
+	c.stop()
+}
+
+// stop is Stop with c.life held.
+func (c *Client) stop() {
 	c.stopSubscription()
-	c.rec.Stop()
+	if c.rec != nil {
+		c.rec.Stop()
+	}
 }
 
 func (c *Client) stopSubscription() {
 	if c.sub != nil {
 		c.sub.Stop()
 	}
+	c.stopReader()
+}
+
+// stopReader stops the reader startReader started, if it runs, and waits
+// for it.
+func (c *Client) stopReader() {
 	c.readerMu.Lock()
 	stop, done := c.readerStop, c.readerDone
 	c.readerStop, c.readerDone = nil, nil
@@ -532,9 +590,9 @@ func (c *Client) stopSubscription() {
 	}
 }
 
-// startReader runs binlog mode's reader until Stop; an error it cannot
-// retry (a server that lost its binary log) is logged, and the reader
-// stays stopped (Status().Role "stopped", LastErr).
+// startReader runs binlog mode's reader until Stop. The reader retries
+// every failure itself (binlog.Reader.Run returns only when ctx ends); an
+// error it returns otherwise is logged.
 func (c *Client) startReader(ctx context.Context) error {
 	if c.reader == nil {
 		return nil
@@ -560,13 +618,18 @@ func (c *Client) startReader(ctx context.Context) error {
 // stats summed (mend run --once; see reconcile.Reconciler.Drain).
 func (c *Client) Drain(ctx context.Context) (reconcile.PassStats, error) { return c.rec.Drain(ctx) }
 
-// Close stops the reconciler and closes the databases. Record must not be
-// called after Close.
+// Close stops the reconciler and the subscription and closes the
+// databases; a Start racing it either runs before it (and is stopped by
+// it) or returns ErrClosed. Record must not be called after Close. A
+// second Close does nothing.
 func (c *Client) Close() error {
-	c.stopSubscription()
-	if c.rec != nil {
-		c.rec.Stop()
+	c.life.Lock()
+	defer c.life.Unlock()
+	if c.life.closed {
+		return nil
 	}
+	c.life.closed = true
+	c.stop()
 	var subErr error
 	if c.subDB != nil {
 		subErr = c.subDB.Close()

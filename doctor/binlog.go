@@ -29,6 +29,17 @@ const (
 	ModeOffsets = "offsets"
 )
 
+// ValidateMode refuses a subscribe mode other than ModeAuto, ModeBinlog,
+// ModeOffsets or "" (auto), naming the valid values: mend run's
+// --subscribe-mode and client.Subscription.Mode check through it.
+func ValidateMode(mode string) error {
+	switch mode {
+	case "", ModeAuto, ModeBinlog, ModeOffsets:
+		return nil
+	}
+	return fmt.Errorf("must be %s, %s or %s, got %q", ModeBinlog, ModeOffsets, ModeAuto, mode)
+}
+
 // BinlogParams are the binlog checks' inputs.
 type BinlogParams struct {
 	// DSN is mend's database (the position table, migration 0019).

@@ -78,10 +78,8 @@ func addSubscribeModeFlags(f *flags, c *subscribeConfig) {
 
 // checkMode checks --subscribe-mode and binlog mode's flags.
 func (c *subscribeConfig) checkMode() error {
-	switch c.Mode {
-	case "", doctor.ModeAuto, doctor.ModeBinlog, doctor.ModeOffsets:
-	default:
-		return usagef("--subscribe-mode must be binlog, offsets or auto, got %q", c.Mode)
+	if err := doctor.ValidateMode(c.Mode); err != nil {
+		return usagef("--subscribe-mode %v", err)
 	}
 	if c.BinlogSource != "" {
 		if err := mend.ValidateIdentity("queue", binlog.LeaseName(c.BinlogSource), true); err != nil {
