@@ -159,6 +159,13 @@ type Subscription struct {
 	// across a failover of the host's primary. Empty means the queue
 	// database's schema name.
 	BinlogSource string
+	// Once: the Client serves one bounded run (mend run --once) instead of
+	// Start. Auto mode then picks binlog mode only where the source has a
+	// saved position (the run reads the log to its end, CatchUpBinlog, and
+	// never joins the consumer group), else offsets (the run drains
+	// Subscriber()); an explicit binlog mode runs CatchUpBinlog, whose
+	// first read starts the source as Start's reader would.
+	Once bool
 }
 
 // BinlogServerID is the server_id binlog mode's reader registers with by
@@ -169,16 +176,31 @@ func BinlogServerID(holder string) uint32 { return binlog.ServerIDFor(holder) }
 // mode is asked for and one of its prerequisites does not hold.
 var ErrBinlogUnavailable = errors.New("client: binlog mode cannot run")
 
-// BinlogUnavailableError is binlog mode asked for (Subscription.Mode) on a
-// queue database, or a schema, that does not allow it. Nothing was left
-// open.
+// BinlogUnavailableError is binlog mode asked for (Subscription.Mode), or
+// auto mode beside a saved binary-log position, on a queue database, or a
+// schema, that does not allow it. Nothing was left open.
 type BinlogUnavailableError struct {
 	// Why is the first prerequisite that fails, with its fix.
 	Why string
+	// Target is where that check ran: the queue database ("--queue-dsn
+	// addr/db as user"), or "" for mend's own database.
+	Target string
+	// Source and Saved are the source's saved position when one exists
+	// (Saved nil otherwise): auto mode never falls back to offsets beside
+	// it (doctor.StickyDetail).
+	Source string
+	Saved  *storage.BinlogPosition
 }
 
 func (e *BinlogUnavailableError) Error() string {
-	return fmt.Sprintf("%v: %s; or run --subscribe-mode offsets (mend doctor lists every binlog check)", ErrBinlogUnavailable, e.Why)
+	on := ""
+	if e.Target != "" {
+		on = " on " + e.Target
+	}
+	if e.Saved != nil {
+		return fmt.Sprintf("%v%s: %s (fix: %s; mend doctor lists every binlog check)", ErrBinlogUnavailable, on, doctor.StickyDetail(e.Source, *e.Saved, e.Why), doctor.StickyFix)
+	}
+	return fmt.Sprintf("%v%s: %s; or run --subscribe-mode offsets (mend doctor lists every binlog check)", ErrBinlogUnavailable, on, e.Why)
 }
 
 // Unwrap makes errors.Is(err, ErrBinlogUnavailable) hold.
@@ -279,7 +301,7 @@ func CheckParams(cfg Config) doctor.Params {
 	if c.Subscription != nil {
 		sc := c.Subscription
 		p.Subscription = &doctor.SubscriptionParams{Group: sc.Group, WarnAge: doctor.LagWarnDefault, Settle: sc.Settle,
-			Mode: sc.Mode, DSN: c.DSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource}
+			Mode: sc.Mode, DSN: c.DSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource, Once: sc.Once}
 	}
 	return p
 }
@@ -393,7 +415,8 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 // chooseMode resolves the subscription's mode (see Subscription.Mode) and
-// says why.
+// says why. Auto is sticky: beside a saved position of the source it
+// refuses, as an explicit binlog mode does, rather than run offsets.
 func chooseMode(ctx context.Context, c Config) (mode, why string, err error) {
 	sc := c.Subscription
 	if sc.Mode == doctor.ModeOffsets {
@@ -401,14 +424,18 @@ func chooseMode(ctx context.Context, c Config) (mode, why string, err error) {
 	}
 	r := doctor.Binlog(ctx, doctor.BinlogParams{DSN: c.DSN, QueueDSN: c.QueueDSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource, Starting: true})
 	switch {
-	case sc.Mode == doctor.ModeBinlog && !r.Ready:
-		return "", "", &BinlogUnavailableError{Why: r.Why}
+	case !r.Ready && (sc.Mode == doctor.ModeBinlog || r.Saved != nil):
+		return "", "", &BinlogUnavailableError{Why: r.Why, Target: r.WhyTarget, Source: r.Source, Saved: r.Saved}
 	case sc.Mode == doctor.ModeBinlog:
 		return doctor.ModeBinlog, "asked for (--subscribe-mode binlog); every prerequisite holds", nil
+	case sc.Once && r.Saved == nil:
+		return doctor.ModeOffsets, "auto with --once: no binary-log position is saved for the source, so offsets (drained)", nil
+	case r.Ready && sc.Once:
+		return doctor.ModeBinlog, "auto with --once: the source has a saved binary-log position (" + doctor.DescribePosition(*r.Saved) + "); the run reads the log from it to its end", nil
 	case r.Ready:
 		return doctor.ModeBinlog, "auto: every prerequisite of binlog mode holds (binary log on, ROW, FULL images, REPLICATION SLAVE and CLIENT, migration 0019)", nil
 	}
-	return doctor.ModeOffsets, "auto: binlog mode needs " + r.Why, nil
+	return doctor.ModeOffsets, "auto: binlog mode cannot run here (" + r.Why + ") and no binary-log position is saved, so offsets", nil
 }
 
 // openBinlog wires binlog mode's reader: it records through mend's store
@@ -612,6 +639,27 @@ func (c *Client) startReader(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// CatchUpBinlog is binlog mode's bounded read, for a run that does not
+// Start (Subscription.Once; see binlog.Reader.CatchUp): under the reader's
+// lease it records the dead letters committed from the saved position to
+// the log's end as the server has it now, saves the position and releases
+// the lease. It joins no consumer group. Returns an error matching
+// mend.ErrLeaseHeld, having read nothing, while another replica holds the
+// reader's lease (that replica reads: intake is its job); ErrClosed after
+// Close; an error when the Client is not in binlog mode.
+func (c *Client) CatchUpBinlog(ctx context.Context) (binlog.CatchUpResult, error) {
+	c.life.Lock()
+	closed := c.life.closed
+	c.life.Unlock()
+	switch {
+	case closed:
+		return binlog.CatchUpResult{}, ErrClosed
+	case c.reader == nil:
+		return binlog.CatchUpResult{}, errors.New("client: CatchUpBinlog: the subscription is not in binlog mode")
+	}
+	return c.reader.CatchUp(ctx)
 }
 
 // Drain runs passes until no queue has work due now and returns their

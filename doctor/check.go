@@ -29,6 +29,10 @@ type Check struct {
 	Status Status `json:"status"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
+	// Target is where the check ran when that is not mend's own database
+	// (the queue database's "--queue-dsn addr/db as user"): a refusal
+	// names it, so the DSN and user to fix are the ones checked.
+	Target string `json:"target,omitempty"`
 }
 
 // Params are what the checks look at: the databases and settings a mend
@@ -95,7 +99,9 @@ var ErrRefused = errors.New("refusing to start")
 // naming the first failed check, its detail and its fix, so the last line
 // of a refused start says what to fix.
 type RefusedError struct {
-	// Target is where the checks ran ("addr/database as user").
+	// Target is where the checks ran ("addr/database as user", mend's
+	// database); the message names the first failed check's own Target
+	// instead when it has one.
 	Target string
 	// Failed are the checks that failed, at least one, in order.
 	Failed []Check
@@ -111,7 +117,7 @@ func (e *RefusedError) Error() string {
 	if len(e.Failed) > 1 {
 		more = fmt.Sprintf(" and %d more", len(e.Failed)-1)
 	}
-	return fmt.Sprintf("%v: doctor check failed on %s: %s%s; mend doctor with the same flags lists them all", ErrRefused, e.Target, line, more)
+	return fmt.Sprintf("%v: doctor check failed on %s: %s%s; mend doctor with the same flags lists them all", ErrRefused, cmp.Or(first.Target, e.Target), line, more)
 }
 
 // Unwrap makes errors.Is(err, ErrRefused) hold.
