@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +25,14 @@ import (
 	"github.com/mendq/mend/subscribe"
 )
 
-func TestMain(m *testing.M) { mysqltest.Main(m, func() error { return goleak.Find() }) }
+func TestMain(m *testing.M) {
+	// A planted variant for the whole run: TestPlantedBugsFailTheirTests
+	// runs a named test of this binary with one, which must fail.
+	if p := os.Getenv(envPlant); p != "" {
+		binlog.Plant(p)
+	}
+	mysqltest.Main(m, func() error { return goleak.Find() })
+}
 
 var (
 	_ binlog.Recorder = (*dlq.Intake)(nil)

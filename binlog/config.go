@@ -36,6 +36,11 @@ const (
 	// transactions without dead letters stream past (a position after
 	// recorded rows is saved at once).
 	SaveIntervalDefault = time.Second
+	// RefreshIntervalDefault is how often a reader that is caught up, with
+	// nothing new to save, writes its position again: the row's age (by
+	// the database clock) then says whether anyone reads, which every
+	// replica exports and the shipped alert reads.
+	RefreshIntervalDefault = 30 * time.Second
 	// HeartbeatDefault is the period the server sends heartbeats at when
 	// it has nothing to send: a heartbeat says the reader is caught up.
 	HeartbeatDefault = time.Second
@@ -108,8 +113,10 @@ type Config struct {
 	Concurrency   int
 	FlushInterval time.Duration
 	SaveInterval  time.Duration
-	Heartbeat     time.Duration
-	StandbyPoll   time.Duration
+	// RefreshInterval: see RefreshIntervalDefault.
+	RefreshInterval time.Duration
+	Heartbeat       time.Duration
+	StandbyPoll     time.Duration
 	// ParkAfter is how many times in a row recording may fail at one row
 	// for a reason that may pass before the row is parked as a stand-in
 	// (subscribe.ParkAfterDefault).
@@ -148,6 +155,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SaveInterval == 0 {
 		c.SaveInterval = SaveIntervalDefault
+	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = RefreshIntervalDefault
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = HeartbeatDefault
@@ -188,7 +198,7 @@ func (c Config) validate() error {
 		return bad("BatchRows %d is outside 1..%d", c.BatchRows, subscribe.PageSizeLimit)
 	case c.Concurrency < 1 || c.Concurrency > 64:
 		return bad("Concurrency %d is outside 1..64", c.Concurrency)
-	case c.FlushInterval < 0 || c.SaveInterval < 0 || c.Heartbeat < 0 || c.StandbyPoll < 0 || c.ParkAfter < 0:
+	case c.FlushInterval < 0 || c.SaveInterval < 0 || c.RefreshInterval < 0 || c.Heartbeat < 0 || c.StandbyPoll < 0 || c.ParkAfter < 0:
 		return bad("intervals and ParkAfter must not be negative")
 	case c.Heartbeat > 0 && c.Heartbeat < 10*time.Millisecond:
 		return bad("Heartbeat %v is under 10ms", c.Heartbeat)

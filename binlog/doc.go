@@ -40,7 +40,12 @@
 // read. On the same server the reader resumes by file and offset; on
 // another (the host's primary failed over) by the GTID set. Without GTIDs
 // a file and offset of another server mean nothing: the reader refuses to
-// guess and starts over.
+// guess and starts over. MySQL's set keeps tagged GTIDs (8.3+,
+// uuid:tag:n), so a resume never asks again for tagged transactions the
+// server purged; MariaDB's is its connect state, one GTID per domain (the
+// last committed there, whichever server_id wrote it), as the server
+// accepts it (two server_ids in a domain, from a primary that once
+// replicated another, are refused with ERROR 1943).
 //
 // Starting over (a reset: the first start, a saved position the server has
 // purged, a failover without GTIDs, a change of flavor) reads the start of
@@ -54,8 +59,52 @@
 //
 // # What it needs of the server
 //
-// log_bin, binlog_format=ROW, binlog_row_image=FULL (Server.Problems says
-// the fix for each); binlog_row_metadata=FULL advised; REPLICATION SLAVE
-// and REPLICATION CLIENT for mend's queue user; a TCP address in the queue
-// DSN. It needs no PROCESS and writes nothing on the host.
+// log_bin, binlog_format=ROW, binlog_row_image=FULL, and no binlog-do-db
+// or binlog-ignore-db leaving the queue schema out (Server.Problems says
+// the fix for each; doctor and auto mode read the same list);
+// binlog_row_metadata=FULL advised; REPLICATION SLAVE and REPLICATION
+// CLIENT for mend's queue user. The queue DSN may name a TCP address or a
+// Unix socket. Schema and table names are compared as the server compares
+// them (lower_case_table_names). The replication connection takes the user,
+// password and TLS files as every pool does at a connect
+// (mysqlx.Current): a secret rotated through a DSN file is used at the
+// next connect, with no restart. It needs no PROCESS and writes nothing on
+// the host.
+//
+// # The invariant: never stopped in silence
+//
+// While a process runs a Reader, either a replica is reading the source or
+// something says it is not. No path ends Run after New but ctx: a server
+// without its binary log, a setting flipped for a moment, a refused
+// password, a GTID state the server rejects, mend's store down, a lease
+// lost, each ends the term only. The failure is counted by FailureReason
+// (Status.Failures, Hooks.OnFailed: mend_binlog_failures_total), the
+// reader's role is RoleRetrying until a later term saves a position
+// (Status.FailingSince), and the next term starts after a pause doubling up
+// to a minute. A reader that reads saves its position at least every
+// RefreshInterval, even with nothing new (a heartbeat), so the saved row's
+// age by the database clock, exported by every replica, grows only while
+// nobody reads, and the shipped page alert fires on it. A dead letter whose
+// recording keeps failing for a reason that may pass is counted across
+// terms (per source identity) and parked after ParkAfter failures in a row,
+// so one row never holds every later one back.
+//
+//	         TryAcquire
+//	standby ───────────▶ reader ──(term ends: failure)──▶ retrying
+//	   ▲                  │  ▲                               │
+//	   └── lease held ────┘  └──────── backoff, TryAcquire ──┘
+//	        by another             (Run returns only on ctx: stopped)
+//
+// Each way a term was once lost for good, or a row was skipped, has a
+// scenario in paths_test.go with the broken reader planted as its negative
+// control (binlog.Plant): returnOnProblem, parkCountPerTerm, parkOneLate,
+// noParkDefault, staleCredentials, exactSchemaName, anySchema,
+// ignoreFilters, gtidPerServer, dropTags, gtidFrozen.
+//
+// # Once
+//
+// CatchUp is mend run --once's intake: under the same lease, it reads from
+// the saved position to the end of the log as it was when it began, saves,
+// and returns; beside a reading replica it leaves intake to it
+// (mend.ErrLeaseHeld). It never joins a consumer group.
 package binlog

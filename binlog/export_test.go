@@ -6,7 +6,11 @@ func Plant(name string) (undo func()) {
 	flags := map[string]*bool{"saveBeforeRecord": &planted.saveBeforeRecord, "dropOnFailure": &planted.dropOnFailure,
 		"startAtEnd": &planted.startAtEnd, "recordRollbacks": &planted.recordRollbacks, "saveMidTransaction": &planted.saveMidTransaction,
 		"offsetWatermark": &planted.offsetWatermark, "resumeFromRead": &planted.resumeFromRead,
-		"parkCountPerTerm": &planted.parkCountPerTerm, "parkOneLate": &planted.parkOneLate, "noParkDefault": &planted.noParkDefault, "returnOnProblem": &planted.returnOnProblem}
+		"parkCountPerTerm": &planted.parkCountPerTerm, "parkOneLate": &planted.parkOneLate, "noParkDefault": &planted.noParkDefault, "staleCredentials": &planted.staleCredentials,
+		"exactSchemaName": &planted.exactSchemaName, "anySchema": &planted.anySchema, "ignoreFilters": &planted.ignoreFilters,
+		"gtidPerServer": &planted.gtidPerServer, "dropTags": &planted.dropTags, "gtidFrozen": &planted.gtidFrozen,
+		"saveWhilePending": &planted.saveWhilePending, "skipProblems": &planted.skipProblems,
+		"resumeFileAnywhere": &planted.resumeFileAnywhere, "everyResetPurged": &planted.everyResetPurged, "flushDeadlineSlides": &planted.flushDeadlineSlides, "returnOnProblem": &planted.returnOnProblem}
 	f, ok := flags[name]
 	if !ok {
 		panic("binlog: no planted variant " + name)

@@ -21,6 +21,7 @@ import (
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
@@ -150,6 +151,9 @@ func (r *Reader) Run(ctx context.Context) error {
 			continue
 		}
 		r.failed(ctx, err)
+		if planted.returnOnProblem && errors.Is(err, errNoBinlog) {
+			return err
+		}
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, time.Minute)
 	}
@@ -204,10 +208,17 @@ type term struct {
 	flushDue time.Time
 	columns  map[uint64][]string
 	left     bool // the offset group was left this term (Config.LeaveGroup)
+	// catchUp ends the term once it has read to end (CatchUp), the
+	// position the server's log had reached when the term began; from and
+	// resetWhy say where it started and why it started over, if it did.
+	catchUp  bool
+	end      storage.BinlogPosition
+	from     storage.BinlogPosition
+	resetWhy string
 	inTxn    bool
 	txnRows  []dlq.Row
 	txnGTID  func() // adds the open transaction's GTID to read's set
-	mysqlSet *gomysql.MysqlGTIDSet
+	mysqlSet *mysqlSet
 	mariaSet *gomysql.MariadbGTIDSet
 
 	watermark map[string]uint64 // planted.offsetWatermark only
@@ -215,6 +226,11 @@ type term struct {
 
 // lead is one lease term.
 func (r *Reader) lead(ctx context.Context, le *fence.Lease, saved *bool) error {
+	return r.leadWith(ctx, le, saved, nil)
+}
+
+// leadWith is lead with the term set up by setup first (CatchUp's).
+func (r *Reader) leadWith(ctx context.Context, le *fence.Lease, saved *bool, setup func(*term)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -231,6 +247,9 @@ func (r *Reader) lead(ctx context.Context, le *fence.Lease, saved *bool) error {
 	defer dl.Close()
 	t := &term{r: r, lease: le, db: dl.DB(), dl: dl, columns: map[uint64][]string{}, saved: saved,
 		watermark: map[string]uint64{}}
+	if setup != nil {
+		setup(t)
+	}
 	err = t.run(ctx)
 	if planted.resumeFromRead {
 		r.lastRead = t.read
@@ -250,10 +269,11 @@ func (t *term) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if p := srv.Problems(); len(p) > 0 {
+	if p := srv.Problems(r.cfg.Server.DBName); len(p) > 0 && !planted.skipProblems {
 		return fmt.Errorf("%w: %s", errNoBinlog, p[0])
 	}
 	t.srv = srv
+	t.end = storage.BinlogPosition{File: srv.Current, Pos: srv.End}
 	r.setStatus(func(s *Status) { s.Retention = srv.Retention })
 	saved, err := r.cfg.Store.BinlogPositionGet(ctx, LeaseName(r.cfg.Source))
 	switch {
@@ -265,7 +285,7 @@ func (t *term) run(ctx context.Context) error {
 	if planted.resumeFromRead && r.lastRead.File != "" {
 		saved.File, saved.Pos, saved.GTIDSet = r.lastRead.File, r.lastRead.Pos, ""
 	}
-	t.pos = saved
+	t.pos, t.from = saved, saved
 	r.setStatus(func(s *Status) { s.Position = saved })
 	if reason, purged := t.resumable(saved); reason != "" {
 		return t.reset(ctx, reason, purged)
@@ -284,7 +304,7 @@ func (t *term) resumable(p storage.BinlogPosition) (string, bool) {
 	switch {
 	case p.Flavor != srv.Flavor:
 		return fmt.Sprintf("%s: the position was saved on %s, the server is %s", ResetFlavor, p.Flavor, srv.Flavor), false
-	case p.ServerUUID == srv.Identity && p.File != "":
+	case (p.ServerUUID == srv.Identity || planted.resumeFileAnywhere) && p.File != "":
 		if !srv.Has(p.File) {
 			return fmt.Sprintf("%s: the server no longer has %s (its oldest is %s)", ResetPurged, p.File, first(srv.Files)), true
 		}
@@ -309,17 +329,7 @@ func first(ss []string) string {
 
 // gtidContains reports whether set contains sub (both in flavor's syntax);
 // false when either does not parse.
-func gtidContains(flavor, set, sub string) bool {
-	a, err := gomysql.ParseGTIDSet(flavor, set)
-	if err != nil {
-		return false
-	}
-	b, err := gomysql.ParseGTIDSet(flavor, sub)
-	if err != nil {
-		return false
-	}
-	return a.Contain(b)
-}
+func gtidContains(flavor, set, sub string) bool { return GTIDContains(flavor, set, sub) }
 
 // isPurged reports the server's answer to a dump from a position it no
 // longer has (ER_MASTER_FATAL_ERROR_READING_BINLOG).
@@ -344,6 +354,9 @@ func (t *term) reset(ctx context.Context, reason string, purged bool) error {
 	t.srv = srv
 	if srv.Current == "" {
 		return fmt.Errorf("%w: the server lists no binary log file", errNoBinlog)
+	}
+	if planted.everyResetPurged {
+		purged = true
 	}
 	if purged {
 		r.log.ErrorContext(ctx, "binlog reader: the saved position is gone from the server's binary log; dead letters committed and collected while mend was behind are lost. Importing what the tables hold, then reading on",
@@ -373,7 +386,7 @@ func (t *term) reset(ctx context.Context, reason string, purged bool) error {
 	// The GTID set at the file's start comes with the stream (its
 	// Previous_gtids or Gtid_list event); the position is saved once the
 	// stream has read it.
-	t.pos = start
+	t.pos, t.from, t.resetWhy = start, start, reason
 	return t.stream(ctx, start)
 }
 
@@ -538,29 +551,52 @@ func (t *term) park(ctx context.Context, row dlq.Row, cause error) error {
 	return nil
 }
 
-// syncerConfig is the replication connection's configuration.
+// syncerConfig is the replication connection's configuration, built anew
+// for every connect: the user, password and TLS files are read as every
+// pool reads them at a connect (mysqlx.Current), so a rotated secret is
+// used without a restart. The address is the DSN's, TCP or a Unix socket.
 func (t *term) syncerConfig() (replication.BinlogSyncerConfig, error) {
-	c := t.r.cfg.Server
-	hostname, portText, err := net.SplitHostPort(c.Addr)
-	if err != nil || c.Net == "unix" {
-		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: binlog mode needs a TCP address in the queue database DSN (tcp(host:port)), not %s(%s)", ErrConfig, c.Net, c.Addr)
+	c := mysqlx.Current(t.r.cfg.Server)
+	if planted.staleCredentials {
+		c = t.r.cfg.Server
 	}
-	port, err := strconv.ParseUint(portText, 10, 16)
-	if err != nil {
-		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: the queue database port %q: %v", ErrConfig, portText, err)
+	network, addr := c.Net, c.Addr
+	var hostname string
+	var port uint64
+	switch network {
+	case "unix":
+		hostname = addr
+	case "tcp", "tcp4", "tcp6", "":
+		network = "tcp"
+		h, portText, err := net.SplitHostPort(addr)
+		if err != nil {
+			return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: the queue database address %q: %v", ErrConfig, addr, err)
+		}
+		if port, err = strconv.ParseUint(portText, 10, 16); err != nil {
+			return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: the queue database port %q: %v", ErrConfig, portText, err)
+		}
+		hostname = h
+	default:
+		return replication.BinlogSyncerConfig{}, fmt.Errorf("%w: the queue database DSN's network %q: binlog mode reads over tcp(host:port) or unix(/path/to/socket)", ErrConfig, network)
 	}
 	var tlsCfg *tls.Config
 	if c.TLS != nil {
 		tlsCfg = c.TLS.Clone()
 	}
 	return replication.BinlogSyncerConfig{
-		ServerID:         t.r.cfg.ServerID,
-		Flavor:           t.srv.Flavor,
-		Host:             hostname,
-		Port:             uint16(port),
-		User:             c.User,
-		Password:         c.Passwd,
-		TLSConfig:        tlsCfg,
+		ServerID:  t.r.cfg.ServerID,
+		Flavor:    t.srv.Flavor,
+		Host:      hostname,
+		Port:      uint16(port),
+		User:      c.User,
+		Password:  c.Passwd,
+		TLSConfig: tlsCfg,
+		// The DSN's own network, whatever the address looks like (go-mysql
+		// would guess it from a slash).
+		Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
 		HeartbeatPeriod:  t.r.cfg.Heartbeat,
 		ReadTimeout:      3*t.r.cfg.Heartbeat + 10*time.Second,
 		DisableRetrySync: true,
@@ -598,5 +634,40 @@ type CatchUpResult struct {
 // its job); any other error is a failed read, counted as Run counts them,
 // with the position left where it was.
 func (r *Reader) CatchUp(ctx context.Context) (CatchUpResult, error) {
-	return CatchUpResult{}, errors.New("binlog: CatchUp: not implemented yet")
+	var res CatchUpResult
+	le, err := r.cfg.Fence.TryAcquire(ctx, LeaseName(r.cfg.Source))
+	if errors.Is(err, mend.ErrLeaseHeld) {
+		return res, fmt.Errorf("binlog: another replica reads %s: %w", r.cfg.Source, err)
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: take the reader's lease: %w", errStore, err)
+		r.failed(ctx, err)
+		return res, err
+	}
+	defer func() {
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = le.Release(relCtx)
+		cancel()
+		r.setStatus(func(s *Status) { s.Role = RoleStopped })
+	}()
+	before := r.Status()
+	r.setStatus(func(s *Status) { s.Role = RoleReader })
+	saved := false
+	var t *term
+	err = r.leadWith(ctx, le, &saved, func(tm *term) { tm.catchUp, t = true, tm })
+	if errors.Is(err, errCaughtUp) {
+		err = nil
+	}
+	after := r.Status()
+	res.Recorded, res.Parked = after.Recorded-before.Recorded, after.Parked-before.Parked
+	if t != nil {
+		res.From, res.To, res.Reset = t.from, t.pos, t.resetWhy
+	}
+	if err != nil {
+		r.failed(ctx, err)
+	}
+	return res, err
 }
+
+// errCaughtUp ends a CatchUp's term once it has read to its end.
+var errCaughtUp = errors.New("binlog: caught up")

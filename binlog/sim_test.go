@@ -30,6 +30,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/go-sql-driver/mysql"
@@ -73,6 +74,7 @@ type simWorld struct {
 	problems  []string
 	storeBad  bool
 	recordBad bool
+	clock     time.Time // the reader's clock, moved on every step
 	mu        sync.Mutex
 }
 
@@ -242,7 +244,9 @@ func (simParker) RecordCreate(context.Context, mend.CreateParams) (mend.Record, 
 func simulate(seed uint64, steps int) []string {
 	w := &simWorld{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), file: 1, size: 4, tables: map[string]bool{}, commitAt: map[string]int{},
 		rolled: map[string]bool{}, recorded: map[string]bool{}, lossOK: map[string]bool{}}
-	cfg := Config{Server: &mysql.Config{DBName: simDB}, Intake: simRecorder{w}, Parker: simParker{}, Store: simStore{w}, BatchRows: 4, Log: slog.New(slog.DiscardHandler)}.withDefaults()
+	w.clock = time.Unix(1_760_000_000, 0)
+	cfg := Config{Server: &mysql.Config{DBName: simDB}, Intake: simRecorder{w}, Parker: simParker{}, Store: simStore{w}, BatchRows: 4, Concurrency: 1,
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return w.clock }}.withDefaults()
 	r := &Reader{cfg: cfg, log: cfg.Log, failures: map[mend.SourceID]int{}}
 	ctx := context.Background()
 	var t *term
@@ -297,6 +301,7 @@ func simulate(seed uint64, steps int) []string {
 		t.pos, t.read = p, p
 	}
 	for range steps {
+		w.clock = w.clock.Add(300 * time.Millisecond)
 		switch x := w.rng.IntN(20); {
 		case x < 6:
 			w.host()
@@ -330,7 +335,9 @@ func simulate(seed uint64, steps int) []string {
 					w.fail("handle: %v", err)
 				}
 				next++
-				if len(t.pending) >= cfg.BatchRows && t.flush(ctx) != nil {
+				// The stream's step after an event: a full batch recorded,
+				// the position saved now and then.
+				if t.after(ctx, false) != nil {
 					t = nil
 				}
 				continue
@@ -405,6 +412,7 @@ func TestSimulationFindsPlantedBugs(t *testing.T) {
 		{"a failed batch dropped", &planted.dropOnFailure},
 		{"a position saved mid-transaction (an event skipped after a takeover)", &planted.saveMidTransaction},
 		{"a logged ROLLBACK taken for a commit", &planted.recordRollbacks},
+		{"the periodic save taken while read dead letters wait to be recorded", &planted.saveWhilePending},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			*c.flag = true

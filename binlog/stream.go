@@ -35,7 +35,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 	t.read = p
 	t.read.Flavor = t.srv.Flavor
 	t.mysqlSet, t.mariaSet = nil, nil
-	byFile := p.ServerUUID == t.srv.Identity && p.File != ""
+	byFile := (p.ServerUUID == t.srv.Identity || planted.resumeFileAnywhere) && p.File != ""
 	if p.GTIDSet != "" {
 		if err := t.parseSet(p.GTIDSet); err != nil {
 			return err
@@ -58,7 +58,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 		streamer, err = syncer.StartSyncGTID(set.Clone())
 	}
 	if err != nil {
-		return fmt.Errorf("binlog: start reading the binary log at %s: %w", describe(p), err)
+		return fmt.Errorf("%w: start reading the binary log at %s: %w", errConnect, describe(p), err)
 	}
 	r.log.InfoContext(ctx, "binlog reader: reading", "from", describe(p), "server", t.srv.Identity, "flavor", t.srv.Flavor, "server_id", cfg.ServerID)
 	t.savedAt = r.cfg.Now()
@@ -83,22 +83,44 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 			}
 			continue
 		default:
-			return fmt.Errorf("binlog: read the binary log after %s: %w", describe(t.read), err)
+			return fmt.Errorf("%w: read the binary log after %s: %w", errConnect, describe(t.read), err)
 		}
 		if err := t.handle(ctx, ev, false); err != nil {
 			return err
 		}
-		if len(t.pending) >= r.cfg.BatchRows*r.cfg.Concurrency {
-			if err := t.flush(ctx); err != nil {
-				return err
-			}
-		}
-		if len(t.pending) == 0 && !t.inTxn && t.read.File != "" && r.cfg.Now().Sub(t.savedAt) >= r.cfg.SaveInterval && t.moved() {
-			if err := t.save(ctx); err != nil {
-				return err
-			}
+		heartbeat := ev.Header.EventType == replication.HEARTBEAT_EVENT || ev.Header.EventType == replication.HEARTBEAT_LOG_EVENT_V2
+		if err := t.after(ctx, heartbeat); err != nil {
+			return err
 		}
 	}
+}
+
+// after is the step after each event handled (heartbeat: a server's
+// heartbeat, it has nothing more to send now): a full batch is recorded; a
+// CatchUp that has read to its end records, saves and ends
+// (errCaughtUp); and with nothing pending and no transaction open, the
+// position is saved every SaveInterval while it moves, and every
+// RefreshInterval on a heartbeat while it does not. A position is never
+// saved while dead letters read before it wait to be recorded.
+func (t *term) after(ctx context.Context, heartbeat bool) error {
+	r := t.r
+	if len(t.pending) >= r.cfg.BatchRows*r.cfg.Concurrency {
+		if err := t.flush(ctx); err != nil {
+			return err
+		}
+	}
+	if t.catchUp && !t.inTxn && (t.reached() || heartbeat) {
+		if err := t.flush(ctx); err != nil {
+			return err
+		}
+		return errCaughtUp
+	}
+	since := r.cfg.Now().Sub(t.savedAt)
+	idle := (len(t.pending) == 0 || planted.saveWhilePending) && !t.inTxn
+	if idle && t.read.File != "" && (since >= r.cfg.SaveInterval && t.moved() || heartbeat && since >= r.cfg.RefreshInterval) {
+		return t.save(ctx)
+	}
+	return nil
 }
 
 func describe(p storage.BinlogPosition) string {
@@ -109,12 +131,12 @@ func describe(p storage.BinlogPosition) string {
 }
 
 func (t *term) parseSet(s string) error {
-	set, err := gomysql.ParseGTIDSet(t.srv.Flavor, s)
+	set, err := parseGTIDSet(t.srv.Flavor, s)
 	if err != nil {
 		return fmt.Errorf("binlog: the saved GTID set %q does not parse as %s's: %w", s, t.srv.Flavor, err)
 	}
 	switch v := set.(type) {
-	case *gomysql.MysqlGTIDSet:
+	case *mysqlSet:
 		t.mysqlSet = v
 	case *gomysql.MariadbGTIDSet:
 		t.mariaSet = v
@@ -130,6 +152,22 @@ func (t *term) gtidString() string {
 		return t.mariaSet.String()
 	}
 	return ""
+}
+
+// reached reports whether what has been read is at or past t.end (the
+// server's end of log when the term began). Files of one server are named
+// base.NNNNNN, a longer number after the longest of one length.
+func (t *term) reached() bool {
+	a, b := t.read.File, t.end.File
+	switch {
+	case a == "" || b == "":
+		return false
+	case len(a) != len(b):
+		return len(a) > len(b)
+	case a != b:
+		return a > b
+	}
+	return t.read.Pos >= t.end.Pos
 }
 
 // moved reports whether what has been read is past what was saved: every
@@ -176,28 +214,26 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 		if ev.Header.EventType == replication.ANONYMOUS_GTID_EVENT {
 			return nil // gtid_mode=OFF: a transaction without a GTID
 		}
-		if e.Tag != "" {
-			return fmt.Errorf("binlog: a tagged GTID (%s) is in the binary log; mend's reader does not support tagged GTIDs yet", e.Tag)
-		}
-		sid, err := uuid.FromBytes(e.SID)
-		if err != nil {
-			return fmt.Errorf("binlog: a GTID event's source id: %w", err)
-		}
-		gno := e.GNO
-		t.txnGTID = func() {
-			if t.mysqlSet == nil {
-				_ = t.parseSet("")
-			}
-			t.mysqlSet.AddGTID(sid, gno)
-		}
-		return nil
+		return t.mysqlGTID(e)
+	case *replication.GtidTaggedLogEvent:
+		// MySQL 8.3+: SET gtid_next = 'AUTOMATIC:<tag>'.
+		return t.mysqlGTID(&e.GTIDEvent)
 	case *replication.MariadbGTIDEvent:
 		g := e.GTID
 		t.txnGTID = func() {
 			if t.mariaSet == nil {
 				_ = t.parseSet("")
 			}
-			_ = t.mariaSet.AddSet(&g)
+			if planted.gtidFrozen {
+				return
+			}
+			if planted.gtidPerServer {
+				_ = t.mariaSet.AddSet(&g)
+				return
+			}
+			// The connect state: the domain's last transaction, whichever
+			// server wrote it.
+			t.mariaSet.Sets[g.DomainID] = map[uint32]*gomysql.MariadbGTID{g.ServerID: &g}
 		}
 		// A GTID without the standalone flag opens a transaction (BEGIN
 		// is implied); a standalone one is a DDL or statement that
@@ -247,6 +283,25 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 	return nil
 }
 
+// mysqlGTID opens a MySQL transaction with its GTID, tagged or not: the
+// GTID joins the set read when the transaction commits.
+func (t *term) mysqlGTID(e *replication.GTIDEvent) error {
+	sid, err := uuid.FromBytes(e.SID)
+	if err != nil {
+		return fmt.Errorf("binlog: a GTID event's source id: %w", err)
+	}
+	gno, tag := e.GNO, e.Tag
+	t.txnGTID = func() {
+		if t.mysqlSet == nil {
+			_ = t.parseSet("")
+		}
+		if !planted.gtidFrozen {
+			t.mysqlSet.addGTID(sid, tag, gno)
+		}
+	}
+	return nil
+}
+
 // commit ends the open transaction: its dead letters join the pending batch
 // and what has been read moves past it.
 func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
@@ -264,7 +319,7 @@ func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
 		t.r.setStatus(func(s *Status) { s.CaughtUp, s.Lag = false, lag })
 	}
 	if len(t.txnRows) > 0 {
-		if len(t.pending) == 0 {
+		if len(t.pending) == 0 || planted.flushDeadlineSlides {
 			t.flushDue = t.r.cfg.Now().Add(t.r.cfg.FlushInterval)
 		}
 		t.pending = append(t.pending, t.txnRows...)
@@ -325,9 +380,42 @@ var planted struct {
 	// noParkDefault leaves a zero ParkAfter at zero, so a row is parked at
 	// its first failure that may pass.
 	noParkDefault bool
+	// staleCredentials builds the replication connection from the DSN as
+	// parsed at start, not as its file holds it now.
+	staleCredentials bool
+	// exactSchemaName compares the log's schema name byte for byte, as
+	// the server does not where lower_case_table_names is set.
+	exactSchemaName bool
+	// anySchema records inserts into every schema's queue_messages.
+	anySchema bool
 	// retryPerTerm ends Run for good on a problem found at a later
 	// term's start (a setting flipped, a refused credential).
 	returnOnProblem bool
+	// gtidPerServer keeps one MariaDB GTID per (domain, server_id), not
+	// the connect state's one per domain.
+	gtidPerServer bool
+	// dropTags leaves MySQL's tagged GTIDs out of the set read.
+	dropTags bool
+	// gtidFrozen never adds a transaction's GTID to the set read: the set
+	// saved stays the one at the start of the file.
+	gtidFrozen bool
+	// saveWhilePending lets the periodic save run while dead letters read
+	// before the position wait to be recorded.
+	saveWhilePending bool
+	// flushDeadlineSlides moves the flush deadline with every commit, so a
+	// steady trickle of dead letters never flushes.
+	flushDeadlineSlides bool
+	// skipProblems reads a server whatever Server.Problems says (a MINIMAL
+	// row image among them) when the reader is built directly.
+	skipProblems bool
+	// resumeFileAnywhere resumes a saved file and offset on whichever
+	// server the reader finds.
+	resumeFileAnywhere bool
+	// everyResetPurged counts every start-over as a purge.
+	everyResetPurged bool
+	// ignoreFilters takes a binary log filtered to leave the queue schema
+	// out for one that logs it.
+	ignoreFilters bool
 }
 
 // save stores what has been read (everything pending is recorded) as the
@@ -370,6 +458,22 @@ func (t *term) leaveGroup(ctx context.Context) {
 	}
 }
 
+// ours reports whether tm is the reader's queue_messages, its names
+// compared as the server compares them (lower_case_table_names).
+func (t *term) ours(tm *replication.TableMapEvent) bool {
+	if !t.srv.SameName(string(tm.Table), Table) {
+		return false
+	}
+	schema := t.r.cfg.Server.DBName
+	switch {
+	case planted.anySchema:
+		return true
+	case planted.exactSchemaName:
+		return string(tm.Schema) == schema
+	}
+	return t.srv.SameName(string(tm.Schema), schema)
+}
+
 // rows takes a rows event: the inserts into the reader's queue_messages on
 // a DLQ topic join the open transaction.
 func (t *term) rows(ctx context.Context, kind replication.EventType, e *replication.RowsEvent) error {
@@ -380,7 +484,7 @@ func (t *term) rows(ctx context.Context, kind replication.EventType, e *replicat
 		return nil
 	}
 	tm := e.Table
-	if tm == nil || string(tm.Table) != Table || string(tm.Schema) != t.r.cfg.Server.DBName {
+	if tm == nil || !t.ours(tm) {
 		return nil
 	}
 	cols, err := t.columnNames(ctx, tm)

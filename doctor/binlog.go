@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	gomysql "github.com/go-mysql-org/go-mysql/mysql"
-
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/internal/mysqlx"
@@ -152,6 +150,9 @@ func Binlog(ctx context.Context, p BinlogParams) BinlogReport {
 	for _, c := range binlogSettings(srv) {
 		prereq(c)
 	}
+	if srv.LogBin {
+		prereq(binlogFilter(srv, cfg.DBName))
+	}
 	client := Check{Name: "binlog REPLICATION CLIENT", Status: OK, Detail: "the queue database user may list the binary logs (SHOW BINARY LOGS)"}
 	if probeErr != nil {
 		client.Status, client.Detail, client.Fix = Fail, oneLine(probeErr.Error()), binlogGrantFix(grantee)
@@ -245,6 +246,22 @@ func binlogSettings(srv binlog.Server) []Check {
 		meta.Fix = fix("binlog_row_metadata=FULL")
 	}
 	return append(out, format, image, gtid, meta)
+}
+
+// binlogFilter checks that the binary log logs the queue schema (the
+// reader's own rule, binlog.Server.FilterProblem): a log filtered to leave
+// it out would let the reader read on, caught up, recording nothing.
+func binlogFilter(srv binlog.Server, schema string) Check {
+	c := Check{Name: "binlog filters", Status: OK, Detail: "the binary log logs schema " + schema + " (no binlog-do-db or binlog-ignore-db leaves it out)"}
+	if !srv.FiltersKnown {
+		c.Status, c.Detail = Warn, "the binary log's filters could not be read (SHOW BINARY LOG STATUS needs REPLICATION CLIENT): a binlog-do-db or binlog-ignore-db leaving out "+schema+" would go unseen"
+		return c
+	}
+	if p := srv.FilterProblem(schema); p != "" {
+		c.Status, c.Detail = Fail, p
+		c.Fix = "log the queue schema (binlog-do-db / binlog-ignore-db in the server's config, then restart it), or run --subscribe-mode offsets"
+	}
+	return c
 }
 
 func cmpOr(s, def string) string {
@@ -428,12 +445,8 @@ func PositionAge(p storage.BinlogPosition, srv binlog.Server) time.Duration {
 	if p.ServerUUID == srv.Identity && p.File != "" && p.File == srv.Current {
 		return 0
 	}
-	if p.GTIDSet != "" && srv.GTIDs && srv.Executed != "" {
-		a, err1 := gomysql.ParseGTIDSet(srv.Flavor, p.GTIDSet)
-		b, err2 := gomysql.ParseGTIDSet(srv.Flavor, srv.Executed)
-		if err1 == nil && err2 == nil && a.Contain(b) {
-			return 0
-		}
+	if p.GTIDSet != "" && srv.GTIDs && srv.Executed != "" && binlog.GTIDContains(srv.Flavor, p.GTIDSet, srv.Executed) {
+		return 0
 	}
 	return p.Age
 }

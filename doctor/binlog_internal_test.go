@@ -131,3 +131,28 @@ func TestBinlogReportReady(t *testing.T) {
 		t.Fatalf("a failed prerequisite: Ready %v, Why %q, WhyTarget %q; want not ready, the first failure", r.Ready, r.Why, r.WhyTarget)
 	}
 }
+
+// A binary log filtered to leave the queue schema out fails the check
+// (auto must not pick binlog mode there); one that logs it, or a filter on
+// other schemas only, passes; names compare as the server compares them.
+func TestBinlogFilter(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		srv  binlog.Server
+		want Status
+	}{
+		{"no filters", binlog.Server{FiltersKnown: true}, OK},
+		{"do-db names it", binlog.Server{FiltersKnown: true, DoDB: []string{"other", "queue_db"}}, OK},
+		{"do-db leaves it out", binlog.Server{FiltersKnown: true, DoDB: []string{"other"}}, Fail},
+		{"ignore-db names it", binlog.Server{FiltersKnown: true, IgnoreDB: []string{"queue_db"}}, Fail},
+		{"ignore-db names another", binlog.Server{FiltersKnown: true, IgnoreDB: []string{"scratch"}}, OK},
+		{"do-db in another case, case-sensitive names", binlog.Server{FiltersKnown: true, DoDB: []string{"QUEUE_DB"}}, Fail},
+		{"do-db in another case, lower_case_table_names=1", binlog.Server{FiltersKnown: true, DoDB: []string{"QUEUE_DB"}, LowerCaseNames: 1}, OK},
+		{"filters unknown", binlog.Server{}, Warn},
+	} {
+		if got := binlogFilter(tt.srv, "queue_db"); got.Status != tt.want {
+			t.Errorf("%s: %v (%s); want %v", tt.name, got.Status, got.Detail, tt.want)
+		}
+	}
+}

@@ -208,6 +208,9 @@ type Config struct {
 	// DirPrefix starts the name of the temporary directory, so leftovers say who made them.
 	// Empty means DirPrefixDefault.
 	DirPrefix string
+	// Args are extra server options, after the usual ones
+	// ("--binlog-do-db=other", "--lower-case-table-names=1").
+	Args []string
 }
 
 func (c Config) validate() error {
@@ -226,8 +229,9 @@ type Server struct {
 	// Dir is the temporary directory: data, socket, logs and tmpdir.
 	Dir string
 
-	cfg  *mysql.Config // passwordless root over TCP
-	args []string      // start arguments, port included
+	cfg   *mysql.Config // passwordless root over TCP
+	args  []string      // start arguments, port included
+	extra []string      // Config.Args
 
 	mu     sync.Mutex
 	pid    int
@@ -263,7 +267,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	s := &Server{Binary: cfg.Binary, Flavor: flavor, Dir: dir}
+	s := &Server{Binary: cfg.Binary, Flavor: flavor, Dir: dir, extra: cfg.Args}
 	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
 		return nil, fmt.Errorf("localdb: temp dir: %w", err)
 	}
@@ -389,7 +393,7 @@ func (s *Server) startArgs(port int) []string {
 		args = append(args, "--mysqlx=OFF", "--secure-file-priv=NULL",
 			"--init-file="+filepath.Join(s.Dir, "init.sql"))
 	}
-	return args
+	return append(args, s.extra...)
 }
 
 // Running reports whether the server process is alive (it may be paused).

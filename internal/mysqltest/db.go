@@ -196,7 +196,16 @@ func unavailable(t testing.TB, c testserver.Choice) {
 // it in t.Cleanup. With neither it skips t, or fails it when CI=true.
 func StartPrivate(t testing.TB) *Server {
 	t.Helper()
+	return StartPrivateWith(t)
+}
+
+// StartPrivateWith is StartPrivate with extra server options after the
+// usual ones, for a test of a server configured as some deployment has it
+// ("--binlog-do-db=other", "--lower-case-table-names=1").
+func StartPrivateWith(t testing.TB, args ...string) *Server {
+	t.Helper()
 	c := testserver.DiscoverPrivate(testserver.SystemProbes())
+	c.Args = args
 	if c.Backend == testserver.BackendNone {
 		unavailable(t, c)
 	}

@@ -131,3 +131,20 @@ func DSNFileReads(dsn string) int {
 	defer f.mu.Unlock()
 	return f.reads
 }
+
+// Current returns a copy of cfg holding what a new connection of a pool
+// built from cfg would use now: the user and password its DSN file holds
+// now (ReadDSNFile; a file being rewritten leaves the last good ones) and
+// its TLS files as they are now (tls.go). For connections the driver does
+// not make, such as the binary-log reader's replication connection, which
+// must follow a rotated secret as every pool does.
+func Current(cfg *mysql.Config) *mysql.Config {
+	c := cfg.Clone()
+	if v, ok := dsnFiles.Load(credKey(cfg)); ok {
+		c.User, c.Passwd = v.(*dsnFile).credentials()
+	}
+	if reload := reloadTLS(cfg); reload != nil {
+		reload(c)
+	}
+	return c
+}

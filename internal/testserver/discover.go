@@ -110,6 +110,9 @@ type Choice struct {
 	// Fatal and Reason apply to BackendNone: fail (CI) rather than skip, and what to do.
 	Fatal  bool
 	Reason string
+	// Args are extra server options for a docker or local server, after
+	// the usual ones (a test of a server configured another way).
+	Args []string
 }
 
 // Probes are discovery's view of the machine, injected so discovery is testable without one.

@@ -77,13 +77,13 @@ func start(ctx context.Context, c Choice) (*Server, error) {
 		if err := dockerdb.Reap(ctx); err != nil {
 			return nil, err
 		}
-		d, err := dockerdb.Start(ctx, c.Image)
+		d, err := dockerdb.StartWith(ctx, c.Image, dockerdb.Options{Args: c.Args})
 		if err != nil {
 			return nil, err
 		}
 		return &Server{backend: BackendDocker, image: c.Image, flavor: d.Flavor, cfg: d.Config(), docker: d, startedIn: time.Since(begin)}, nil
 	case BackendLocal:
-		l, err := localdb.Start(ctx, localdb.Config{Binary: c.Binary, DirPrefix: "mend-testserver-"})
+		l, err := localdb.Start(ctx, localdb.Config{Binary: c.Binary, DirPrefix: "mend-testserver-", Args: c.Args})
 		if err != nil {
 			return nil, err
 		}
