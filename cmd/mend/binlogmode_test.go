@@ -266,7 +266,7 @@ func TestRunBinlogMode(t *testing.T) {
 		!strings.Contains(r.stderr, "binlog caught up") {
 		t.Errorf("run --once beside the saved position: exit %d; want binlog mode, read to the log's end:\n%s", r.code, r.stderr)
 	}
-	if err := x.queueDB.SQL(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = 'mend'").Scan(&n); err != nil || n != 0 {
+	if err := x.queueDB.SQL(t).QueryRowContext(context.Background(), "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = 'mend'").Scan(&n); err != nil || n != 0 {
 		t.Errorf("%d queue_offsets rows of group mend (%v) after run --once beside a saved position; want none", n, err)
 	}
 	r = opsRun(t, nil, append(once, "--subscribe-mode", "bin")...)
