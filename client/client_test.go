@@ -406,3 +406,29 @@ func TestAutoStickyRefused(t *testing.T) {
 		t.Errorf("%d queue_offsets rows of group mend; a refused Open joins nothing", n)
 	}
 }
+
+// TestRefusalNamesQueueTarget: a check of the queue database that fails
+// (a wake topic nobody reads) refuses naming the queue database's address,
+// schema and user, not mend's.
+func TestRefusalNamesQueueTarget(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	queueDSN := w.hostDB.User(t, "SELECT, INSERT, UPDATE ON %s.*")
+	qc, err := mysql.ParseDSN(queueDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Open(context.Background(), client.Config{DSN: w.mendDB.DSN, HostDSN: w.hostDB.DSN, QueueDSN: queueDSN, WakeTopic: "speculat"})
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("Open succeeded with a wake topic nobody reads")
+	}
+	var re *doctor.RefusedError
+	if !errors.As(err, &re) || re.Failed[0].Name != "host queue wake topic" {
+		t.Fatalf("Open = %v; want refused by the wake topic check", err)
+	}
+	want := "doctor check failed on --queue-dsn " + qc.Addr + "/" + w.hostDB.Name + " as " + qc.User + ":"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal %q; want it to name %q", err, want)
+	}
+}
