@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,7 +66,10 @@ type Config struct {
 	WakeTopicUnjoined bool
 	// SubscriptionGroup is the consumer group of a mend subscription on
 	// the queue database, if one runs (mend run --queue-dsn does): its
-	// reads do not count as the host reading WakeTopic. Empty means
+	// reads do not count as the host reading WakeTopic. With a
+	// Subscription, its Group wins when set, and this is the group only
+	// while Subscription.Group is empty; Config() reports the group in use
+	// in both fields. Empty (and no Subscription.Group) means
 	// subscribe.GroupDefault.
 	SubscriptionGroup string
 
@@ -116,9 +120,11 @@ type Config struct {
 // Subscription configures the Client's subscription (see package
 // subscribe). Every zero field means subscribe's default.
 type Subscription struct {
-	// Group is the consumer group in the host's queue_offsets. Empty
-	// means subscribe.GroupDefault ("mend"); Config.SubscriptionGroup is
-	// set from it.
+	// Group is the consumer group in the host's queue_offsets (offsets
+	// mode joins it; binlog mode leaves it). It is the more specific of
+	// the two group fields and wins when set: Config.SubscriptionGroup is
+	// then overridden by it. Empty means Config.SubscriptionGroup, and
+	// when that is empty too, subscribe.GroupDefault ("mend").
 	Group string
 	// Interval is the time between the subscription's passes. Zero means
 	// subscribe.PollIntervalDefault.
@@ -136,9 +142,14 @@ type Subscription struct {
 	// group, nothing of the host's held back), doctor.ModeOffsets joins
 	// the *_dlq topics as consumer group Group (package subscribe), and
 	// doctor.ModeAuto (or empty) picks binlog where every prerequisite
-	// holds (doctor.Binlog), else offsets. An explicit binlog mode whose
+	// holds (doctor.Binlog), else offsets. Auto is sticky: once the source
+	// has a saved binary-log position, it never falls back to offsets (a
+	// dead letter committed after that position and collected by the
+	// host's GC while offsets mode ran would never be recorded). An
+	// explicit binlog mode, or auto beside a saved position, whose
 	// prerequisites do not hold is refused: Open returns a
-	// *BinlogUnavailableError naming the first, with its fix.
+	// *BinlogUnavailableError naming the first, with its fix (and the
+	// saved position). Any other value is a *ConfigError.
 	Mode string
 	// BinlogServerID is the server_id binlog mode's reader registers
 	// with, unique in the host's topology. Zero means BinlogServerID(the
@@ -148,6 +159,13 @@ type Subscription struct {
 	// across a failover of the host's primary. Empty means the queue
 	// database's schema name.
 	BinlogSource string
+	// Once: the Client serves one bounded run (mend run --once) instead of
+	// Start. Auto mode then picks binlog mode only where the source has a
+	// saved position (the run reads the log to its end, CatchUpBinlog, and
+	// never joins the consumer group), else offsets (the run drains
+	// Subscriber()); an explicit binlog mode runs CatchUpBinlog, whose
+	// first read starts the source as Start's reader would.
+	Once bool
 }
 
 // BinlogServerID is the server_id binlog mode's reader registers with by
@@ -158,16 +176,31 @@ func BinlogServerID(holder string) uint32 { return binlog.ServerIDFor(holder) }
 // mode is asked for and one of its prerequisites does not hold.
 var ErrBinlogUnavailable = errors.New("client: binlog mode cannot run")
 
-// BinlogUnavailableError is binlog mode asked for (Subscription.Mode) on a
-// queue database, or a schema, that does not allow it. Nothing was left
-// open.
+// BinlogUnavailableError is binlog mode asked for (Subscription.Mode), or
+// auto mode beside a saved binary-log position, on a queue database, or a
+// schema, that does not allow it. Nothing was left open.
 type BinlogUnavailableError struct {
 	// Why is the first prerequisite that fails, with its fix.
 	Why string
+	// Target is where that check ran: the queue database ("--queue-dsn
+	// addr/db as user"), or "" for mend's own database.
+	Target string
+	// Source and Saved are the source's saved position when one exists
+	// (Saved nil otherwise): auto mode never falls back to offsets beside
+	// it (doctor.StickyDetail).
+	Source string
+	Saved  *storage.BinlogPosition
 }
 
 func (e *BinlogUnavailableError) Error() string {
-	return fmt.Sprintf("%v: %s; or run --subscribe-mode offsets (mend doctor lists every binlog check)", ErrBinlogUnavailable, e.Why)
+	on := ""
+	if e.Target != "" {
+		on = " on " + e.Target
+	}
+	if e.Saved != nil {
+		return fmt.Sprintf("%v%s: %s (fix: %s; mend doctor lists every binlog check)", ErrBinlogUnavailable, on, doctor.StickyDetail(e.Source, *e.Saved, e.Why), doctor.StickyFix)
+	}
+	return fmt.Sprintf("%v%s: %s; or run --subscribe-mode offsets (mend doctor lists every binlog check)", ErrBinlogUnavailable, on, e.Why)
 }
 
 // Unwrap makes errors.Is(err, ErrBinlogUnavailable) hold.
@@ -223,6 +256,11 @@ func (c Config) validate() error {
 			return fmt.Errorf("client: WakeTopic: %w", err)
 		}
 	}
+	if c.Subscription != nil {
+		if err := doctor.ValidateMode(c.Subscription.Mode); err != nil {
+			return fmt.Errorf("client: Subscription.Mode %w", err)
+		}
+	}
 	return nil
 }
 
@@ -263,7 +301,7 @@ func CheckParams(cfg Config) doctor.Params {
 	if c.Subscription != nil {
 		sc := c.Subscription
 		p.Subscription = &doctor.SubscriptionParams{Group: sc.Group, WarnAge: doctor.LagWarnDefault, Settle: sc.Settle,
-			Mode: sc.Mode, DSN: c.DSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource}
+			Mode: sc.Mode, DSN: c.DSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource, Once: sc.Once}
 	}
 	return p
 }
@@ -292,6 +330,12 @@ type Client struct {
 	mode    string         // doctor.ModeBinlog or doctor.ModeOffsets with a subscription, else ""
 	modeWhy string
 
+	// life orders Start, Stop and Close: a Start after (or racing) Close
+	// starts nothing.
+	life struct {
+		sync.Mutex
+		closed bool
+	}
 	readerMu   sync.Mutex
 	readerStop context.CancelFunc
 	readerDone chan struct{}
@@ -371,7 +415,8 @@ func Open(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 // chooseMode resolves the subscription's mode (see Subscription.Mode) and
-// says why.
+// says why. Auto is sticky: beside a saved position of the source it
+// refuses, as an explicit binlog mode does, rather than run offsets.
 func chooseMode(ctx context.Context, c Config) (mode, why string, err error) {
 	sc := c.Subscription
 	if sc.Mode == doctor.ModeOffsets {
@@ -379,14 +424,18 @@ func chooseMode(ctx context.Context, c Config) (mode, why string, err error) {
 	}
 	r := doctor.Binlog(ctx, doctor.BinlogParams{DSN: c.DSN, QueueDSN: c.QueueDSN, ServerID: sc.BinlogServerID, Source: sc.BinlogSource, Starting: true})
 	switch {
-	case sc.Mode == doctor.ModeBinlog && !r.Ready:
-		return "", "", &BinlogUnavailableError{Why: r.Why}
+	case !r.Ready && (sc.Mode == doctor.ModeBinlog || r.Saved != nil):
+		return "", "", &BinlogUnavailableError{Why: r.Why, Target: r.WhyTarget, Source: r.Source, Saved: r.Saved}
 	case sc.Mode == doctor.ModeBinlog:
 		return doctor.ModeBinlog, "asked for (--subscribe-mode binlog); every prerequisite holds", nil
+	case sc.Once && r.Saved == nil:
+		return doctor.ModeOffsets, "auto with --once: no binary-log position is saved for the source, so offsets (drained)", nil
+	case r.Ready && sc.Once:
+		return doctor.ModeBinlog, "auto with --once: the source has a saved binary-log position (" + doctor.DescribePosition(*r.Saved) + "); the run reads the log from it to its end", nil
 	case r.Ready:
 		return doctor.ModeBinlog, "auto: every prerequisite of binlog mode holds (binary log on, ROW, FULL images, REPLICATION SLAVE and CLIENT, migration 0019)", nil
 	}
-	return doctor.ModeOffsets, "auto: binlog mode needs " + r.Why, nil
+	return doctor.ModeOffsets, "auto: binlog mode cannot run here (" + r.Why + ") and no binary-log position is saved, so offsets", nil
 }
 
 // openBinlog wires binlog mode's reader: it records through mend's store
@@ -489,23 +538,44 @@ func (c *Client) RecordMany(ctx context.Context, ds []dlq.Delivery) ([]dlq.ManyR
 	return c.intake.RecordMany(ctx, ds)
 }
 
+// ErrClosed is what Start returns on a Client that Close has closed (or
+// is closing): its pools are closed, so nothing is started.
+var ErrClosed = errors.New("client: closed")
+
 // Start runs the reconciler in the background, a pass every
 // Config.Interval, and the subscription when configured, until Stop, Close
 // or ctx ends. A worker that records inline needs a reconciler (this one
 // or a mend run elsewhere) for the repairs an inline try could not finish.
-// Returns an error if it is already running.
+// Returns an error if it is already running, and ErrClosed after (or
+// racing) Close; on any error it leaves nothing of its own running: what it
+// started before the failure is stopped again.
 func (c *Client) Start(ctx context.Context) error {
+	c.life.Lock()
+	defer c.life.Unlock()
+	if c.life.closed {
+		return ErrClosed
+	}
+	var started []func()
+	undo := func(err error) error {
+		for _, stop := range slices.Backward(started) {
+			stop()
+		}
+		return err
+	}
 	if c.sub != nil {
 		if err := c.sub.Start(ctx); err != nil {
 			return err
 		}
+		started = append(started, c.sub.Stop)
 	}
-	if err := c.startReader(ctx); err != nil {
-		return err
+	if c.reader != nil {
+		if err := c.startReader(ctx); err != nil {
+			return undo(err)
+		}
+		started = append(started, c.stopReader)
 	}
 	if err := c.rec.Start(ctx); err != nil {
-		c.stopSubscription()
-		return err
+		return undo(err)
 	}
 	return nil
 }
@@ -514,14 +584,29 @@ func (c *Client) Start(ctx context.Context) error {
 // taking queues, cancels runs in flight and waits until their leases are
 // released. Idempotent and safe before Start.
 func (c *Client) Stop() {
+	c.life.Lock()
+	defer c.life.Unlock()
+	c.stop()
+}
+
+// stop is Stop with c.life held.
+func (c *Client) stop() {
 	c.stopSubscription()
-	c.rec.Stop()
+	if c.rec != nil {
+		c.rec.Stop()
+	}
 }
 
 func (c *Client) stopSubscription() {
 	if c.sub != nil {
 		c.sub.Stop()
 	}
+	c.stopReader()
+}
+
+// stopReader stops the reader startReader started, if it runs, and waits
+// for it.
+func (c *Client) stopReader() {
 	c.readerMu.Lock()
 	stop, done := c.readerStop, c.readerDone
 	c.readerStop, c.readerDone = nil, nil
@@ -532,9 +617,9 @@ func (c *Client) stopSubscription() {
 	}
 }
 
-// startReader runs binlog mode's reader until Stop; an error it cannot
-// retry (a server that lost its binary log) is logged, and the reader
-// stays stopped (Status().Role "stopped", LastErr).
+// startReader runs binlog mode's reader until Stop. The reader retries
+// every failure itself (binlog.Reader.Run returns only when ctx ends); an
+// error it returns otherwise is logged.
 func (c *Client) startReader(ctx context.Context) error {
 	if c.reader == nil {
 		return nil
@@ -556,17 +641,43 @@ func (c *Client) startReader(ctx context.Context) error {
 	return nil
 }
 
+// CatchUpBinlog is binlog mode's bounded read, for a run that does not
+// Start (Subscription.Once; see binlog.Reader.CatchUp): under the reader's
+// lease it records the dead letters committed from the saved position to
+// the log's end as the server has it now, saves the position and releases
+// the lease. It joins no consumer group. Returns an error matching
+// mend.ErrLeaseHeld, having read nothing, while another replica holds the
+// reader's lease (that replica reads: intake is its job); ErrClosed after
+// Close; an error when the Client is not in binlog mode.
+func (c *Client) CatchUpBinlog(ctx context.Context) (binlog.CatchUpResult, error) {
+	c.life.Lock()
+	closed := c.life.closed
+	c.life.Unlock()
+	switch {
+	case closed:
+		return binlog.CatchUpResult{}, ErrClosed
+	case c.reader == nil:
+		return binlog.CatchUpResult{}, errors.New("client: CatchUpBinlog: the subscription is not in binlog mode")
+	}
+	return c.reader.CatchUp(ctx)
+}
+
 // Drain runs passes until no queue has work due now and returns their
 // stats summed (mend run --once; see reconcile.Reconciler.Drain).
 func (c *Client) Drain(ctx context.Context) (reconcile.PassStats, error) { return c.rec.Drain(ctx) }
 
-// Close stops the reconciler and closes the databases. Record must not be
-// called after Close.
+// Close stops the reconciler and the subscription and closes the
+// databases; a Start racing it either runs before it (and is stopped by
+// it) or returns ErrClosed. Record must not be called after Close. A
+// second Close does nothing.
 func (c *Client) Close() error {
-	c.stopSubscription()
-	if c.rec != nil {
-		c.rec.Stop()
+	c.life.Lock()
+	defer c.life.Unlock()
+	if c.life.closed {
+		return nil
 	}
+	c.life.closed = true
+	c.stop()
 	var subErr error
 	if c.subDB != nil {
 		subErr = c.subDB.Close()

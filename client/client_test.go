@@ -357,3 +357,78 @@ func TestSubscriptionModeRefused(t *testing.T) {
 		t.Errorf("%d position rows; a refused Open writes nothing", n)
 	}
 }
+
+// TestAutoStickyRefused: auto mode beside a saved binary-log position of
+// the source never falls back to offsets: with binlog mode impossible (the
+// queue user lacks REPLICATION SLAVE), Open refuses as an explicit binlog
+// mode does, naming the saved position, what offsets mode would lose, the
+// fix, and the queue database's user (where the failing check ran), not
+// mend's. Without the saved position the same Open runs offsets
+// (TestSubscriptionModeRefused).
+func TestAutoStickyRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	w := newWorld(t)
+	queueDSN := w.hostDB.User(t, "SELECT, INSERT, UPDATE, DELETE ON %s.*", "REPLICATION CLIENT ON *.*")
+	qc, err := mysql.ParseDSN(queueDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, w.mendDB, "INSERT INTO mend_binlog_positions (name, flavor, server_uuid, binlog_file, binlog_pos, gtid_set, updated_at) "+
+		"VALUES ('"+binlog.LeaseName(w.hostDB.Name)+"', 'mysql', 'uuid-a', 'saved-bin.000007', 1234, '', NOW(6))")
+	for _, skip := range []bool{true, false} {
+		c, err := client.Open(ctx, client.Config{DSN: w.mendDB.DSN, HostDSN: w.hostDB.DSN, QueueDSN: queueDSN, SkipChecks: skip,
+			Subscription: &client.Subscription{Settle: time.Second}})
+		if err == nil {
+			mode, why := c.SubscribeMode()
+			_ = c.Close()
+			t.Fatalf("auto beside a saved position opened in mode %q (%s), checks skipped: %v; want it refused", mode, why, skip)
+		}
+		var be *client.BinlogUnavailableError
+		var re *doctor.RefusedError
+		switch {
+		case errors.As(err, &be) && errors.Is(err, client.ErrBinlogUnavailable):
+			if be.Saved == nil || be.Saved.File != "saved-bin.000007" {
+				t.Errorf("refusal's saved position %+v; want saved-bin.000007", be.Saved)
+			}
+		case !skip && errors.As(err, &re) && re.Failed[0].Name == "subscribe mode":
+		default:
+			t.Fatalf("auto beside a saved position (checks skipped: %v): %v; want a refusal naming the position", skip, err)
+		}
+		for _, want := range []string{"saved-bin.000007:1234", "never record the dead letters committed after that position",
+			"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*", "--subscribe-mode offsets", "--queue-dsn", " as " + qc.User} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("refusal (checks skipped: %v) lacks %q:\n%v", skip, want, err)
+			}
+		}
+	}
+	if n := countRows(t, w.hostDB, "queue_offsets WHERE consumer_group = 'mend'"); n != 0 {
+		t.Errorf("%d queue_offsets rows of group mend; a refused Open joins nothing", n)
+	}
+}
+
+// TestRefusalNamesQueueTarget: a check of the queue database that fails
+// (a wake topic nobody reads) refuses naming the queue database's address,
+// schema and user, not mend's.
+func TestRefusalNamesQueueTarget(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	queueDSN := w.hostDB.User(t, "SELECT, INSERT, UPDATE ON %s.*")
+	qc, err := mysql.ParseDSN(queueDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Open(context.Background(), client.Config{DSN: w.mendDB.DSN, HostDSN: w.hostDB.DSN, QueueDSN: queueDSN, WakeTopic: "speculat"})
+	if err == nil {
+		_ = c.Close()
+		t.Fatal("Open succeeded with a wake topic nobody reads")
+	}
+	var re *doctor.RefusedError
+	if !errors.As(err, &re) || re.Failed[0].Name != "host queue wake topic" {
+		t.Fatalf("Open = %v; want refused by the wake topic check", err)
+	}
+	want := "doctor check failed on --queue-dsn " + qc.Addr + "/" + w.hostDB.Name + " as " + qc.User + ":"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal %q; want it to name %q", err, want)
+	}
+}

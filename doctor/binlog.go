@@ -27,6 +27,17 @@ const (
 	ModeOffsets = "offsets"
 )
 
+// ValidateMode refuses a subscribe mode other than ModeAuto, ModeBinlog,
+// ModeOffsets or "" (auto), naming the valid values: mend run's
+// --subscribe-mode and client.Subscription.Mode check through it.
+func ValidateMode(mode string) error {
+	switch mode {
+	case "", ModeAuto, ModeBinlog, ModeOffsets:
+		return nil
+	}
+	return fmt.Errorf("must be %s, %s or %s, got %q", ModeBinlog, ModeOffsets, ModeAuto, mode)
+}
+
 // BinlogParams are the binlog checks' inputs.
 type BinlogParams struct {
 	// DSN is mend's database (the position table, migration 0019).
@@ -52,9 +63,31 @@ type BinlogReport struct {
 	// count): auto mode reads the binary log.
 	Ready bool
 	// Why is the first prerequisite that fails, with its fix, when not
-	// Ready.
-	Why string
+	// Ready; WhyTarget is where that check ran (Check.Target: the queue
+	// database, or "" for mend's).
+	Why, WhyTarget string
+	// Source is the position row's source (BinlogParams.Source, else the
+	// queue database's schema name). Saved is the position saved for it,
+	// nil when none is (or it could not be read: see the position table
+	// check). With a saved position auto mode stays in binlog mode
+	// (StickyDetail).
+	Source string
+	Saved  *storage.BinlogPosition
 }
+
+// StickyDetail says why auto mode refuses to fall back to offsets beside
+// a saved position (saved, of source) while binlog mode cannot run (why):
+// what would be lost, and the way out. Open's refusal and doctor's FAIL
+// say the same.
+func StickyDetail(source string, saved storage.BinlogPosition, why string) string {
+	return fmt.Sprintf("source %q has a saved binary-log position (%s), so auto mode stays in binlog mode, which cannot run: %s. "+
+		"Falling back to offsets mode would never record the dead letters committed after that position and collected by the host's GC while offsets mode ran",
+		source, DescribePosition(saved), why)
+}
+
+// StickyFix is StickyDetail's fix.
+const StickyFix = "fix what the failing binlog check names, then start again (the reader resumes from the saved position); " +
+	"to give the position up and accept that loss: --subscribe-mode offsets (docs/operations.md, \"Choosing the subscribe mode\")"
 
 // BinlogGrants are the privileges binlog mode needs of the queue database
 // user, beyond SELECT on queue_messages: reading the log as a replica
@@ -72,24 +105,31 @@ func binlogGrantFix(grantee string) string {
 // that fails names its fix; Ready says whether binlog mode can run.
 func Binlog(ctx context.Context, p BinlogParams) BinlogReport {
 	var r BinlogReport
+	queueTarget := "--queue-dsn"
 	prereq := func(c Check) {
-		r.Checks = append(r.Checks, c)
-		if c.Status == Fail && r.Why == "" {
-			r.Why = c.Detail
-			if c.Fix != "" {
-				r.Why += " (fix: " + c.Fix + ")"
-			}
+		if c.Target == "" && c.Name != "binlog position table" {
+			c.Target = queueTarget // every other check is of the queue database
 		}
+		r.add(c, true)
 	}
+	positionRead := false
 	done := func() BinlogReport {
-		r.Ready = r.Why == ""
+		r.finish()
+		if !positionRead && r.Source != "" {
+			// A check of the queue database failed before the position
+			// was read: read it anyway, as auto mode's choice needs it.
+			r.Saved = savedPosition(ctx, p.DSN, r.Source)
+		}
 		return r
 	}
 	cfg, err := HostConfig("--queue-dsn", p.QueueDSN)
+	r.Source = p.Source
 	if err != nil {
 		prereq(Check{Name: "binlog", Status: Fail, Detail: err.Error(), Fix: "check --queue-dsn"})
 		return done()
 	}
+	r.Source = cmpOr(p.Source, cfg.DBName)
+	queueTarget = fmt.Sprintf("--queue-dsn %s/%s as %s", cfg.Addr, cfg.DBName, cfg.User)
 	db, err := mysqlx.OpenConfig(ctx, cfg)
 	if err != nil {
 		prereq(Check{Name: "binlog", Status: Fail, Detail: "the queue database: " + err.Error(), Fix: "check --queue-dsn"})
@@ -127,14 +167,47 @@ func Binlog(ctx context.Context, p BinlogParams) BinlogReport {
 	prereq(id)
 	// The position table is a prerequisite; the position's health is not:
 	// a purged or aging position is the reader's to recover.
-	for _, c := range binlogPosition(ctx, p, cfg.DBName, srv, probeErr == nil) {
+	checks, saved := binlogPosition(ctx, p, cfg.DBName, srv, probeErr == nil)
+	positionRead, r.Saved = true, saved
+	for _, c := range checks {
 		if c.Name == "binlog position table" {
 			prereq(c)
 		} else {
-			r.Checks = append(r.Checks, c)
+			r.add(c, false)
 		}
 	}
 	return done()
+}
+
+// add appends c to the report. A prerequisite that fails (Fail, never a
+// Warn: a warning is a risk to know of, not a reason to run offsets)
+// becomes Why when it is the first.
+func (r *BinlogReport) add(c Check, prereq bool) {
+	r.Checks = append(r.Checks, c)
+	if prereq && c.Status == Fail && r.Why == "" {
+		r.Why, r.WhyTarget = c.Detail, c.Target
+		if c.Fix != "" {
+			r.Why += " (fix: " + c.Fix + ")"
+		}
+	}
+}
+
+// finish sets Ready: no prerequisite failed.
+func (r *BinlogReport) finish() { r.Ready = r.Why == "" }
+
+// savedPosition is the position saved for source in mend's database (dsn),
+// nil when there is none or it cannot be read.
+func savedPosition(ctx context.Context, dsn, source string) *storage.BinlogPosition {
+	store, err := storage.Open(ctx, dsn, storage.Options{})
+	if err != nil {
+		return nil
+	}
+	defer store.Close()
+	saved, err := store.BinlogPositionGet(ctx, binlog.LeaseName(source))
+	if err != nil {
+		return nil
+	}
+	return &saved
 }
 
 // binlogSettings are the server's binary-log settings as checks.
@@ -248,33 +321,41 @@ func grantsReplicationSlave(line string) bool {
 // binlogPosition checks mend's schema for the position table and the
 // saved position against the server: purged (FAIL) or older than half the
 // server's retention (WARN). listed: the server's files could be listed.
-func binlogPosition(ctx context.Context, p BinlogParams, schema string, srv binlog.Server, listed bool) []Check {
+func binlogPosition(ctx context.Context, p BinlogParams, schema string, srv binlog.Server, listed bool) ([]Check, *storage.BinlogPosition) {
 	table := Check{Name: "binlog position table", Status: OK, Detail: "mend's schema has mend_binlog_positions (migration 0019)"}
 	store, err := storage.Open(ctx, p.DSN, storage.Options{})
 	if err != nil {
 		table.Status, table.Detail, table.Fix = Fail, "mend's database: "+oneLine(err.Error()), "check --dsn"
-		return []Check{table}
+		return []Check{table}, nil
 	}
 	defer store.Close()
 	name := binlog.LeaseName(cmpOr(p.Source, schema))
 	saved, err := store.BinlogPositionGet(ctx, name)
+	denied := err != nil && (deniedError(err) || errors.Is(err, mend.ErrDenied))
 	switch {
 	case errors.Is(err, storage.ErrNoBinlogPositions):
 		table.Status, table.Detail, table.Fix = Fail, "mend's schema has no mend_binlog_positions (it is before migration 0019)", "mend migrate up"
-		return []Check{table}
+		return []Check{table}, nil
 	case errors.Is(err, mend.ErrNotFound):
-	case err != nil && !deniedError(err):
+	case err != nil && !denied:
 		table.Status, table.Detail = Fail, oneLine(err.Error())
-		return []Check{table}
+		return []Check{table}, nil
 	}
 	if c := positionGrants(ctx, store.SQL(), table); c.Status != OK {
-		return []Check{c}
+		return []Check{c}, nil
+	}
+	if denied {
+		// The probes passed but the read was denied (a privilege on some
+		// columns only): the read's own error, with the grant that fixes it.
+		table.Status, table.Detail = Fail, "mend's user may not read mend_binlog_positions: "+oneLine(err.Error())
+		table.Fix = positionGrantFix(ctx, store.SQL(), "SELECT, INSERT, UPDATE")
+		return []Check{table}, nil
 	}
 	if errors.Is(err, mend.ErrNotFound) {
 		return []Check{table, {Name: "binlog position", Status: OK,
-			Detail: "none saved yet: the reader's first start imports what the tables hold, then reads the log from the file the server writes now"}}
+			Detail: "none saved yet: the reader's first start imports what the tables hold, then reads the log from the file the server writes now"}}, nil
 	}
-	return []Check{table, positionCheck(saved, srv, listed, p.Starting)}
+	return []Check{table, positionCheck(saved, srv, listed, p.Starting)}, &saved
 }
 
 // positionTable is mend_binlog_positions as the reader uses it.
@@ -300,13 +381,19 @@ func positionGrants(ctx context.Context, db *sql.DB, c Check) Check {
 	if len(missing) == 0 {
 		return c
 	}
+	c.Status = Fail
+	c.Detail = fmt.Sprintf("mend's user lacks %s on mend_binlog_positions (the reader reads and saves its position there)", strings.Join(missing, ", "))
+	c.Fix = positionGrantFix(ctx, db, strings.Join(missing, ", "))
+	return c
+}
+
+// positionGrantFix is the GRANT of privs on mend_binlog_positions to
+// mend's user (db's).
+func positionGrantFix(ctx context.Context, db *sql.DB, privs string) string {
 	var user, schema string
 	_ = db.QueryRowContext(ctx, currentUserQuery).Scan(&user)
 	_ = db.QueryRowContext(ctx, databaseQuery).Scan(&schema)
-	c.Status = Fail
-	c.Detail = fmt.Sprintf("mend's user lacks %s on mend_binlog_positions (the reader reads and saves its position there)", strings.Join(missing, ", "))
-	c.Fix = fmt.Sprintf("GRANT %s ON %s.%s TO %s", strings.Join(missing, ", "), quoteIdent(schema), quoteIdent(positionTable.name), quoteAccount(user))
-	return c
+	return fmt.Sprintf("GRANT %s ON %s.%s TO %s", privs, quoteIdent(schema), quoteIdent(positionTable.name), quoteAccount(user))
 }
 
 // positionCheck compares the saved position with the server.

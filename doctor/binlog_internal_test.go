@@ -109,6 +109,29 @@ func TestBinlogSettings(t *testing.T) {
 	}
 }
 
+// A warning among binlog mode's prerequisites (no GTIDs on MySQL, row
+// metadata not FULL) leaves the report Ready: auto still reads the binary
+// log, and Why stays empty; the first failure makes it not Ready and is
+// Why, with its fix and where it ran.
+func TestBinlogReportReady(t *testing.T) {
+	t.Parallel()
+	var r BinlogReport
+	r.add(Check{Name: "binlog log_bin", Status: OK}, true)
+	r.add(Check{Name: "binlog GTIDs", Status: Warn, Detail: "gtid_mode=OFF", Fix: "turn gtid_mode=ON"}, true)
+	r.add(Check{Name: "binlog row metadata", Status: Warn, Detail: "binlog_row_metadata=MINIMAL"}, true)
+	r.add(Check{Name: "binlog position", Status: Fail, Detail: "purged"}, false) // not a prerequisite
+	r.finish()
+	if !r.Ready || r.Why != "" {
+		t.Fatalf("warnings alone: Ready %v, Why %q; want ready", r.Ready, r.Why)
+	}
+	r.add(Check{Name: "binlog REPLICATION SLAVE", Status: Fail, Detail: "no REPLICATION SLAVE", Fix: "GRANT REPLICATION SLAVE", Target: "--queue-dsn q"}, true)
+	r.add(Check{Name: "binlog server id", Status: Fail, Detail: "same server_id"}, true)
+	r.finish()
+	if r.Ready || r.Why != "no REPLICATION SLAVE (fix: GRANT REPLICATION SLAVE)" || r.WhyTarget != "--queue-dsn q" {
+		t.Fatalf("a failed prerequisite: Ready %v, Why %q, WhyTarget %q; want not ready, the first failure", r.Ready, r.Why, r.WhyTarget)
+	}
+}
+
 // A binary log filtered to leave the queue schema out fails the check
 // (auto must not pick binlog mode there); one that logs it, or a filter on
 // other schemas only, passes; names compare as the server compares them.

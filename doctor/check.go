@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend/fence"
 )
@@ -29,6 +32,10 @@ type Check struct {
 	Status Status `json:"status"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
+	// Target is where the check ran when that is not mend's own database
+	// (the queue database's "--queue-dsn addr/db as user"): a refusal
+	// names it, so the DSN and user to fix are the ones checked.
+	Target string `json:"target,omitempty"`
 }
 
 // Params are what the checks look at: the databases and settings a mend
@@ -70,18 +77,50 @@ type Params struct {
 // cannot run (no connection) is reported as failed, never skipped.
 func Run(ctx context.Context, p Params) (checks []Check, target string) {
 	checks, target = Database(ctx, p.DSN, cmp.Or(p.LeaseTTL, fence.TTLDefault))
-	checks = append(checks, Host(ctx, p.HostDSN, p.QueueDSN)...)
+	if p.HostDSN != "" {
+		checks = append(checks, on(targetOf("--host-dsn", p.HostDSN), Host(ctx, p.HostDSN, ""))...)
+	}
 	if p.QueueDSN != "" {
-		checks = append(checks, WakeTopic(ctx, WakeTopicParams{QueueDSN: p.QueueDSN, Topic: p.WakeTopic, Ignore: p.WakeIgnore, UnjoinedOK: p.WakeTopicUnjoined}))
+		queue := targetOf("--queue-dsn", p.QueueDSN)
+		checks = append(checks, on(queue, Host(ctx, "", p.QueueDSN))...)
+		checks = append(checks, on(queue, []Check{WakeTopic(ctx, WakeTopicParams{QueueDSN: p.QueueDSN, Topic: p.WakeTopic, Ignore: p.WakeIgnore, UnjoinedOK: p.WakeTopicUnjoined})})...)
 		if p.Subscription != nil {
 			s := *p.Subscription
 			s.QueueDSN = p.QueueDSN
 			s.DSN = cmp.Or(s.DSN, p.DSN)
 			s.starting = p.starting
-			checks = append(checks, Subscription(ctx, s)...)
+			for _, c := range Subscription(ctx, s) {
+				// The position checks are of mend's own database.
+				if c.Target == "" && !strings.HasPrefix(c.Name, "binlog position") {
+					c.Target = queue
+				} else if c.Target == "--queue-dsn" {
+					c.Target = queue
+				}
+				checks = append(checks, c)
+			}
 		}
 	}
 	return checks, target
+}
+
+// targetOf is where a check of the database dsn (given as flagName) runs,
+// as a refusal names it: "--queue-dsn addr/db as user".
+func targetOf(flagName, dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return flagName + " (unparsable DSN)"
+	}
+	return fmt.Sprintf("%s %s/%s as %s", flagName, cfg.Addr, cfg.DBName, cfg.User)
+}
+
+// on sets target on the checks that have none.
+func on(target string, checks []Check) []Check {
+	for i := range checks {
+		if checks[i].Target == "" {
+			checks[i].Target = target
+		}
+	}
+	return checks
 }
 
 // PreflightTimeout bounds Preflight.
@@ -95,7 +134,9 @@ var ErrRefused = errors.New("refusing to start")
 // naming the first failed check, its detail and its fix, so the last line
 // of a refused start says what to fix.
 type RefusedError struct {
-	// Target is where the checks ran ("addr/database as user").
+	// Target is where the checks ran ("addr/database as user", mend's
+	// database); the message names the first failed check's own Target
+	// instead when it has one.
 	Target string
 	// Failed are the checks that failed, at least one, in order.
 	Failed []Check
@@ -111,7 +152,7 @@ func (e *RefusedError) Error() string {
 	if len(e.Failed) > 1 {
 		more = fmt.Sprintf(" and %d more", len(e.Failed)-1)
 	}
-	return fmt.Sprintf("%v: doctor check failed on %s: %s%s; mend doctor with the same flags lists them all", ErrRefused, e.Target, line, more)
+	return fmt.Sprintf("%v: doctor check failed on %s: %s%s; mend doctor with the same flags lists them all", ErrRefused, cmp.Or(first.Target, e.Target), line, more)
 }
 
 // Unwrap makes errors.Is(err, ErrRefused) hold.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mendq/mend/subscribe"
@@ -51,6 +52,10 @@ type SubscriptionParams struct {
 	// ServerID and Source are binlog mode's (BinlogParams).
 	ServerID uint32
 	Source   string
+	// Once: the checks are for mend run --once, where auto mode reads the
+	// binary log only beside a saved position and otherwise drains the
+	// offset mode's group (client.Subscription.Once).
+	Once bool
 	// starting: Preflight runs the checks (BinlogParams.Starting).
 	starting bool
 }
@@ -71,15 +76,73 @@ func Subscription(ctx context.Context, p SubscriptionParams) []Check {
 	case ModeBinlog:
 		mode.Detail = "binlog (--subscribe-mode binlog): mend reads the queue database server's binary log; no consumer group"
 		r := Binlog(ctx, p.binlogParams())
-		return append([]Check{mode}, r.Checks...)
+		left := leftGroupCheck(ctx, p, &mode)
+		return append(append([]Check{mode}, r.Checks...), left...)
 	}
 	r := Binlog(ctx, p.binlogParams())
+	if p.Once && r.Ready && r.Saved == nil {
+		mode.Detail = "offsets (auto with --once): no binary-log position is saved for the source, so the run drains consumer group " + strconv.Quote(cmp.Or(p.Group, subscribe.GroupDefault))
+		return append([]Check{mode}, offsetChecks(ctx, p)...)
+	}
 	if r.Ready {
 		mode.Detail = "binlog (auto): every prerequisite of binlog mode holds; mend reads the queue database server's binary log, no consumer group"
-		return append([]Check{mode}, r.Checks...)
+		left := leftGroupCheck(ctx, p, &mode)
+		return append(append([]Check{mode}, r.Checks...), left...)
 	}
-	mode.Detail = "offsets (auto): binlog mode needs " + r.Why
+	if r.Saved != nil {
+		// Auto is sticky: beside a saved position it never falls back.
+		mode.Status, mode.Target = Fail, r.WhyTarget
+		mode.Detail = "binlog (auto), and it cannot run: " + StickyDetail(r.Source, *r.Saved, r.Why)
+		mode.Fix = StickyFix
+		left := leftGroupCheck(ctx, p, &mode)
+		return append(append([]Check{mode}, r.Checks...), left...)
+	}
+	mode.Detail = "offsets (auto): binlog mode cannot run here (" + r.Why + "), and no binary-log position is saved, so mend joins the *_dlq topics as consumer group " +
+		strconv.Quote(cmp.Or(p.Group, subscribe.GroupDefault))
 	return append([]Check{mode}, offsetChecks(ctx, p)...)
+}
+
+// leftGroupCheck is, in binlog mode, the offset subscription's group as it
+// stands in the host's queue_offsets: binlog mode joins no group, but rows
+// an earlier offsets mode (or a run --once) left hold the host's GC of
+// their partitions back until removed. No check when the group has no
+// row; otherwise a warning listing its partitions with their watermarks, and
+// mode's "no consumer group" is corrected.
+func leftGroupCheck(ctx context.Context, p SubscriptionParams, mode *Check) []Check {
+	group := cmp.Or(p.Group, subscribe.GroupDefault)
+	c := Check{Name: "subscription group rows", Status: OK, Target: "--queue-dsn"}
+	db, err := subscribe.Open(ctx, p.QueueDSN)
+	if err != nil {
+		return nil // the binlog checks report the queue database
+	}
+	defer db.Close()
+	parts, err := subscribe.GroupPartitions(ctx, db, group, 0)
+	if err != nil {
+		c.Status, c.Detail = Warn, "cannot tell whether consumer group "+strconv.Quote(group)+" still has rows in queue_offsets: "+oneLine(err.Error())
+		c.Fix = "GRANT SELECT ON queue_offsets to the queue database user (the documented grants include it)"
+		return []Check{c}
+	}
+	if len(parts) == 0 {
+		return nil // holds nothing back: binlog mode's "no consumer group" stands
+	}
+	mode.Detail = strings.Replace(mode.Detail, "no consumer group", fmt.Sprintf("mend's consumer group %q still has %d row(s) in queue_offsets (see below)", group, len(parts)), 1)
+	var behind int64
+	var list []string
+	for i, pt := range parts {
+		behind += pt.Behind
+		if i < 20 {
+			list = append(list, fmt.Sprintf("%s/%s at offset_acked %d (%d row(s) above)", pt.Topic, pt.Partition, pt.Watermark, pt.Behind))
+		}
+	}
+	if len(parts) > len(list) {
+		list = append(list, fmt.Sprintf("and %d more", len(parts)-len(list)))
+	}
+	c.Status = Warn
+	c.Detail = fmt.Sprintf("binlog mode joins no consumer group, but group %q still has %d row(s) in queue_offsets (left by offsets mode or a run --once), "+
+		"holding the host's GC of %d dead-letter row(s) above their watermarks back: %s", group, len(parts), behind, strings.Join(list, "; "))
+	c.Fix = fmt.Sprintf("once no mend run of the group runs in offsets mode: mend subscribe --queue-dsn ... --group %s --remove --yes, as a user with DELETE on queue_offsets "+
+		"(docs/operations.md grants it to a separate user, 'mend_leave')", group)
+	return []Check{c}
 }
 
 func (p SubscriptionParams) binlogParams() BinlogParams {

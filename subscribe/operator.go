@@ -239,3 +239,73 @@ func Held(ctx context.Context, db *sql.DB, group string, olderThan time.Duration
 	})
 	return out[:min(len(out), max(limit, 0))], nil
 }
+
+// The number of a group's rows in queue_offsets (a range of the primary
+// key; SELECT only).
+const sqlGroupRows = "-- name: SubscribeGroupRows\n" +
+	"SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = ?"
+
+// GroupRows counts group's rows in the host's queue_offsets (one per
+// partition it joined; "" means GroupDefault) with a SELECT alone, so it
+// runs under the documented grants, which withhold DELETE: 0 means the
+// group holds nothing of the host's GC back and there is nothing to leave.
+// Binlog mode's reader asks it before trying to leave the group (Remove).
+// Returns the read's error (mend.ErrDenied without SELECT on queue_offsets).
+func GroupRows(ctx context.Context, db *sql.DB, group string) (int, error) {
+	group = groupOr(group)
+	var n int
+	if err := db.QueryRowContext(ctx, sqlGroupRows, group).Scan(&n); err != nil {
+		return 0, fmt.Errorf("subscribe: count the rows of group %q: %w", group, mysqlx.Translate(err))
+	}
+	return n, nil
+}
+
+// Each of a group's partitions, its watermark and the rows above it.
+const sqlGroupPartitions = "-- name: SubscribeGroupPartitions\n" +
+	"SELECT o.topic, o.partition_key, o.offset_acked, COUNT(m.`offset`)\n" +
+	"FROM queue_offsets o LEFT JOIN queue_messages m\n" +
+	"  ON m.topic = o.topic AND m.partition_key = o.partition_key AND m.`offset` > o.offset_acked\n" +
+	"WHERE o.consumer_group = ?\n" +
+	"GROUP BY o.topic, o.partition_key, o.offset_acked ORDER BY o.topic, o.partition_key"
+
+// GroupPartition is one of a group's rows in queue_offsets and what it
+// holds back.
+type GroupPartition struct {
+	Topic, Partition string
+	// Watermark is the row's offset_acked: the host's GC keeps every row
+	// of the partition above it while the group stays joined.
+	Watermark uint64
+	// Behind counts the partition's rows above the watermark now.
+	Behind int64
+}
+
+// GroupPartitions reads group's rows in the host's queue_offsets ("" means
+// GroupDefault), each with its watermark and the rows above it that the
+// host's GC keeps for the group, by topic and partition; at most limit
+// (all when limit <= 0). SELECT only: mend doctor and mend status show a
+// group that binlog mode left behind with it.
+func GroupPartitions(ctx context.Context, db *sql.DB, group string, limit int) ([]GroupPartition, error) {
+	group = groupOr(group)
+	fail := func(err error) error {
+		return fmt.Errorf("subscribe: read the partitions of group %q: %w", group, mysqlx.Translate(err))
+	}
+	rows, err := db.QueryContext(ctx, sqlGroupPartitions, group)
+	if err != nil {
+		return nil, fail(err)
+	}
+	defer rows.Close()
+	var out []GroupPartition
+	for rows.Next() {
+		var p GroupPartition
+		if err := rows.Scan(&p.Topic, &p.Partition, &p.Watermark, &p.Behind); err != nil {
+			return nil, fail(err)
+		}
+		if limit <= 0 || len(out) < limit {
+			out = append(out, p)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail(err)
+	}
+	return out, nil
+}

@@ -110,7 +110,7 @@ func TestDoctorBinlog(t *testing.T) {
 	}
 	// auto with the same clash runs offsets, saying why.
 	checks, _ = doctorChecksCode(t, append(base, "--binlog-server-id", strconv.FormatUint(uint64(serverID), 10))...)
-	if c := checks["subscribe mode"]; !strings.HasPrefix(c.Detail, "offsets (auto): binlog mode needs") || !strings.Contains(c.Detail, "server_id") {
+	if c := checks["subscribe mode"]; !strings.HasPrefix(c.Detail, "offsets (auto): binlog mode cannot run here (") || !strings.Contains(c.Detail, "server_id") {
 		t.Errorf("subscribe mode %+v; want offsets, naming the server id", c)
 	}
 
@@ -155,8 +155,8 @@ func TestDoctorBinlog(t *testing.T) {
 // hold logs that it reads the binary log and why, records the dead letter
 // the tables hold (a first start imports them), repairs it, joins no
 // consumer group, and exports the mode and the reader's metrics. --once
-// runs offsets (binlog mode has no pass to drain) and refuses binlog asked
-// for.
+// beside the position it saved reads the binary log to its end, joining no
+// group either.
 func TestRunBinlogMode(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -263,14 +263,16 @@ func TestRunBinlogMode(t *testing.T) {
 		t.Errorf("status after the stop shows a reader:\n%s", st.stdout)
 	}
 
+	// Beside the saved position, --once reads the binary log (auto is
+	// sticky) and joins no consumer group.
 	once := []string{"run", "--once", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN, "--subscribe-settle", "1s"}
 	r := opsRun(t, nil, once...)
-	if r.code != exitOK || !regexp.MustCompile(`msg="subscribe mode: offsets" .*mode=offsets why="auto with --once`).MatchString(r.stderr) {
-		t.Errorf("run --once: exit %d; want offsets, saying why:\n%s", r.code, r.stderr)
+	if r.code != exitOK || !regexp.MustCompile(`msg="subscribe mode: binlog" .*mode=binlog why="auto with --once: the source has a saved binary-log position`).MatchString(r.stderr) ||
+		!strings.Contains(r.stderr, "binlog caught up") {
+		t.Errorf("run --once beside the saved position: exit %d; want binlog mode, read to the log's end:\n%s", r.code, r.stderr)
 	}
-	r = opsRun(t, nil, append(once, "--subscribe-mode", "binlog")...)
-	if r.code != exitUsage || !strings.Contains(r.stderr, "--once cannot run --subscribe-mode binlog") {
-		t.Errorf("run --once --subscribe-mode binlog: exit %d; want a usage error:\n%s", r.code, r.stderr)
+	if err := x.queueDB.SQL(t).QueryRowContext(context.Background(), "SELECT COUNT(*) FROM queue_offsets WHERE consumer_group = 'mend'").Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d queue_offsets rows of group mend (%v) after run --once beside a saved position; want none", n, err)
 	}
 	r = opsRun(t, nil, append(once, "--subscribe-mode", "bin")...)
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--subscribe-mode must be binlog, offsets or auto") {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/internal/mysqltest"
 	"github.com/mendq/mend/migrations"
 	"github.com/mendq/mend/storage"
@@ -91,8 +92,28 @@ func TestDestructiveCommandsRefuseByAccident(t *testing.T) {
 		if _, err := store.LeaseAcquire(ctx, "q", "replica-1", time.Hour); err != nil {
 			t.Fatal(err)
 		}
-		if r := opsMust(t, "migrate", "down", "1", "--yes", "--dsn", db.DSN); !strings.Contains(r.stderr, "drops no table") || !hasRecords(t, db) {
-			t.Fatalf("migrate down 1 with an open record and a live lease: %s", r.stderr)
+		r := opsMust(t, "migrate", "down", "1", "--yes", "--dsn", db.DSN)
+		if !strings.Contains(r.stderr, "drops mend_binlog_positions (migration 0019)") || strings.Contains(r.stderr, "drops no table") || !hasRecords(t, db) {
+			t.Fatalf("migrate down 1 with an open record and a live queue lease: %s; want 0019 reverted, saying the table it drops", r.stderr)
+		}
+	})
+
+	// Issue 55: reverting 0019 dropped mend_binlog_positions under a
+	// reader holding its lease, printing "drops no table".
+	t.Run("dropping the binlog positions refuses while a reader holds its lease", func(t *testing.T) {
+		t.Parallel()
+		db, store := setup(t)
+		if _, err := store.LeaseAcquire(ctx, binlog.LeaseName("queue"), "replica-1", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		r := opsRun(t, nil, "migrate", "down", "1", "--yes", "--dsn", db.DSN)
+		if r.code != exitFailure || !strings.Contains(r.stderr, "refusing to drop mend_binlog_positions") ||
+			!strings.Contains(r.stderr, `mend-binlog/queue held by "replica-1"`) || !slices.Contains(db.Tables(t), "mend_binlog_positions") {
+			t.Fatalf("migrate down 1 --yes under a reader's lease = exit %d\n%s; want refused, naming the reader, the table kept", r.code, r.stderr)
+		}
+		r = opsMust(t, "migrate", "down", "1", "--yes", "--force", "--dsn", db.DSN)
+		if !strings.Contains(r.stderr, "--force: dropping mend_binlog_positions") || slices.Contains(db.Tables(t), "mend_binlog_positions") || !hasRecords(t, db) {
+			t.Fatalf("migrate down 1 --yes --force under a reader's lease: %s; want 0019 reverted, records kept", r.stderr)
 		}
 	})
 
@@ -129,7 +150,7 @@ func TestDestructiveCommandsRefuseByAccident(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"migrate", "down", "1"}, "which drops no table"},
+			{[]string{"migrate", "down", "1"}, "which drops mend_binlog_positions"},
 			{[]string{"migrate", "down"}, "dropping mend's tables"},
 			{[]string{"migrate", "goto", "3"}, "dropping mend's tables"},
 		} {

@@ -20,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/mendq/mend"
+	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/dlq"
 	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/migrations"
@@ -210,7 +211,7 @@ func revertSays(list []migrations.Migration, cur, target uint) string {
 		return fmt.Sprintf("reverts to %d, dropping mend's tables and their data (records, events, leases)", target)
 	}
 	if migrations.RevertDropsPositions(list, cur, target) {
-		return fmt.Sprintf("reverts to %d, which drops no table of records, events or leases: they stay; the binary-log reader's saved position goes (it starts over from the host's tables)", target)
+		return fmt.Sprintf("reverts to %d, which drops mend_binlog_positions (the binary-log reader's saved position goes: a reader started later starts over from the host's tables) and no table of records, events or leases: they stay", target)
 	}
 	return fmt.Sprintf("reverts to %d, which drops no table: records, events and leases stay", target)
 }
@@ -221,11 +222,9 @@ func revertSays(list []migrations.Migration, cur, target uint) string {
 // migrate down) loses no record and is not refused. `mend migrate down --yes` once deleted every record while a
 // replica ran, a queue still waiting among them.
 func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.Migration, cur, target uint, force bool) error {
-	if !migrations.RevertDropsTables(list, cur, target) {
+	dropsPositions := migrations.RevertDropsPositions(list, cur, target)
+	if !migrations.RevertDropsTables(list, cur, target) && !dropsPositions {
 		fmt.Fprintf(a.stderr, "mend migrate: reverting to %d drops no table: records, events and leases stay, and replicas of a binary that runs on %d keep working\n", target, target)
-		if migrations.RevertDropsPositions(list, cur, target) {
-			fmt.Fprintf(a.stderr, "mend migrate: the binary-log reader's saved position goes with migration 0019: a reader started later starts over from the host's tables\n")
-		}
 		return nil
 	}
 	cfg, err := storage.NormalizeDSN(dsn)
@@ -240,6 +239,28 @@ func (a *app) refuseIfAtRisk(ctx context.Context, dsn string, list []migrations.
 	risk, err := storage.ReadAtRisk(ctx, db)
 	if err != nil {
 		return err
+	}
+	if !migrations.RevertDropsTables(list, cur, target) {
+		// Only migration 0019's table goes: refused while a binary-log
+		// reader holds its lease (it would lose its position mid-read and
+		// fail every save after), whatever else runs.
+		fmt.Fprintf(a.stderr, "mend migrate: reverting to %d drops mend_binlog_positions (migration 0019): the binary-log reader's saved position goes, "+
+			"and a reader started later starts over from the host's tables; records, events and leases stay\n", target)
+		var readers []string
+		for _, t := range risk.Live {
+			if strings.HasPrefix(t.Queue, binlog.LeaseName("")) {
+				readers = append(readers, fmt.Sprintf("%s held by %q", t.Queue, t.Holder))
+			}
+		}
+		switch {
+		case len(readers) == 0:
+			return nil
+		case !force:
+			return fmt.Errorf("refusing to drop mend_binlog_positions while a binary-log reader holds its lease (%s): it would lose its saved position while it reads; "+
+				"stop every mend run in binlog mode first (mend lease list), or add --force", strings.Join(readers, ", "))
+		}
+		fmt.Fprintf(a.stderr, "mend migrate: --force: dropping mend_binlog_positions although a binary-log reader holds its lease (%s)\n", strings.Join(readers, ", "))
+		return nil
 	}
 	var names []string
 	for _, m := range slices.Backward(list) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mendq/mend"
 	"github.com/mendq/mend/client"
+	"github.com/mendq/mend/doctor"
 	"github.com/mendq/mend/fence"
 	"github.com/mendq/mend/host"
 	"github.com/mendq/mend/planner"
@@ -81,7 +82,9 @@ func newRunCmd(a *app) *cobra.Command {
 	var c runConfig
 	f.StringVar(&c.HostDSN, "host-dsn", "", "DSN of uber/submitqueue's application database (batch, queue_batch_state, request, build) (required;\n"+hostDSNSame+": the same database as --dsn)")
 	f.StringVar(&c.QueueDSN, "queue-dsn", "", "DSN of uber/submitqueue's queue database (queue_messages); default: --host-dsn")
-	f.BoolVar(&c.Once, "once", false, "repair what is due now (passes until the due queues are drained) and exit, for cron; exit 1 if any record's attempt or any queue's repair failed")
+	f.BoolVar(&c.Once, "once", false, "record what the subscription finds now (binlog mode: the binary log read from the saved position to its end,\n"+
+		"unless another replica reads it; offsets: the group drained), repair what is due (passes until the due queues are drained)\n"+
+		"and exit, for cron; exit 1 if the read, any record's attempt or any queue's repair failed")
 	f.DurationVar(&c.Interval, "interval", reconcile.IntervalDefault, "time between passes")
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", fence.TTLDefault, "lease term length by the database clock")
 	f.IntVar(&c.Concurrency, "concurrency", reconcile.ConcurrencyDefault, "queues this replica repairs at once, at most")
@@ -126,9 +129,6 @@ func newRunCmd(a *app) *cobra.Command {
 		if err := c.Sub.resolve(f); err != nil {
 			return err
 		}
-		if err := c.Sub.forOnce(c.Once); err != nil {
-			return err
-		}
 		if err := preflight(ctx, c, f.logger().With("component", "mend")); err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func subscription(c runConfig) *client.Subscription {
 		return nil
 	}
 	return &client.Subscription{Group: c.Sub.Group, Interval: c.Sub.Interval, Settle: givenSettle(c.Sub), PageSize: c.Sub.PageSize,
-		Mode: c.Sub.Mode, BinlogServerID: c.Sub.BinlogServerID, BinlogSource: c.Sub.BinlogSource}
+		Mode: c.Sub.Mode, BinlogServerID: c.Sub.BinlogServerID, BinlogSource: c.Sub.BinlogSource, Once: c.Once}
 }
 
 // wire opens mend through the front door (client.Open; preflight ran the
@@ -242,9 +242,6 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 		m.binlogMetrics().setMode(mode, svc.BinlogReader())
 	}
 	if mode, why := svc.SubscribeMode(); mode != "" {
-		if c.Sub.OnceWhy != "" {
-			why = c.Sub.OnceWhy
-		}
 		clog.Info("subscribe mode: "+mode, "mode", mode, "why", why, "queue_db", redactDSN(c.QueueDSN))
 	}
 	if c.Sub.On && svc.Subscriber() != nil {
@@ -252,6 +249,10 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 			"interval", c.Sub.Interval.String(), "settle", c.Sub.Settle.String(), "queue_db", redactDSN(c.QueueDSN))
 	}
 	if c.Once {
+		// Binlog mode reads the log to its end (never joining the
+		// consumer group); a failed read still lets the reconciler drain
+		// what is recorded, and fails the run after it.
+		intakeErr := catchUpBinlog(ctx, svc, clog)
 		if err := drainSubscription(ctx, svc.Subscriber(), clog); err != nil {
 			return err
 		}
@@ -262,7 +263,11 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 			return errors.Join(errors.New("interrupted (SIGINT or SIGTERM) before the pass finished; leases released"), err)
 		}
 		if err != nil {
-			return err
+			return errors.Join(intakeErr, err)
+		}
+		if intakeErr != nil {
+			logPass(clog, ps, -1)
+			return intakeErr
 		}
 		logPass(clog, ps, -1)
 		// For cron a pass is a success only if nothing it tried failed: a
@@ -288,6 +293,34 @@ func serve(ctx context.Context, c runConfig, log *slog.Logger, scrub *scrubber) 
 	clog.Info("signal received: stopping (finishing or abandoning in-flight work, releasing leases)")
 	svc.Stop()
 	clog.Info("stopped cleanly")
+	return nil
+}
+
+// catchUpBinlog is run --once's intake in binlog mode (nothing in any
+// other): the binary log read from the saved position to its end under the
+// reader's lease (client.Client.CatchUpBinlog). While another replica holds
+// that lease, intake is its job: that is said, and is no failure.
+func catchUpBinlog(ctx context.Context, svc *client.Client, log *slog.Logger) error {
+	r := svc.BinlogReader()
+	if r == nil {
+		return nil
+	}
+	lease := r.Status().Position.Name
+	res, err := svc.CatchUpBinlog(ctx)
+	switch {
+	case errors.Is(err, mend.ErrLeaseHeld):
+		log.Info("another replica reads the binary log (it holds the reader's lease): intake is left to it; this run only drains the reconciler",
+			"lease", lease)
+		return nil
+	case err != nil:
+		return fmt.Errorf("binlog mode: reading the binary log to its end (%s): %w", lease, err)
+	}
+	attrs := []any{"lease", lease, "from", doctor.DescribePosition(res.From), "to", doctor.DescribePosition(res.To),
+		"recorded", res.Recorded, "parked", res.Parked}
+	if res.Reset != "" {
+		attrs = append(attrs, "reset", res.Reset)
+	}
+	log.Info("binlog caught up: the binary log read to its end", attrs...)
 	return nil
 }
 

@@ -51,9 +51,6 @@ type subscribeConfig struct {
 	// the queue database's schema name) are binlog mode's.
 	BinlogServerID uint32
 	BinlogSource   string
-	// OnceWhy is set when run --once turned auto into offsets: binlog
-	// mode streams, it has no pass to drain.
-	OnceWhy string
 }
 
 // addSubscribeFlags defines the subscription's flags on mend run.
@@ -71,39 +68,23 @@ func addSubscribeFlags(f *flags, c *subscribeConfig) {
 func addSubscribeModeFlags(f *flags, c *subscribeConfig) {
 	f.StringVar(&c.Mode, "subscribe-mode", doctor.ModeAuto, "how the subscription learns of dead letters: binlog (read the queue database server's binary log: no consumer group,\n"+
 		"nothing held back; needs log_bin, ROW, FULL images, REPLICATION SLAVE and CLIENT), offsets (join the *_dlq topics as --group),\n"+
-		"or auto (binlog where all its prerequisites hold, else offsets; run logs which and why)")
+		"or auto (binlog where all its prerequisites hold, else offsets, but never offsets once the binary log has been read: a saved\n"+
+		"position refuses the start until binlog mode can run; run logs which and why). With run --once, binlog reads the log from the\n"+
+		"saved position to its end (auto: only where a position is saved, else offsets) and leaves intake to a replica that holds the reader's lease")
 	f.Uint32Var(&c.BinlogServerID, "binlog-server-id", 0, "the server_id binlog mode's reader registers with, unique among the host's servers and replicas (0: derived from --holder)")
 	f.StringVar(&c.BinlogSource, "binlog-source", "", "names binlog mode's saved position and lease; keep it across a failover of the host's primary (default: the queue database's schema name)")
 }
 
 // checkMode checks --subscribe-mode and binlog mode's flags.
 func (c *subscribeConfig) checkMode() error {
-	switch c.Mode {
-	case "", doctor.ModeAuto, doctor.ModeBinlog, doctor.ModeOffsets:
-	default:
-		return usagef("--subscribe-mode must be binlog, offsets or auto, got %q", c.Mode)
+	if err := doctor.ValidateMode(c.Mode); err != nil {
+		return usagef("--subscribe-mode %v", err)
 	}
 	if c.BinlogSource != "" {
 		if err := mend.ValidateIdentity("queue", binlog.LeaseName(c.BinlogSource), true); err != nil {
 			return usagef("--binlog-source: %v", err)
 		}
 	}
-	return nil
-}
-
-// forOnce fits the mode to run --once: binlog mode streams and has no pass
-// to drain, so auto runs offsets and binlog is refused.
-func (c *subscribeConfig) forOnce(once bool) error {
-	if !once || !c.On {
-		return nil
-	}
-	switch c.Mode {
-	case doctor.ModeBinlog:
-		return usagef("--once cannot run --subscribe-mode binlog: the binary-log reader streams continuously; run without --once, or give --subscribe-mode offsets")
-	case doctor.ModeOffsets:
-		return nil
-	}
-	c.Mode, c.OnceWhy = doctor.ModeOffsets, "auto with --once: binlog mode streams continuously and has no pass to drain"
 	return nil
 }
 
@@ -505,18 +486,26 @@ func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, pri
 	if err := mend.ValidateIdentity("group", s.group, true); err != nil {
 		return usagef("--group: %v", err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
 	if slices.ContainsFunc(readers, func(r binlogReaderView) bool { return r.Role == "reading" }) {
+		// Binlog mode joins no group, but rows an earlier offsets mode (or
+		// a run --once) left hold the host's GC back until removed.
+		left, err := groupRowsHeld(ctx, s.queueDSN, s.group)
+		if err != nil {
+			return err
+		}
 		if f.json {
-			return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"mode": doctor.ModeBinlog, "binlog": readers}})
+			return writeJSON(a.stdout, map[string]any{"queues": queues, "subscription": map[string]any{"mode": doctor.ModeBinlog, "binlog": readers,
+				"group": s.group, "group_rows": toGroupRowsJSON(left)}})
 		}
 		if err := printQueues(); err != nil {
 			return err
 		}
 		printBinlogReaders(a.stdout, readers)
+		printGroupRowsHeld(a.stdout, s.group, left)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
 	now := time.Now()
 	lag, held, err := subscriptionLagHeld(ctx, s.queueDSN, s.group, now)
 	if err != nil {
@@ -534,6 +523,62 @@ func (s *statusLag) print(ctx context.Context, a *app, f *flags, queues any, pri
 	}
 	printBinlogReaders(a.stdout, readers) // a binlog reader's position, kept while none reads
 	return nil
+}
+
+// groupRowsHeld reads the offset mode's group's rows in the host's
+// queue_offsets, each with its watermark and the rows above it the host's
+// GC keeps (subscribe.GroupPartitions): in binlog mode they are left over
+// and hold the GC back until removed. mend status shows them (and the
+// console may, through this function).
+func groupRowsHeld(ctx context.Context, queueDSN, group string) ([]subscribe.GroupPartition, error) {
+	db, err := subscribe.Open(ctx, queueDSN)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return subscribe.GroupPartitions(ctx, db, group, 0)
+}
+
+// groupRowJSON is one of groupRowsHeld's rows in --json output.
+type groupRowJSON struct {
+	Topic     string `json:"topic"`
+	Partition string `json:"partition"`
+	Watermark uint64 `json:"offset_acked"`
+	Behind    int64  `json:"rows_held"`
+}
+
+func toGroupRowsJSON(rows []subscribe.GroupPartition) []groupRowJSON {
+	out := make([]groupRowJSON, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, groupRowJSON{Topic: r.Topic, Partition: r.Partition, Watermark: r.Watermark, Behind: r.Behind})
+	}
+	return out
+}
+
+// printGroupRowsHeld says, in binlog mode, that the offset mode's group
+// still has rows in queue_offsets and what they hold back; nothing when it
+// has none.
+func printGroupRowsHeld(w io.Writer, group string, rows []subscribe.GroupPartition) {
+	if len(rows) == 0 {
+		return
+	}
+	var held int64
+	for _, r := range rows {
+		held += r.Behind
+	}
+	fmt.Fprintf(w, "\noffsets group %q still has %d row(s) in queue_offsets (binlog mode joins none; left by offsets mode or a run --once): "+
+		"they hold the host's GC of %d dead-letter row(s) back. Remove them: mend subscribe --group %s --remove --yes, as a user with DELETE on queue_offsets\n",
+		group, len(rows), held, group)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TOPIC/PARTITION\tOFFSET_ACKED\tROWS HELD")
+	for i, r := range rows {
+		if i == subscribeHeldLimit {
+			fmt.Fprintf(tw, "  (and %d more)\t\t\n", len(rows)-i)
+			break
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\n", escapeShown(r.Topic+"/"+r.Partition, 80), r.Watermark, r.Behind)
+	}
+	_ = tw.Flush()
 }
 
 // subscribeLagWarn is when doctor (and run's preflight) warn that the
