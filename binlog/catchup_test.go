@@ -3,7 +3,10 @@ package binlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,4 +75,64 @@ func TestIdleReaderRefreshesPosition(t *testing.T) {
 	readThrough(t, r)
 	_, _, saves := r.ev.snapshot()
 	until(t, r, "two saves with nothing committed", func() bool { _, _, n := r.ev.snapshot(); return n >= saves+2 })
+}
+
+// syncBuffer is a log destination safe for the reader's goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Under the documented grants (no DELETE on queue_offsets), a term that
+// finds none of the offset group's rows says nothing about them; one that
+// finds some says how many and who may remove them (mend_leave).
+func TestLeaveGroupOnlyWhenRowsExist(t *testing.T) {
+	w := newWorld(t)
+	root := w.root(t)
+	user := fmt.Sprintf("mend_nodel_%d", time.Now().UnixNano()%1_000_000_000)
+	for _, q := range []string{
+		fmt.Sprintf("CREATE USER '%s'@'%%'", user),
+		fmt.Sprintf("GRANT SELECT ON `%s`.* TO '%s'@'%%'", w.qcfg.DBName, user),
+		fmt.Sprintf("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '%s'@'%%'", user),
+	} {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _, _ = root.Exec(fmt.Sprintf("DROP USER '%s'@'%%'", user)) })
+	server := w.qcfg.Clone()
+	server.User, server.Passwd = user, ""
+	var logs syncBuffer
+	r := w.start(t, "a", func(c *binlog.Config) {
+		c.Server, c.LeaveGroup = server, "mend"
+		c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	until(t, r, "a saved position", func() bool { _, _, n := r.ev.snapshot(); return n > 0 })
+	if strings.Contains(logs.String(), "queue_offsets") {
+		t.Fatalf("with no rows of the group, the reader spoke of them:\n%s", logs.String())
+	}
+	if err := w.host.Join(context.Background(), "mend", "speculate_dlq", "q1"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, saves := r.ev.snapshot()
+	killDumps(t, root) // a new term, which looks again
+	until(t, r, "the warning of a new term", func() bool {
+		_, _, n := r.ev.snapshot()
+		return n > saves && strings.Contains(logs.String(), "still has 1 row(s)")
+	})
+	if !strings.Contains(logs.String(), "mend_leave") {
+		t.Fatalf("the warning does not say who may remove the rows:\n%s", logs.String())
+	}
 }

@@ -131,8 +131,11 @@ type Config struct {
 	// a watermark nothing moves, holding the host's GC back for good.
 	// Everything the group held back is recorded by then (the reader's
 	// start-over imported it, or its saved position is older than the
-	// switch). Leaving needs DELETE on queue_offsets; without it the
-	// reader warns and reads on. Empty: leave nothing.
+	// switch). The reader counts the group's rows first (SELECT), and
+	// leaves only when there are some; leaving needs DELETE on
+	// queue_offsets, which the documented grants give to mend_leave alone,
+	// so without it the reader warns with that advice and reads on. Empty:
+	// leave nothing.
 	LeaveGroup string
 	Log        *slog.Logger
 	Hooks      Hooks

@@ -471,14 +471,27 @@ func (t *term) save(ctx context.Context) error {
 // leaveGroup deregisters the offset subscription's group (Config.LeaveGroup)
 // from every partition, as mend subscribe --remove does.
 func (t *term) leaveGroup(ctx context.Context) {
-	n, err := subscribe.Remove(ctx, t.db, t.r.cfg.LeaveGroup)
+	group := t.r.cfg.LeaveGroup
+	// Asked first, with a SELECT the documented grants allow: most terms
+	// find nothing to leave, and say nothing.
+	rows, err := subscribe.GroupRows(ctx, t.db, group)
+	if err != nil {
+		t.r.log.WarnContext(ctx, "binlog reader: could not read the offset subscription's rows in queue_offsets (SELECT on queue_offsets); a group left there would hold the host's GC back",
+			"group", group, "err", err)
+		return
+	}
+	if rows == 0 {
+		return
+	}
+	n, err := subscribe.Remove(ctx, t.db, group)
 	switch {
 	case err != nil:
-		t.r.log.WarnContext(ctx, "binlog reader: could not leave the offset subscription's consumer group, whose rows in queue_offsets hold the host's GC back; "+
-			"grant DELETE on queue_offsets to the queue database user, or run mend subscribe --remove", "group", t.r.cfg.LeaveGroup, "err", err)
+		t.r.log.WarnContext(ctx, fmt.Sprintf("binlog reader: the offset subscription's consumer group %q still has %d row(s) in queue_offsets, holding the host's GC back, and mend's queue user may not delete them "+
+			"(the documented grants give DELETE on queue_offsets only to mend_leave): once no mend run of the group runs in offsets mode, run as that user: mend subscribe --queue-dsn <mend_leave's DSN> --group %s --remove --yes",
+			group, rows, group), "group", group, "rows", rows, "err", err)
 	case n > 0:
 		t.r.log.InfoContext(ctx, "binlog reader: left the offset subscription's consumer group; the host's GC is no longer held back by it",
-			"group", t.r.cfg.LeaveGroup, "partitions", n)
+			"group", group, "partitions", n)
 	}
 }
 
