@@ -61,6 +61,18 @@ func TestConsoleBinlog(t *testing.T) {
 	if page := get(t, base); !strings.Contains(page, "positions could not be read: no SELECT on mend_binlog_positions") || !strings.Contains(page, `id="queues"`) {
 		t.Error("a failed read is not shown beside the rest of the overview")
 	}
+	// Rows the offset mode's group left in queue_offsets (a deployment
+	// switched to binlog mode, a run --once of before): said beside the
+	// readers, with what they hold back; none, nothing said.
+	for _, lag := range [][]TopicLag{{{Topic: "speculate_dlq", Rows: 3, Age: time.Hour}}, nil} {
+		_, base = b.serve(t, func(c *Config, _ *Server) {
+			c.Binlog = func(context.Context) ([]BinlogReader, error) { return readers, nil }
+			c.Lag = func(context.Context) ([]TopicLag, error) { return lag, nil }
+		})
+		if got := strings.Contains(get(t, base), `id="group-rows"`); got != (lag != nil) {
+			t.Errorf("group rows %v: the leftover-rows warning shown: %v", lag, got)
+		}
+	}
 	_, base = b.serve(t, func(c *Config, _ *Server) {
 		c.Binlog = func(context.Context) ([]BinlogReader, error) { return nil, nil }
 	})
