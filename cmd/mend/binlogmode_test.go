@@ -162,35 +162,8 @@ func TestRunBinlogMode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	x := binlogWorld(t)
-	var stderr lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"run", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN,
-			"--interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, io.Discard, &stderr, func(string) string { return "" })
-	}()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.After(60 * time.Second)
-		for !cond() {
-			select {
-			case code := <-done:
-				t.Fatalf("mend run exited %d while waiting for %s:\n%s", code, what, stderr.String())
-			case <-deadline:
-				t.Fatalf("still waiting for %s:\n%s", what, stderr.String())
-			case <-tick.C:
-			}
-		}
-	}
-	addrRE := regexp.MustCompile(`msg="serving metrics" .*?addr=(\S+)`)
-	var addr string
-	wait("metrics", func() bool {
-		if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	})
+	m := startMendRun(t, ctx, "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", x.queueDB.DSN)
+	done, stderr, wait, scrape := m.done, m.stderr, m.wait, m.scrape
 	wait("the mode's log line", func() bool {
 		return regexp.MustCompile(`msg="subscribe mode: binlog" .*mode=binlog why="auto: every prerequisite`).MatchString(stderr.String())
 	})
@@ -204,18 +177,6 @@ func TestRunBinlogMode(t *testing.T) {
 		r, err := store.RecordGet(ctx, src)
 		return err == nil && r.State == mend.StateDone
 	})
-	scrape := func() string {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
 	var page string
 	wait("the reader's metrics", func() bool {
 		page = scrape()
@@ -477,4 +438,65 @@ func TestStatusWithoutPositionGrant(t *testing.T) {
 	if r := opsMust(t, "status", "--dsn", user, "--json"); strings.Contains(r.stdout, "binlog") {
 		t.Errorf("status --json: %s", r.stdout)
 	}
+}
+
+// mendRun is a mend run of the test's, in this process: its exit code, its
+// log, its metrics address.
+type mendRun struct {
+	t      *testing.T
+	done   chan int
+	stderr *lockedBuffer
+	addr   string
+	tick   *time.Ticker
+}
+
+// startMendRun runs mend run with args (and a 100 ms interval, metrics on
+// a free loopback port) until ctx ends, and waits until it serves metrics.
+func startMendRun(t *testing.T, ctx context.Context, args ...string) *mendRun {
+	t.Helper()
+	m := &mendRun{t: t, done: make(chan int, 1), stderr: &lockedBuffer{}, tick: time.NewTicker(50 * time.Millisecond)}
+	t.Cleanup(m.tick.Stop)
+	go func() {
+		m.done <- Main(ctx, append(append([]string{"run"}, args...), "--interval", "100ms", "--metrics-addr", "127.0.0.1:0"),
+			io.Discard, m.stderr, func(string) string { return "" })
+	}()
+	addrRE := regexp.MustCompile(`msg="serving metrics" .*?addr=(\S+)`)
+	m.wait("metrics", func() bool {
+		if x := addrRE.FindStringSubmatch(m.stderr.String()); x != nil {
+			m.addr = x[1]
+		}
+		return m.addr != ""
+	})
+	return m
+}
+
+// wait polls cond, failing the test if mend run exits first or a minute
+// passes (a hang: nothing is timed by it).
+func (m *mendRun) wait(what string, cond func() bool) {
+	m.t.Helper()
+	deadline := time.After(60 * time.Second)
+	for !cond() {
+		select {
+		case code := <-m.done:
+			m.t.Fatalf("mend run exited %d while waiting for %s:\n%s", code, what, m.stderr.String())
+		case <-deadline:
+			m.t.Fatalf("still waiting for %s:\n%s", what, m.stderr.String())
+		case <-m.tick.C:
+		}
+	}
+}
+
+// scrape reads mend run's /metrics.
+func (m *mendRun) scrape() string {
+	m.t.Helper()
+	resp, err := http.Get("http://" + m.addr + "/metrics")
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return string(b)
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -426,44 +424,8 @@ func TestBinlogStopPages(t *testing.T) {
 			x, queueDSN, stop := tt.world(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var stderr lockedBuffer
-			done := make(chan int, 1)
-			go func() {
-				done <- Main(ctx, []string{"run", "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", queueDSN,
-					"--interval", "100ms", "--metrics-addr", "127.0.0.1:0"}, io.Discard, &stderr, func(string) string { return "" })
-			}()
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			wait := func(what string, cond func() bool) {
-				t.Helper()
-				deadline := time.After(60 * time.Second)
-				for !cond() {
-					select {
-					case code := <-done:
-						t.Fatalf("mend run exited %d while waiting for %s:\n%s", code, what, stderr.String())
-					case <-deadline:
-						t.Fatalf("still waiting for %s:\n%s", what, stderr.String())
-					case <-tick.C:
-					}
-				}
-			}
-			addrRE := regexp.MustCompile(`msg="serving metrics" .*?addr=(\S+)`)
-			var addr string
-			wait("metrics", func() bool {
-				if m := addrRE.FindStringSubmatch(stderr.String()); m != nil {
-					addr = m[1]
-				}
-				return addr != ""
-			})
-			scrape := func() string {
-				resp, err := http.Get("http://" + addr + "/metrics")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				return string(b)
-			}
+			m := startMendRun(t, ctx, "--dsn", x.mendDB.DSN, "--host-dsn", x.appDB.DSN, "--queue-dsn", queueDSN)
+			done, stderr, wait, scrape := m.done, m.stderr, m.wait, m.scrape
 			store, err := storage.Open(ctx, x.mendDB.DSN, storage.Options{})
 			if err != nil {
 				t.Fatal(err)
