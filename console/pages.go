@@ -658,14 +658,17 @@ type parkedPage struct {
 	Reason  string
 	Scanned int  // with a reason: the parked records this page searched
 	Capped  bool // the search stopped at parkedScan before the page filled
-	Records []mend.Record
-	Next    string
-	Query   string
+	// Recorded: the page lists the records recorded for the audit
+	// (mend.TopicKind.Recorded) instead of the parked ones.
+	Recorded bool
+	Records  []mend.Record
+	Next     string
+	Query    string
 }
 
 func (s *Server) parked(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
-	f := storage.ParkedFilter{Queue: q.Get("queue"), ReasonContains: q.Get("reason"), Limit: s.cfg.PageSize}
+	f := storage.ParkedFilter{Queue: q.Get("queue"), ReasonContains: q.Get("reason"), Recorded: q.Get("recorded") == "1", Limit: s.cfg.PageSize}
 	if f.Queue != "" {
 		if err := mend.ValidateIdentity("queue", f.Queue, true); err != nil {
 			return "", nil, badRequest("%v", err)
@@ -678,7 +681,11 @@ func (s *Server) parked(r *http.Request) (string, any, error) {
 	if f.After, err = parseCursor(q.Get("after")); err != nil {
 		return "", nil, err
 	}
-	p := parkedPage{layout: s.frame(r, "parked records", "parked"), Queue: f.Queue, Reason: f.ReasonContains}
+	title := "parked records"
+	if f.Recorded {
+		title = "recorded for the audit"
+	}
+	p := parkedPage{layout: s.frame(r, title, "parked"), Queue: f.Queue, Reason: f.ReasonContains, Recorded: f.Recorded}
 	next := ""
 	if f.ReasonContains == "" {
 		if p.Records, err = s.cfg.Store.ConsoleParked(r.Context(), f); err != nil {
@@ -710,6 +717,9 @@ func (s *Server) parked(r *http.Request) (string, any, error) {
 		}
 		if f.ReasonContains != "" {
 			v.Set("reason", f.ReasonContains)
+		}
+		if f.Recorded {
+			v.Set("recorded", "1")
 		}
 		p.Next = "/parked?" + v.Encode()
 	}
