@@ -120,7 +120,10 @@ type alertRow struct {
 	Rule   string
 	Queue  string
 	Detail string
-	Page   bool // pages now (else: will page if it lasts, or a ticket: MendVerifyDivergent)
+	Page   bool // fires now (else: will fire if it lasts, or a ticket: MendVerifyDivergent)
+	// Ticket: the rule is a ticket, not a page (MendRecordsParked); the row
+	// says so, and Page then says it fires now.
+	Ticket bool
 }
 
 type overviewPage struct {
@@ -198,8 +201,8 @@ func orderStuck(failing []storage.FailingQueue, al storage.ConsoleAlerts, due []
 	}
 	for _, q := range al.Parked {
 		s := get(q.Queue)
+		// Listed first, but not paging: MendRecordsParked is a ticket.
 		s.hasParked, s.parked = true, q.Age
-		s.pages = s.pages || q.Age >= parkedPagesAfter
 	}
 	out := make([]stuckQueue, 0, len(by))
 	for _, s := range by {
@@ -294,16 +297,18 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	// the queue table, first.
 	p.AlertsMore = p.AlertsMore || p.FailingAll > len(p.Failing)
 	for _, q := range p.Failing {
-		p.Alerts = append(p.Alerts, alertRow{"MendRepairsFailing", q.Queue, fmt.Sprintf("%d record(s) whose every attempt fails, the longest for %s (%d attempts): see Failing now", q.Records, dur(q.FailingFor), q.Attempts), q.FailingFor > failingPagesAfter})
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairsFailing", q.Queue, fmt.Sprintf("%d record(s) whose every attempt fails, the longest for %s (%d attempts): see Failing now", q.Records, dur(q.FailingFor), q.Attempts), q.FailingFor > failingPagesAfter, false})
 	}
 	for _, q := range al.Overdue {
-		p.Alerts = append(p.Alerts, alertRow{"MendRepairStuck", q.Queue, fmt.Sprintf("%d record(s) due for over %s, the oldest for %s", q.Count, dur(alertParams.OverdueAfter), dur(q.Age)), true})
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairStuck", q.Queue, fmt.Sprintf("%d record(s) due for over %s, the oldest for %s", q.Count, dur(alertParams.OverdueAfter), dur(q.Age)), true, false})
 	}
 	for _, q := range al.SlowRepairs {
-		p.Alerts = append(p.Alerts, alertRow{"MendRepairSLO", q.Queue, fmt.Sprintf("%d repair(s) in the last %s took over %s, the slowest %s", q.Count, dur(alertParams.SLOWindow), dur(alertParams.SLOBound), dur(q.Age)), true})
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairSLO", q.Queue, fmt.Sprintf("%d repair(s) in the last %s took over %s, the slowest %s", q.Count, dur(alertParams.SLOWindow), dur(alertParams.SLOBound), dur(q.Age)), true, false})
 	}
 	for _, q := range al.Parked {
-		p.Alerts = append(p.Alerts, alertRow{"MendRecordsParked", q.Queue, fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed", q.Count, dur(q.Age)), q.Age >= parkedPagesAfter})
+		p.Alerts = append(p.Alerts, alertRow{Rule: "MendRecordsParked", Queue: q.Queue, Ticket: true,
+			Detail: fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed (dead letters recorded for the audit are not counted)", q.Count, dur(q.Age)),
+			Page:   q.Age >= parkedPagesAfter})
 	}
 	switch {
 	case errors.Is(runErr, storage.ErrNoVerifyRuns):
@@ -375,7 +380,7 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		p.Lag = lag
 		for _, l := range lag {
 			if l.Age > lagPagesAfter {
-				p.Alerts = append(p.Alerts, alertRow{"MendSubscriptionLagging", "", fmt.Sprintf("topic %s: %d dead letter(s) not released, the oldest for %s", l.Topic, l.Rows, dur(l.Age)), true})
+				p.Alerts = append(p.Alerts, alertRow{"MendSubscriptionLagging", "", fmt.Sprintf("topic %s: %d dead letter(s) not released, the oldest for %s", l.Topic, l.Rows, dur(l.Age)), true, false})
 			}
 		}
 	}
@@ -390,10 +395,10 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			case r.FailedTerms > 0:
 				why = fmt.Sprintf("its reader fails and retries (%d failed term(s) in %s: the reader's log and mend_binlog_failures_total say why)", r.FailedTerms, dur(binlogWindow))
 			}
-			p.Alerts = append(p.Alerts, alertRow{"MendBinlogNotReading", "", fmt.Sprintf("binlog source %s: not read for %s: %s", src, dur(r.Saved), why), r.Pages})
+			p.Alerts = append(p.Alerts, alertRow{"MendBinlogNotReading", "", fmt.Sprintf("binlog source %s: not read for %s: %s", src, dur(r.Saved), why), r.Pages, false})
 		}
 		if r.Purged {
-			p.Alerts = append(p.Alerts, alertRow{"MendBinlogPositionPurged", "", fmt.Sprintf("binlog source %s: %s: dead letters the host collected in the gap are lost (the page lasts until each replica that found it restarts)", src, r.Reset), true})
+			p.Alerts = append(p.Alerts, alertRow{"MendBinlogPositionPurged", "", fmt.Sprintf("binlog source %s: %s: dead letters the host collected in the gap are lost (the page lasts until each replica that found it restarts)", src, r.Reset), true, false})
 		}
 	}
 	p.Nothing = nothingPaged(p.LagOn, len(readers) > 0)
