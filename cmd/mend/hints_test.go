@@ -1,0 +1,24 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Issue 57: "mend stuck" does not exist; its error says where stuck-queue
+// detection lives instead of only "unknown command".
+func TestUnknownCommandHints(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := mendCmd(t, "stuck")
+	if code != exitUsage {
+		t.Errorf("mend stuck exits %d; want %d", code, exitUsage)
+	}
+	for _, want := range []string{`unknown command "stuck"`, "mend run", "--stuck-every", "--stuck-bound", "mend status", "Stuck queues"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("mend stuck: stderr %q lacks %q (stdout %q)", errOut, want, out)
+		}
+	}
+	if _, _, errOut := mendCmd(t, "no-such-command"); !strings.Contains(errOut, "run 'mend help' for the list") {
+		t.Errorf("an unknown command without a hint: %q", errOut)
+	}
+}
