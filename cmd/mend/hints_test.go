@@ -22,3 +22,15 @@ func TestUnknownCommandHints(t *testing.T) {
 		t.Errorf("an unknown command without a hint: %q", errOut)
 	}
 }
+
+func TestPlural(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{0, "0 tries"}, {1, "1 try"}, {2, "2 tries"}} {
+		if got := plural(tc.n, "try", "tries"); got != tc.want {
+			t.Errorf("plural(%d) = %q; want %q", tc.n, got, tc.want)
+		}
+	}
+}

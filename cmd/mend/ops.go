@@ -812,9 +812,12 @@ func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
 // printRecordList prints records; -o wide adds the partition, version and
 // next attempt, and the whole last error.
 //
-// FAILURES is every failed attempt of the record's life, counted from its
-// events; TRIES (wide) is the current step's counter that backoff and
-// --max-attempts use, which starts again when the outcome settles.
+// FAILED REPAIRS is every repair attempt of mend's that failed in the
+// record's life, counted from its events (not the host's failures of the
+// dead letter, which inspect --record shows as the dead letter's); STEP
+// TRIES (wide) is the current step's counter that backoff and
+// --max-attempts use, which starts again when the outcome settles. Issue
+// 57: the column said FAILURES, which read as either.
 func (a *app) printRecordList(ctx context.Context, store *storage.DB, asJSON bool, o listOpts, what string, recs []mend.Record) error {
 	failures, err := store.RecordFailures(ctx, recs)
 	if err != nil {
@@ -835,9 +838,9 @@ func (a *app) printRecordList(ctx context.Context, store *storage.DB, asJSON boo
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	if o.wide {
-		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILURES\tTRIES\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILED REPAIRS\tSTEP TRIES\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
 	} else {
-		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILURES\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILED REPAIRS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
 	}
 	for _, r := range recs {
 		if o.wide {
@@ -876,7 +879,8 @@ func printRecord(w io.Writer, r mend.Record, failures int) {
 	if r.State == mend.StateWaiting {
 		parks = "waiting on a merge: parks when --grace runs out"
 	}
-	fmt.Fprintf(w, "  failures:   %d in all; %d tries in this step (%s)\n", failures, r.Attempts, parks)
+	fmt.Fprintf(w, "  failures:   %s of mend's in all; %s in this step (%s)\n", plural(failures, "failed repair attempt", "failed repair attempts"),
+		plural(r.Attempts, "try", "tries"), parks)
 	if r.NextAttemptAt != nil {
 		fmt.Fprintf(w, "  next try:   %s UTC\n", r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000"))
 	}
@@ -884,6 +888,14 @@ func printRecord(w io.Writer, r mend.Record, failures int) {
 		fmt.Fprintf(w, "  last error: %s\n", clipLine(r.LastError, 300))
 	}
 	fmt.Fprintf(w, "  dead letter: failed %d times, last error %q\n", r.Snapshot.FailureCount, clipLine(r.Snapshot.LastError, 200))
+}
+
+// plural is n with the noun in the number n takes: "1 try", "2 tries".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func withFailures(j recordJSON, n int) recordJSON {
