@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -569,6 +570,11 @@ type recordPage struct {
 	Settled   string // the batch outcome the repair settled, from the settled event
 	WakeIDs   []string
 	Retryable string // why a retry cannot help, or ""
+	// Failing: every attempt of the record's step has failed so far
+	// (storage.FailingCondition); the planner retries it by itself. Fix is
+	// the GRANT its last error names, when a denied statement failed it.
+	Failing bool
+	Fix     string
 }
 
 type identField struct {
@@ -589,6 +595,12 @@ func (s *Server) record(r *http.Request) (string, any, error) {
 	p := recordPage{layout: s.frame(r, "record "+rec.ID.String(), ""), R: rec,
 		Payload: viewPayload(rec.Snapshot.Payload), FailErr: viewPayload([]byte(rec.Snapshot.LastError)),
 		LastError: viewPayload([]byte(rec.LastError)), EventsMax: len(evs) == recordEventsMax, Retryable: noTarget(rec)}
+	// Issue 57: a failing record's page offered resolve alone; it names the
+	// fix and says the next attempt needs nobody.
+	p.Failing = (rec.State == mend.StatePending || rec.State == mend.StateSettled) && rec.Attempts > 0
+	if p.Failing {
+		p.Fix = grantFix(rec.LastError)
+	}
 	p.Fields = []identField{
 		{"queue", viewIdent(rec.Source.Queue)}, {"topic", viewIdent(rec.Source.Topic)},
 		{"partition", viewIdent(rec.Source.Partition)}, {"message ID", viewIdent(rec.Source.MessageID)},
@@ -639,6 +651,18 @@ func (s *Server) findRecord(r *http.Request) (mend.Record, error) {
 // with live batches and nothing in flight, whose synthetic source identity
 // has topic mend.StuckTopic. Its snapshot's last error is the scan's reason.
 func stuckWake(r mend.Record) bool { return r.Source.Topic == mend.StuckTopic }
+
+// grantInError finds the GRANT a *mend.DeniedError's text names ("fix:
+// GRANT ... TO 'user'").
+var grantInError = regexp.MustCompile(`fix: (GRANT .+? TO '(?:[^'\\]|\\.)*')`)
+
+// grantFix returns the GRANT a failing record's last error names, or "".
+func grantFix(lastError string) string {
+	if m := grantInError.FindStringSubmatch(lastError); m != nil {
+		return m[1]
+	}
+	return ""
+}
 
 func noTarget(r mend.Record) string {
 	if r.Target.BatchID == "" || r.Target.Desired == mend.OutcomeNone {
