@@ -76,8 +76,8 @@ var parkedScan = storage.ConsoleParkedScanDefault
 
 // alertParams are the suggested alert rules of docs/operations.md:
 // MendRepairStuck (due for over 10 minutes), MendRepairSLO (a repair in the
-// last 15 minutes slower than 10), MendRecordsParked (any parked record,
-// paging after 15 minutes).
+// last 15 minutes slower than 10), MendRecordsParked (any parked record
+// but those recorded for the audit, a ticket after 15 minutes).
 var alertParams = storage.ConsoleAlertParams{
 	OverdueAfter: 10 * time.Minute,
 	SLOWindow:    15 * time.Minute,

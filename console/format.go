@@ -12,18 +12,21 @@ import (
 )
 
 var funcs = template.FuncMap{
-	"dur":     dur,
-	"ts":      ts,
-	"clip":    clip,
-	"count":   func(c map[mend.State]int64, s string) int64 { return c[mend.State(s)] },
-	"ident":   viewIdent,
-	"quote":   func(s string) string { return quoteUnprintable([]byte(s)) },
-	"add":     func(a, b int) int { return a + b },
-	"isState": func(r mend.Record, s string) bool { return string(r.State) == s },
-	"noRetry": noTarget,
-	"stuck":   stuckWake,
-	"sh":      shellQuote,
-	"neg":     func(d time.Duration) time.Duration { return -d },
+	"dur":   dur,
+	"ts":    ts,
+	"clip":  clip,
+	"count": func(c map[mend.State]int64, s string) int64 { return c[mend.State(s)] },
+	// recordedN sums a queue's records of topics recorded for the audit or
+	// handled by their host (mend.TopicKind.Recorded), shown apart.
+	"recordedN": func(r map[mend.TopicKind]int64) int64 { return r[mend.TopicAudit] + r[mend.TopicHost] },
+	"ident":     viewIdent,
+	"quote":     func(s string) string { return quoteUnprintable([]byte(s)) },
+	"add":       func(a, b int) int { return a + b },
+	"isState":   func(r mend.Record, s string) bool { return string(r.State) == s },
+	"noRetry":   noTarget,
+	"stuck":     stuckWake,
+	"sh":        shellQuote,
+	"neg":       func(d time.Duration) time.Duration { return -d },
 }
 
 // shellQuote quotes s as one word for a POSIX shell, so a command line

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,7 +121,10 @@ type alertRow struct {
 	Rule   string
 	Queue  string
 	Detail string
-	Page   bool // pages now (else: will page if it lasts, or a ticket: MendVerifyDivergent)
+	Page   bool // fires now (else: will fire if it lasts, or a ticket: MendVerifyDivergent)
+	// Ticket: the rule is a ticket, not a page (MendRecordsParked); the row
+	// says so, and Page then says it fires now.
+	Ticket bool
 }
 
 type overviewPage struct {
@@ -198,8 +202,8 @@ func orderStuck(failing []storage.FailingQueue, al storage.ConsoleAlerts, due []
 	}
 	for _, q := range al.Parked {
 		s := get(q.Queue)
+		// Listed first, but not paging: MendRecordsParked is a ticket.
 		s.hasParked, s.parked = true, q.Age
-		s.pages = s.pages || q.Age >= parkedPagesAfter
 	}
 	out := make([]stuckQueue, 0, len(by))
 	for _, s := range by {
@@ -294,16 +298,18 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 	// the queue table, first.
 	p.AlertsMore = p.AlertsMore || p.FailingAll > len(p.Failing)
 	for _, q := range p.Failing {
-		p.Alerts = append(p.Alerts, alertRow{"MendRepairsFailing", q.Queue, fmt.Sprintf("%d record(s) whose every attempt fails, the longest for %s (%d attempts): see Failing now", q.Records, dur(q.FailingFor), q.Attempts), q.FailingFor > failingPagesAfter})
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairsFailing", q.Queue, fmt.Sprintf("%d record(s) whose every attempt fails, the longest for %s (%d attempts): see Failing now", q.Records, dur(q.FailingFor), q.Attempts), q.FailingFor > failingPagesAfter, false})
 	}
 	for _, q := range al.Overdue {
-		p.Alerts = append(p.Alerts, alertRow{"MendRepairStuck", q.Queue, fmt.Sprintf("%d record(s) due for over %s, the oldest for %s", q.Count, dur(alertParams.OverdueAfter), dur(q.Age)), true})
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairStuck", q.Queue, fmt.Sprintf("%d record(s) due for over %s, the oldest for %s", q.Count, dur(alertParams.OverdueAfter), dur(q.Age)), true, false})
 	}
 	for _, q := range al.SlowRepairs {
-		p.Alerts = append(p.Alerts, alertRow{"MendRepairSLO", q.Queue, fmt.Sprintf("%d repair(s) in the last %s took over %s, the slowest %s", q.Count, dur(alertParams.SLOWindow), dur(alertParams.SLOBound), dur(q.Age)), true})
+		p.Alerts = append(p.Alerts, alertRow{"MendRepairSLO", q.Queue, fmt.Sprintf("%d repair(s) in the last %s took over %s, the slowest %s", q.Count, dur(alertParams.SLOWindow), dur(alertParams.SLOBound), dur(q.Age)), true, false})
 	}
 	for _, q := range al.Parked {
-		p.Alerts = append(p.Alerts, alertRow{"MendRecordsParked", q.Queue, fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed", q.Count, dur(q.Age)), q.Age >= parkedPagesAfter})
+		p.Alerts = append(p.Alerts, alertRow{Rule: "MendRecordsParked", Queue: q.Queue, Ticket: true,
+			Detail: fmt.Sprintf("%d record(s) parked, the longest for %s: a person is needed (dead letters recorded for the audit are not counted)", q.Count, dur(q.Age)),
+			Page:   q.Age >= parkedPagesAfter})
 	}
 	switch {
 	case errors.Is(runErr, storage.ErrNoVerifyRuns):
@@ -375,7 +381,7 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 		p.Lag = lag
 		for _, l := range lag {
 			if l.Age > lagPagesAfter {
-				p.Alerts = append(p.Alerts, alertRow{"MendSubscriptionLagging", "", fmt.Sprintf("topic %s: %d dead letter(s) not released, the oldest for %s", l.Topic, l.Rows, dur(l.Age)), true})
+				p.Alerts = append(p.Alerts, alertRow{"MendSubscriptionLagging", "", fmt.Sprintf("topic %s: %d dead letter(s) not released, the oldest for %s", l.Topic, l.Rows, dur(l.Age)), true, false})
 			}
 		}
 	}
@@ -390,10 +396,10 @@ func (s *Server) overview(r *http.Request) (string, any, error) {
 			case r.FailedTerms > 0:
 				why = fmt.Sprintf("its reader fails and retries (%d failed term(s) in %s: the reader's log and mend_binlog_failures_total say why)", r.FailedTerms, dur(binlogWindow))
 			}
-			p.Alerts = append(p.Alerts, alertRow{"MendBinlogNotReading", "", fmt.Sprintf("binlog source %s: not read for %s: %s", src, dur(r.Saved), why), r.Pages})
+			p.Alerts = append(p.Alerts, alertRow{"MendBinlogNotReading", "", fmt.Sprintf("binlog source %s: not read for %s: %s", src, dur(r.Saved), why), r.Pages, false})
 		}
 		if r.Purged {
-			p.Alerts = append(p.Alerts, alertRow{"MendBinlogPositionPurged", "", fmt.Sprintf("binlog source %s: %s: dead letters the host collected in the gap are lost (the page lasts until each replica that found it restarts)", src, r.Reset), true})
+			p.Alerts = append(p.Alerts, alertRow{"MendBinlogPositionPurged", "", fmt.Sprintf("binlog source %s: %s: dead letters the host collected in the gap are lost (the page lasts until each replica that found it restarts)", src, r.Reset), true, false})
 		}
 	}
 	p.Nothing = nothingPaged(p.LagOn, len(readers) > 0)
@@ -564,6 +570,11 @@ type recordPage struct {
 	Settled   string // the batch outcome the repair settled, from the settled event
 	WakeIDs   []string
 	Retryable string // why a retry cannot help, or ""
+	// Failing: every attempt of the record's step has failed so far
+	// (storage.FailingCondition); the planner retries it by itself. Fix is
+	// the GRANT its last error names, when a denied statement failed it.
+	Failing bool
+	Fix     string
 }
 
 type identField struct {
@@ -584,6 +595,12 @@ func (s *Server) record(r *http.Request) (string, any, error) {
 	p := recordPage{layout: s.frame(r, "record "+rec.ID.String(), ""), R: rec,
 		Payload: viewPayload(rec.Snapshot.Payload), FailErr: viewPayload([]byte(rec.Snapshot.LastError)),
 		LastError: viewPayload([]byte(rec.LastError)), EventsMax: len(evs) == recordEventsMax, Retryable: noTarget(rec)}
+	// Issue 57: a failing record's page offered resolve alone; it names the
+	// fix and says the next attempt needs nobody.
+	p.Failing = (rec.State == mend.StatePending || rec.State == mend.StateSettled) && rec.Attempts > 0
+	if p.Failing {
+		p.Fix = grantFix(rec.LastError)
+	}
 	p.Fields = []identField{
 		{"queue", viewIdent(rec.Source.Queue)}, {"topic", viewIdent(rec.Source.Topic)},
 		{"partition", viewIdent(rec.Source.Partition)}, {"message ID", viewIdent(rec.Source.MessageID)},
@@ -635,6 +652,18 @@ func (s *Server) findRecord(r *http.Request) (mend.Record, error) {
 // has topic mend.StuckTopic. Its snapshot's last error is the scan's reason.
 func stuckWake(r mend.Record) bool { return r.Source.Topic == mend.StuckTopic }
 
+// grantInError finds the GRANT a *mend.DeniedError's text names ("fix:
+// GRANT ... TO 'user'").
+var grantInError = regexp.MustCompile(`fix: (GRANT .+? TO '(?:[^'\\]|\\.)*')`)
+
+// grantFix returns the GRANT a failing record's last error names, or "".
+func grantFix(lastError string) string {
+	if m := grantInError.FindStringSubmatch(lastError); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
 func noTarget(r mend.Record) string {
 	if r.Target.BatchID == "" || r.Target.Desired == mend.OutcomeNone {
 		return "its dead letter names no batch to repair (undecodable or not mend's topic); a retry would only fail again"
@@ -658,14 +687,17 @@ type parkedPage struct {
 	Reason  string
 	Scanned int  // with a reason: the parked records this page searched
 	Capped  bool // the search stopped at parkedScan before the page filled
-	Records []mend.Record
-	Next    string
-	Query   string
+	// Recorded: the page lists the records recorded for the audit
+	// (mend.TopicKind.Recorded) instead of the parked ones.
+	Recorded bool
+	Records  []mend.Record
+	Next     string
+	Query    string
 }
 
 func (s *Server) parked(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
-	f := storage.ParkedFilter{Queue: q.Get("queue"), ReasonContains: q.Get("reason"), Limit: s.cfg.PageSize}
+	f := storage.ParkedFilter{Queue: q.Get("queue"), ReasonContains: q.Get("reason"), Recorded: q.Get("recorded") == "1", Limit: s.cfg.PageSize}
 	if f.Queue != "" {
 		if err := mend.ValidateIdentity("queue", f.Queue, true); err != nil {
 			return "", nil, badRequest("%v", err)
@@ -678,7 +710,11 @@ func (s *Server) parked(r *http.Request) (string, any, error) {
 	if f.After, err = parseCursor(q.Get("after")); err != nil {
 		return "", nil, err
 	}
-	p := parkedPage{layout: s.frame(r, "parked records", "parked"), Queue: f.Queue, Reason: f.ReasonContains}
+	title := "parked records"
+	if f.Recorded {
+		title = "recorded for the audit"
+	}
+	p := parkedPage{layout: s.frame(r, title, "parked"), Queue: f.Queue, Reason: f.ReasonContains, Recorded: f.Recorded}
 	next := ""
 	if f.ReasonContains == "" {
 		if p.Records, err = s.cfg.Store.ConsoleParked(r.Context(), f); err != nil {
@@ -710,6 +746,9 @@ func (s *Server) parked(r *http.Request) (string, any, error) {
 		}
 		if f.ReasonContains != "" {
 			v.Set("reason", f.ReasonContains)
+		}
+		if f.Recorded {
+			v.Set("recorded", "1")
 		}
 		p.Next = "/parked?" + v.Encode()
 	}

@@ -392,6 +392,27 @@ func TestConsoleBasicAuth(t *testing.T) {
 			t.Error("another address is refused")
 		}
 	})
+	// Issue 57: a limit keyed with the port (RemoteAddr whole) gives a
+	// client fresh guesses on every new connection, since each comes from
+	// another ephemeral port. The other subtests send one port throughout,
+	// so they pass with that slip.
+	t.Run("a client that reconnects gets no fresh guesses", func(t *testing.T) {
+		for _, host := range []string{"10.4.0.1", "[2001:db8::7]"} {
+			a := authFile(t, bcrypt.MinCost)
+			now := time.Unix(1_700_000_000, 0)
+			a.now = func() time.Time { return now }
+			for i := range GuessesPerAddress {
+				req := basic(fmt.Sprintf("user%d", i), "guess", host)
+				req.RemoteAddr = fmt.Sprintf("%s:%d", host, 40000+i) // a new connection each time
+				a.User(req)
+			}
+			req := basic("bob", password, host)
+			req.RemoteAddr = host + ":50000"
+			if _, ok, wait := a.authenticate(req); ok || wait <= 0 {
+				t.Errorf("%s: after %d failed guesses over as many connections: ok %v wait %s, want the address refused", host, GuessesPerAddress, ok, wait)
+			}
+		}
+	})
 	t.Run("429 through the server", func(t *testing.T) {
 		a := authFile(t, bcrypt.MinCost)
 		s, err := New(Config{Store: noStore{}, Auth: a})

@@ -35,6 +35,11 @@ const (
 	TopicCancel             = "cancel"
 	TopicMergeConflictCheck = "merge-conflict-check-signal"
 	TopicLog                = "log"
+	// Runway's topics on the same queue database: runway's own DLQ
+	// controller repairs their dead letters (mend.TopicHost). mend does not
+	// decode them; the intake records them for the audit.
+	TopicRunwayMergeConflictCheck = "merge-conflict-check"
+	TopicRunwayMerge              = "runway-merge"
 )
 
 // ErrUndecodable matches every DecodeError.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/mendq/mend"
 )
 
 // seedsScan are payloads for the scanner's tests: the host's shapes, and
@@ -76,6 +78,34 @@ func TestScanObjectTakesTheHostsShapes(t *testing.T) {
 		wantOK := err == nil && !strings.Contains(s, `\u0069`) && slow != nil
 		if ok != wantOK {
 			t.Errorf("scanObject(%s) ok %v; want %v (slow path: %v)", s, ok, wantOK, err)
+		}
+	}
+}
+
+// The decoders and mend's topic-kind table agree: a topic mend decodes to
+// a batch or a build is one it repairs, a request topic is recorded for the
+// audit, and a host-handled topic is one mend does not decode.
+func TestTopicsMatchKinds(t *testing.T) {
+	t.Parallel()
+	for topic, spec := range topics {
+		want := mend.TopicRepaired
+		if spec.kind == KindRequest {
+			want = mend.TopicAudit
+		}
+		if got := mend.KindOfTopic(topic+DLQSuffix, topic); got != want {
+			t.Errorf("%s: kind %q; want %q (decoded as %s)", topic, got, want, spec.kind)
+		}
+	}
+	for _, topic := range mend.TopicsOfKind(mend.TopicHost) {
+		if _, ok := topics[topic]; ok {
+			t.Errorf("%s is host-handled but mend decodes it", topic)
+		}
+	}
+	for _, k := range []mend.TopicKind{mend.TopicRepaired, mend.TopicAudit} {
+		for _, topic := range mend.TopicsOfKind(k) {
+			if _, ok := topics[topic]; !ok {
+				t.Errorf("%s is of kind %s but mend has no decoder for it", topic, k)
+			}
 		}
 	}
 }

@@ -27,7 +27,11 @@
 //	delivery ──batch topic, decoded──────────────▶ record pending (due now)
 //	         ──buildsignal, build found──────────▶ record pending
 //	         ──unknown topic / bad payload / no queue /
-//	           unknown build / request topic────▶ record parked, with the reason
+//	           unknown build────────────────────▶ record parked, with the reason
+//	         ──request topic / log / runway's
+//	           merge-conflict-check, runway-merge▶ record parked, recorded for the
+//	                                                audit (mend.TopicKind): never
+//	                                                counted as parked
 //	         ──same identity again───────────────▶ the existing record, unchanged
 //
 // # Failure handling

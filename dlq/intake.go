@@ -315,7 +315,11 @@ func New(store Store, cfg Config) (*Intake, error) {
 //   - merge-signal: the payload's batch, to end as its outcome says.
 //   - buildsignal: the build's batch, found through Config.Builds.
 //   - request topics (start, validate, batch, cancel,
-//     merge-conflict-check-signal) and log: nothing; recorded parked.
+//     merge-conflict-check-signal) and log: nothing; recorded parked for
+//     the audit (mend.TopicAudit), not counted as parked.
+//   - runway's merge-conflict-check and runway-merge: nothing; runway's own
+//     DLQ controller repairs them, so they are recorded parked for the
+//     audit (mend.TopicHost), not counted as parked.
 //
 // Anything that cannot be repaired automatically (unknown topic, a payload
 // that breaks the strict decoding rules, no queue, an unknown build, a
@@ -388,6 +392,10 @@ func (in *Intake) params(ctx context.Context, d Delivery) (mend.CreateParams, er
 		return p, nil
 	}
 	switch {
+	case mend.KindOfTopic(d.Source.Topic, orig) == mend.TopicHost:
+		// Before the decode error: mend reads no runway payload, and "unknown
+		// topic" would send a person after a dead letter runway repairs.
+		return park(fmt.Sprintf("dlq: recorded for the audit: a dead letter of %q is repaired by its host's own DLQ controller (runway's), not by mend; nobody needs to act on this record", orig))
 	case decErr != nil:
 		return park(decErr.Error())
 	case pl.Queue == QueueUnresolved || (pl.Queue == "" && src.Queue == QueueUnresolved && d.Source.Partition == QueueUnresolved):
@@ -397,7 +405,7 @@ func (in *Intake) params(ctx context.Context, d Delivery) (mend.CreateParams, er
 	case d.detailErr != nil:
 		return park("dlq: " + d.detailErr.Error())
 	case pl.Kind == KindRequest:
-		return park(fmt.Sprintf("dlq: a dead letter of request topic %q (request %q) is not mend's to repair: mend settles batches; the host's request DLQ controller, or an operator, decides the request", pl.Topic, pl.RequestID))
+		return park(fmt.Sprintf("dlq: recorded for the audit: a dead letter of request topic %q (request %q) is not mend's to repair: mend settles batches; the host's request DLQ controller, or an operator, decides the request", pl.Topic, pl.RequestID))
 	case pl.Kind == KindBuild:
 		return in.buildTarget(ctx, pl, p)
 	}

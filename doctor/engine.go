@@ -61,6 +61,26 @@ func Engine(ctx context.Context, db *sql.DB) []Check {
 		checks = append(checks, Check{Name: "binlog", Status: OK,
 			Detail: "binlog_format=" + e.BinlogFormat + ", binlog_row_image=" + e.BinlogRowImage})
 	}
+	checks = append(checks, checkViewDefiners(ctx, db, e))
+	return checks
+}
+
+// checkViewDefiners warns the DDL user about mend's views it could not
+// drop or replace. An account that may not create or drop views at all
+// (mend run's user, a read-only console user) has nothing to check: the
+// views are the DDL user's business, and doctor run as that user checks
+// them.
+func checkViewDefiners(ctx context.Context, db *sql.DB, e storage.Engine) Check {
+	ddl, err := storage.ViewDDLAllowed(ctx, db)
+	if err != nil {
+		return Check{Name: "view definers", Status: Warn, Detail: err.Error()}
+	}
+	if !ddl {
+		return Check{Name: "view definers", Status: OK,
+			Detail: "not checked for this account: it may not create or drop views (mend run's or a read-only console user), so it never replaces mend's views; " +
+				"mend doctor with the DDL user's DSN (the user that runs mend migrate) checks them"}
+	}
+	var checks []Check
 	views, err := storage.ForeignViewDefiners(ctx, db, e)
 	switch {
 	case err != nil:
@@ -71,9 +91,9 @@ func Engine(ctx context.Context, db *sql.DB) []Check {
 				"; on MySQL 8.0.16+ this account cannot drop or replace them if that account holds SYSTEM_USER, so migrate down/goto would fail with error 1227",
 			Fix: "run every mend migrate as the same DDL user (docs/operations.md), or have the account that created the views run migrate down"})
 	default:
-		checks = append(checks, Check{Name: "view definers", Status: OK, Detail: "this account can drop and replace mend's views"})
+		checks = append(checks, Check{Name: "view definers", Status: OK, Detail: "this account may drop and replace mend's views (it holds CREATE VIEW and DROP, and no view has a definer that blocks it)"})
 	}
-	return checks
+	return checks[0]
 }
 
 // checkDefaultCollation reports the collation a utf8mb4 table declared without COLLATE gets

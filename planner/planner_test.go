@@ -529,6 +529,34 @@ func TestRunFollow(t *testing.T) {
 	}
 }
 
+// Issue 57: with no run limit (RunLimit < 0) a follow-up run has none
+// either: it does not stop at FollowLimitDefault. The case with more due
+// records than that default is the one a planted slip (the FollowLimit
+// default left in place) passed every other test with.
+func TestRunFollowNoLimit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		follow int
+		n      int
+	}{
+		{"follow limit left at its default", 0, planner.FollowLimitDefault + 1},
+		{"follow limit set below the records", 2, 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t)
+			h := seedSpeculating(t, b, c.n)
+			p := newPlanner(t, b, h, func(c2 *planner.Config) { c2.RunLimit, c2.FollowLimit = -1, c.follow })
+			st, err := p.RunFollow(ctx, b.lease(t, "q"))
+			if err != nil || st.Woken != c.n || st.More {
+				t.Fatalf("follow-up run with no run limit: %+v, %v; want all %d woken, no more", st, err, c.n)
+			}
+		})
+	}
+}
+
 // Issue 19: a record that waits on a merge in flight says why in the log,
 // so an operator sees the reason without opening the record.
 func TestWaitingLogsItsReason(t *testing.T) {

@@ -133,6 +133,17 @@ SELECT queue, COUNT(*) AS n
 FROM (SELECT queue FROM mend_records WHERE queue IN (%s) AND state = 'done' LIMIT ?) r
 GROUP BY queue`
 
+// The parked records of the named queues whose topic is recorded for the
+// audit or handled by its host, by queue and kind: the (queue, state)
+// index's parked ranges and those rows' topics (parked rows are few),
+// at most the limit's. ConsoleQueueStatus moves them out of the parked
+// count, as Status does.
+var sqlConsoleQueueRecorded = `-- name: ConsoleQueueRecorded
+SELECT queue, CASE WHEN ` + statusAudit + ` THEN 'audit' ELSE 'host' END AS kind, COUNT(*) AS n
+FROM (SELECT queue, topic, original_topic FROM mend_records
+	WHERE queue IN (%s) AND state = 'parked' AND ` + recorded + ` LIMIT ?) r
+GROUP BY queue, kind`
+
 // ConsoleQueueStatus is Status and OldestOpen for the named queues alone
 // (one page of the console's overview), in the order given: the same
 // numbers by the same definitions. A queue with neither records nor a
@@ -201,6 +212,26 @@ func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) (out []Que
 		}
 	}
 	partial = partial || read >= int64(consoleCountLimit)
+	var rec []struct {
+		Queue []byte `db:"queue"`
+		Kind  string `db:"kind"`
+		N     int64  `db:"n"`
+	}
+	recArgs := append(append(append(append([]any{}, statusAuditArgs...), args[:len(queues)]...), recordedArgs...), consoleCountLimit)
+	if err := d.db.SelectContext(ctx, &rec, fmt.Sprintf(sqlConsoleQueueRecorded, placeholders(len(queues))), recArgs...); err != nil {
+		return nil, false, fmt.Errorf("storage: console queue status: %w", translate(err))
+	}
+	for _, r := range rec {
+		if s := byQueue[string(r.Queue)]; s != nil {
+			if s.Recorded == nil {
+				s.Recorded = map[mend.TopicKind]int64{}
+			}
+			s.Recorded[mend.TopicKind(r.Kind)] += r.N
+			if s.Counts[mend.StateParked] -= r.N; s.Counts[mend.StateParked] <= 0 {
+				delete(s.Counts, mend.StateParked)
+			}
+		}
+	}
 	leases, err := d.LeaseGetMany(ctx, queues)
 	if err != nil {
 		return nil, false, err
@@ -219,7 +250,11 @@ func (d *DB) ConsoleQueueStatus(ctx context.Context, queues []string) (out []Que
 type ConsoleTotals struct {
 	Open   int64 // unfinished records (pending, waiting, settled), due or not
 	Due    int64 // of them, due now
-	Parked int64
+	Parked int64 // parked records of topics mend repairs or does not know
+	// Recorded is the records of topics recorded for the audit or handled
+	// by their host (mend.TopicKind.Recorded): stored parked, shown apart,
+	// never counted in Parked.
+	Recorded int64
 	// Capped names the counts that reached consoleCountLimit: read them as
 	// "at least".
 	Capped []string
@@ -232,8 +267,16 @@ const (
 SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE next_attempt_at IS NOT NULL LIMIT ?) r`
 	sqlConsoleTotalDue = `-- name: ConsoleTotalDue
 SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE next_attempt_at <= NOW(6) LIMIT ?) r`
+)
+
+// The parked total reads the (state, updated_at) index's parked range and
+// each row's topic (the kind is derived at read time): parked records are
+// few, and the read is bounded like the others.
+var (
 	sqlConsoleTotalParked = `-- name: ConsoleTotalParked
-SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'parked' LIMIT ?) r`
+SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'parked' AND ` + notRecorded + ` LIMIT ?) r`
+	sqlConsoleTotalRecorded = `-- name: ConsoleTotalRecorded
+SELECT COUNT(*) FROM (SELECT 1 AS one FROM mend_records WHERE state = 'parked' AND ` + recorded + ` LIMIT ?) r`
 )
 
 // ConsoleTotals reads the overview's totals.
@@ -242,8 +285,14 @@ func (d *DB) ConsoleTotals(ctx context.Context) (ConsoleTotals, error) {
 	for _, c := range []struct {
 		name, query string
 		n           *int64
-	}{{"open", sqlConsoleTotalOpen, &t.Open}, {"due", sqlConsoleTotalDue, &t.Due}, {"parked", sqlConsoleTotalParked, &t.Parked}} {
-		if err := d.db.GetContext(ctx, c.n, c.query, consoleCountLimit); err != nil {
+		args        []any
+	}{
+		{"open", sqlConsoleTotalOpen, &t.Open, nil},
+		{"due", sqlConsoleTotalDue, &t.Due, nil},
+		{"parked", sqlConsoleTotalParked, &t.Parked, recordedArgs},
+		{"recorded", sqlConsoleTotalRecorded, &t.Recorded, recordedArgs},
+	} {
+		if err := d.db.GetContext(ctx, c.n, c.query, append(append([]any{}, c.args...), consoleCountLimit)...); err != nil {
 			return t, fmt.Errorf("storage: console totals: %w", translate(err))
 		}
 		if *c.n >= int64(consoleCountLimit) {
@@ -511,11 +560,12 @@ WHERE next_attempt_at <= NOW(6) - INTERVAL ? MICROSECOND
 ORDER BY next_attempt_at
 LIMIT ?`
 
-// Parked rows through mend_records_recent (index-only), at most the
-// limit's worth of the longest-parked.
-const sqlConsoleParkedByQueue = `-- name: ConsoleParkedByQueue
+// Parked rows through mend_records_recent, at most the limit's worth of
+// the longest-parked, leaving out those recorded for the audit or handled
+// by their host (each row's topic is read for that).
+var sqlConsoleParkedByQueue = `-- name: ConsoleParkedByQueue
 SELECT queue, COUNT(*) AS n, MAX(TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6))) AS us
-FROM (SELECT queue, state_since FROM mend_records WHERE state = 'parked' ORDER BY updated_at LIMIT ?) p
+FROM (SELECT queue, state_since FROM mend_records WHERE state = 'parked' AND ` + notRecorded + ` ORDER BY updated_at LIMIT ?) p
 GROUP BY queue`
 
 // Repairs finished within the window that took longer than the bound, the
@@ -610,7 +660,7 @@ func (d *DB) ConsoleAlerts(ctx context.Context, p ConsoleAlertParams) (ConsoleAl
 		return res, nil
 	}
 	var err error
-	if out.Parked, err = grouped("parked", sqlConsoleParkedByQueue, p.Limit); err != nil {
+	if out.Parked, err = grouped("parked", sqlConsoleParkedByQueue, append(append([]any{}, recordedArgs...), p.Limit)...); err != nil {
 		return out, err
 	}
 	if out.SlowRepairs, err = grouped("slow repairs", sqlConsoleSlowRepairs, p.SLOWindow.Microseconds(), p.SLOBound.Microseconds(), p.Limit, p.SLOBound.Microseconds()); err != nil {
@@ -695,21 +745,34 @@ func (d *DB) ConsoleRecordEvents(ctx context.Context, queue string, id mend.Reco
 }
 
 // The parked records across queues, least recently changed first, from a
-// cursor: the (state, updated_at) index's range.
+// cursor: the (state, updated_at) index's range. %s is notRecorded, or
+// recorded for ParkedFilter.Recorded.
 const sqlConsoleParked = `-- name: ConsoleParked
 SELECT ` + recordColumns + ` FROM mend_records
-WHERE state = 'parked' AND (? = '' OR queue = ?) AND (? = '' OR LOCATE(?, last_error) > 0)
+WHERE state = 'parked' AND %s AND (? = '' OR queue = ?) AND (? = '' OR LOCATE(?, last_error) > 0)
 	AND (updated_at > ? OR (updated_at = ? AND record_id > ?))
 ORDER BY updated_at, record_id
 LIMIT ?`
+
+// kindCond is the condition ParkedFilter.Recorded selects.
+func (f ParkedFilter) kindCond() string {
+	if f.Recorded {
+		return recorded
+	}
+	return notRecorded
+}
 
 // ParkedFilter is the selection retry and resolve take, for the console's
 // parked page.
 type ParkedFilter struct {
 	Queue          string // only this queue, when set
 	ReasonContains string // only records whose park reason contains it, byte for byte
-	After          RecordCursor
-	Limit          int // 1..1000
+	// Recorded selects the records of topics recorded for the audit or
+	// handled by their host (mend.TopicKind.Recorded) instead of the
+	// parked ones; they are never both in one page.
+	Recorded bool
+	After    RecordCursor
+	Limit    int // 1..1000
 }
 
 // ConsoleParked returns parked records across queues, longest parked first
@@ -731,8 +794,9 @@ func (d *DB) ConsoleParked(ctx context.Context, f ParkedFilter) ([]mend.Record, 
 		from = cursorFirst // after no stored time: the first page
 	}
 	var rows []recordRow
-	err := d.db.SelectContext(ctx, &rows, sqlConsoleParked, f.Queue, f.Queue, f.ReasonContains, []byte(f.ReasonContains),
+	args := append(append([]any{}, recordedArgs...), f.Queue, f.Queue, f.ReasonContains, []byte(f.ReasonContains),
 		from, from, f.After.ID[:], f.Limit)
+	err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleParked, f.kindCond()), args...)
 	if err != nil {
 		return nil, fmt.Errorf("storage: console parked: %w", translate(err))
 	}
@@ -879,7 +943,7 @@ func (d *DB) ConsoleFailingQueues(ctx context.Context, read, show int) (FailingQ
 // not the matches, is what is bounded.
 const sqlConsoleParkedScan = `-- name: ConsoleParkedScan
 SELECT record_id, updated_at, LOCATE(?, last_error) > 0 AS hit FROM mend_records
-WHERE state = 'parked' AND (? = '' OR queue = ?)
+WHERE state = 'parked' AND %s AND (? = '' OR queue = ?)
 	AND (updated_at > ? OR (updated_at = ? AND record_id > ?))
 ORDER BY updated_at, record_id
 LIMIT ?`
@@ -934,7 +998,8 @@ func (d *DB) ConsoleParkedMatching(ctx context.Context, f ParkedFilter, scan int
 		UpdatedAt time.Time `db:"updated_at"`
 		Hit       bool      `db:"hit"`
 	}
-	if err := d.db.SelectContext(ctx, &rows, sqlConsoleParkedScan, []byte(f.ReasonContains), f.Queue, f.Queue, from, from, f.After.ID[:], scan); err != nil {
+	if err := d.db.SelectContext(ctx, &rows, fmt.Sprintf(sqlConsoleParkedScan, f.kindCond()),
+		append(append([]any{[]byte(f.ReasonContains)}, recordedArgs...), f.Queue, f.Queue, from, from, f.After.ID[:], scan)...); err != nil {
 		return out, fmt.Errorf("storage: console parked scan: %w", translate(err))
 	}
 	var ids []any

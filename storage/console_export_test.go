@@ -8,13 +8,11 @@ const (
 	SQLConsoleQueueDone     = sqlConsoleQueueDone
 	SQLConsoleTotalOpen     = sqlConsoleTotalOpen
 	SQLConsoleTotalDue      = sqlConsoleTotalDue
-	SQLConsoleTotalParked   = sqlConsoleTotalParked
 	SQLConsoleDueQueues     = sqlConsoleDueQueues
 	SQLConsoleRecentDone    = sqlConsoleRecentDone
 	SQLConsoleRecordedOpen  = sqlConsoleRecordedOpen
 	SQLConsoleQueueLatency  = sqlConsoleQueueLatency
 	SQLConsoleOverdue       = sqlConsoleOverdue
-	SQLConsoleParkedByQueue = sqlConsoleParkedByQueue
 	SQLConsoleSlowRepairs   = sqlConsoleSlowRepairs
 	SQLConsoleQueueRecords  = sqlConsoleQueueRecords
 	SQLConsoleParked        = sqlConsoleParked
@@ -22,6 +20,17 @@ const (
 	SQLConsoleFailing       = sqlConsoleFailing
 	SQLConsoleFailingErrors = sqlConsoleFailingErrors
 	SQLConsoleParkedScan    = sqlConsoleParkedScan
+)
+
+// The console's statements that derive a record's topic kind at read time,
+// and the arguments of their kind condition (which come first).
+var (
+	SQLConsoleTotalParked   = sqlConsoleTotalParked
+	SQLConsoleTotalRecorded = sqlConsoleTotalRecorded
+	SQLConsoleParkedByQueue = sqlConsoleParkedByQueue
+	SQLConsoleQueueRecorded = sqlConsoleQueueRecorded
+	SQLNotRecorded          = notRecorded
+	RecordedArgs            = recordedArgs
 )
 
 // SetConsoleLimits lowers the console's read bounds for a test that must
@@ -40,3 +49,6 @@ func SetConsoleQueueCountsSQL(q string) (restore func()) {
 	consoleQueueCounts = q
 	return func() { consoleQueueCounts = old }
 }
+
+// StatusAuditArgs are the arguments of the audit kind's condition.
+func StatusAuditArgs() []any { return append([]any{}, statusAuditArgs...) }

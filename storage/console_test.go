@@ -527,7 +527,10 @@ func TestConsoleQueryPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := consolePlanProblems(t, b)
-		for _, name := range []string{"ConsoleQueueCounts", "ConsoleQueueLatency", "ConsoleRecentDone", "ConsoleSlowRepairs", "ConsoleParkedByQueue", "ConsoleFailing"} {
+		// ConsoleParkedByQueue is not in the list since issue 57: it reads
+		// each parked row's topic (its kind), so 0001's (state, updated_at)
+		// index serves it as well as 0014's.
+		for _, name := range []string{"ConsoleQueueCounts", "ConsoleQueueLatency", "ConsoleRecentDone", "ConsoleSlowRepairs", "ConsoleFailing"} {
 			if len(got[name]) == 0 {
 				t.Errorf("%s passes the plan check without the index it was written for", name)
 			}
@@ -569,6 +572,7 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 	page := []any{"q1", "q2", "q3"}
 	in := func(q string) string { return fmt.Sprintf(q, "?, ?, ?") }
 	lim := 100_000
+	kinded := func(args ...any) []any { return append(append([]any{}, storage.RecordedArgs...), args...) }
 	var id [16]byte
 	from := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 	const (
@@ -590,13 +594,17 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		{"ConsoleQueueDone", in(storage.SQLConsoleQueueDone), append(page, lim), []string{queueState}, true},
 		{"ConsoleTotalOpen", storage.SQLConsoleTotalOpen, []any{lim}, []string{due}, true},
 		{"ConsoleTotalDue", storage.SQLConsoleTotalDue, []any{lim}, []string{due}, true},
-		{"ConsoleTotalParked", storage.SQLConsoleTotalParked, []any{lim}, []string{recent, "mend_records_finished"}, true},
+		// The parked total and the parked by queue read each parked row's
+		// topic (its kind is derived at read time), within their bound.
+		{"ConsoleTotalParked", storage.SQLConsoleTotalParked, kinded(lim), []string{recent, "mend_records_finished"}, false},
+		{"ConsoleTotalRecorded", storage.SQLConsoleTotalRecorded, kinded(lim), []string{recent, "mend_records_finished"}, false},
 		{"ConsoleDueQueues", storage.SQLConsoleDueQueues, []any{10_000}, []string{due}, true},
 		{"ConsoleRecentDone", storage.SQLConsoleRecentDone, []any{int64(60_000_000), 3600, lim}, []string{recent}, true},
 		{"ConsoleRecordedOpen", storage.SQLConsoleRecordedOpen, []any{3600, 3600, lim}, []string{recent}, true},
 		{"ConsoleQueueLatency", in(storage.SQLConsoleQueueLatency), append([]any{3600}, append(page, lim)...), []string{queueState}, true},
 		{"ConsoleOverdue", storage.SQLConsoleOverdue, []any{int64(600_000_000), 1000}, []string{due}, true},
-		{"ConsoleParkedByQueue", storage.SQLConsoleParkedByQueue, []any{1000}, []string{recent}, true},
+		{"ConsoleParkedByQueue", storage.SQLConsoleParkedByQueue, kinded(1000), []string{recent, "mend_records_finished"}, false},
+		{"ConsoleQueueRecorded", in(storage.SQLConsoleQueueRecorded), append(append(append(storage.StatusAuditArgs(), page...), storage.RecordedArgs...), lim), []string{queueState, "mend_records_source", "mend_records_queue_due"}, false},
 		// Bounded by its LIMIT over the failing records alone.
 		{"ConsoleFailing", storage.SQLConsoleFailing, []any{1001}, []string{failing}, true},
 		// Two of planWorld's records (record_id is the first half of SHA2 of 'r' and the sequence): MariaDB plans
@@ -606,8 +614,8 @@ func consolePlanProblems(t *testing.T, b *bundle) map[string][]string {
 		// One queue's page and the parked page read the rows they show,
 		// through an index range.
 		{"ConsoleQueueRecords", storage.SQLConsoleQueueRecords, []any{"q1", "", "", from, from, id[:], 50}, []string{"mend_records_source", "mend_records_queue_due", queueState}, false},
-		{"ConsoleParkedScan", storage.SQLConsoleParkedScan, []any{[]byte("x"), "", "", from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 5000}, []string{recent, "mend_records_finished"}, false},
-		{"ConsoleParked", storage.SQLConsoleParked, []any{"", "", "", []byte(""), from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 50}, []string{recent, "mend_records_finished"}, false},
+		{"ConsoleParkedScan", fmt.Sprintf(storage.SQLConsoleParkedScan, storage.SQLNotRecorded), append(append([]any{[]byte("x")}, storage.RecordedArgs...), "", "", from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 5000), []string{recent, "mend_records_finished"}, false},
+		{"ConsoleParked", fmt.Sprintf(storage.SQLConsoleParked, storage.SQLNotRecorded), kinded("", "", "", []byte(""), from.AddDate(-9000, 0, 0), from.AddDate(-9000, 0, 0), id[:], 50), []string{recent, "mend_records_finished"}, false},
 	} {
 		var plan []string
 		seen := false

@@ -84,6 +84,34 @@ SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES
 WHERE PRIVILEGE_TYPE = 'SYSTEM_USER'
   AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')`
 
+// The current account's CREATE VIEW and DROP privileges on the current
+// database, granted globally or on the database (a grant's database name
+// is a LIKE pattern, as the server reads it). Privileges held through a
+// role are not listed here.
+const sqlViewDDLPrivileges = `-- name: ViewDDLPrivileges
+SELECT COUNT(DISTINCT PRIVILEGE_TYPE) FROM (
+	SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES
+	WHERE PRIVILEGE_TYPE IN ('CREATE VIEW', 'DROP')
+	  AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')
+	UNION ALL
+	SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES
+	WHERE PRIVILEGE_TYPE IN ('CREATE VIEW', 'DROP') AND DATABASE() LIKE TABLE_SCHEMA
+	  AND GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')
+) p`
+
+// ViewDDLAllowed reports whether the current account may create and drop
+// views in the current database: the DDL user that runs mend migrate may;
+// mend run's user and a read-only console user may not, so whose views
+// they are is no concern of theirs (issue 57: doctor warned them for
+// ever, and told them they could drop views they cannot).
+func ViewDDLAllowed(ctx context.Context, db *sql.DB) (bool, error) {
+	var n int
+	if err := db.QueryRowContext(ctx, sqlViewDDLPrivileges).Scan(&n); err != nil {
+		return false, fmt.Errorf("storage: read the account's view privileges: %w", translate(err))
+	}
+	return n == 2, nil
+}
+
 // ForeignViewDefiners lists mend's views in the current database whose
 // definer is another account, on MySQL when the current account lacks
 // SYSTEM_USER: the views this account cannot drop or replace, so

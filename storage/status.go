@@ -44,6 +44,11 @@ type QueueStatus struct {
 	// record, as StatusFailing reads it; Status leaves it empty for the
 	// caller to fill (it is another query).
 	FailingLastError string
+	// Recorded counts the queue's records of topics recorded for the audit
+	// or handled by their host (mend.TopicAudit, mend.TopicHost), by kind:
+	// they are stored parked but are nobody's to act on, so Counts' parked
+	// leaves them out. Absent kinds have no records.
+	Recorded map[mend.TopicKind]int64
 	// Lease is the queue's lease row; nil if the queue was never leased.
 	Lease *LeaseStatus
 }
@@ -69,14 +74,25 @@ const FailingAgeUS = `TIMESTAMPDIFF(MICROSECOND, state_since, NOW(6))`
 
 // The GROUP BY reads every record of every queue: it is an operator and
 // metrics query, run at human or scrape rate, never on the repair path.
-const sqlStatusCounts = `-- name: StatusCounts
-SELECT queue, state, COUNT(*) AS n,
+// A parked record whose topic is recorded for the audit or handled by its
+// host (mend.TopicKind.Recorded) is counted by its kind, apart from the
+// parked; the kind is derived from its topic here (statusKindArgs).
+var sqlStatusCounts = `-- name: StatusCounts
+SELECT queue, state, CASE WHEN state <> 'parked' THEN ''
+		WHEN ` + statusAudit + ` THEN 'audit' WHEN ` + statusHost + ` THEN 'host' ELSE '' END AS kind,
+	COUNT(*) AS n,
 	COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
 	COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, next_attempt_at, NOW(6))), 0) AS oldest_due_us,
 	COALESCE(SUM(` + FailingCondition + `), 0) AS failing,
 	COALESCE(MAX(CASE WHEN ` + FailingCondition + ` THEN ` + FailingAgeUS + ` END), 0) AS oldest_failing_us
 FROM mend_records
-GROUP BY queue, state`
+GROUP BY queue, state, kind`
+
+var (
+	statusAudit, statusAuditArgs = topicOfKind(mend.TopicAudit)
+	statusHost, statusHostArgs   = topicOfKind(mend.TopicHost)
+	statusKindArgs               = append(append([]any{}, statusAuditArgs...), statusHostArgs...)
+)
 
 const sqlStatusLeases = `-- name: StatusLeases
 ` + leaseSelect
@@ -97,17 +113,25 @@ func (d *DB) Status(ctx context.Context) ([]QueueStatus, error) {
 	var counts []struct {
 		Queue       []byte `db:"queue"`
 		State       string `db:"state"`
+		Kind        string `db:"kind"`
 		N           int64  `db:"n"`
 		Due         int64  `db:"due"`
 		OldestDueUS int64  `db:"oldest_due_us"`
 		Failing     int64  `db:"failing"`
 		FailingUS   int64  `db:"oldest_failing_us"`
 	}
-	if err := d.db.SelectContext(ctx, &counts, sqlStatusCounts); err != nil {
+	if err := d.db.SelectContext(ctx, &counts, sqlStatusCounts, statusKindArgs...); err != nil {
 		return nil, fmt.Errorf("storage: status: %w", translate(err))
 	}
 	for _, c := range counts {
 		s := get(string(c.Queue))
+		if c.Kind != "" {
+			if s.Recorded == nil {
+				s.Recorded = map[mend.TopicKind]int64{}
+			}
+			s.Recorded[mend.TopicKind(c.Kind)] += c.N
+			continue
+		}
 		s.Counts[mend.State(c.State)] += c.N
 		s.Due += c.Due
 		if c.Due > 0 {

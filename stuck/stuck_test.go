@@ -225,6 +225,13 @@ func TestQuietQueueIsWokenOnce(t *testing.T) {
 	if len(recs) != 1 || recs[0].ID != v.Record || recs[0].Target.Desired != mend.OutcomeWake || recs[0].State != mend.StatePending {
 		t.Fatalf("records = %+v; want one pending stuck-queue record", recs)
 	}
+	// Issue 57: the record names the first live batch in byte order (the
+	// one the host's planner starts from), not the last: the planner's
+	// wake-up below reads the live batches again, so only the record's own
+	// target catches a scan that names the wrong one.
+	if recs[0].Target.BatchID != "q/batch/10" {
+		t.Errorf("stuck record's batch = %q; want q/batch/10, the first live batch (q/batch/2 is the last)", recs[0].Target.BatchID)
+	}
 	// The record is due: mend's planner owns the wake-up now.
 	w.clock.advance(bound)
 	if v := w.verdict(t, "q"); v.Verdict != stuck.Busy {

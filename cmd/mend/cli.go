@@ -138,6 +138,14 @@ func noArgs(cmd *cobra.Command, args []string) error {
 // errTimedOut is the cause of a --timeout.
 var errTimedOut = errors.New("--timeout reached")
 
+// commandHints answer the commands newcomers look for that mend has under
+// another name (issue 57: "mend stuck" said only "unknown command").
+var commandHints = map[string]string{
+	"stuck": "stuck-queue detection is not a command: mend run scans for stuck queues every --stuck-every (default " +
+		stuckEveryDefault.String() + ") and wakes a queue quiet for --stuck-bound; mend status shows the scan's wake-ups " +
+		"(\"stuck-queue wake-ups\") and mend inspect --queue Q their records (docs/operations.md, \"Stuck queues\")",
+}
+
 // errNoCommand: mend without a command printed the help; exit 2.
 var errNoCommand = errors.New("no command given")
 
@@ -155,6 +163,9 @@ func (a *app) newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
+				if hint, ok := commandHints[args[0]]; ok {
+					return usagef("unknown command %q: %s", args[0], hint)
+				}
 				return usagef("unknown command %q; run 'mend help' for the list", args[0])
 			}
 			return nil

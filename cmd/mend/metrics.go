@@ -265,15 +265,19 @@ type sqlCollector struct {
 	log     *slog.Logger
 	onQueue func(queue string) // each queue the scrape saw (metrics.touchQueue)
 
-	up, records, due, oldestDue, oldestOpen, failing, oldestFailing, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
+	up, records, recorded, due, oldestDue, oldestOpen, failing, oldestFailing, leaseHeld, leaseEpoch, leaseLeft *prometheus.Desc
 }
 
 func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) *sqlCollector {
 	return &sqlCollector{
 		ctx: ctx, store: store, timeout: 5 * time.Second, log: log,
 		up:      prometheus.NewDesc("mend_status_up", "1 if the last scrape could read mend's tables, else 0.", nil, nil),
-		records: prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time.", []string{"queue", "state"}, nil),
-		due:     prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
+		records: prometheus.NewDesc("mend_records", "Records by queue and state, read from mend_records at scrape time; parked leaves out the records mend_records_recorded counts.", []string{"queue", "state"}, nil),
+		// Issue 57: runway's dead letters and the request topics' are stored
+		// parked but are nobody's to act on; counted here, they stay out of
+		// mend_records{state="parked"}, which MendRecordsParked reads.
+		recorded: prometheus.NewDesc("mend_records_recorded", "Dead letters recorded for the audit (kind audit: request topics and the request log) or repaired by their host's own DLQ controller (kind host: runway's), by queue and kind; stored parked but never counted as parked.", []string{"queue", "kind"}, nil),
+		due:      prometheus.NewDesc("mend_records_due", "Records whose next attempt is due now, by queue.", []string{"queue"}, nil),
 		// Two numbers with two names (issue 30): the page-worthy one is how
 		// late the most overdue record is; a record waiting out a merge's
 		// grace or a backoff is open but not due, and must not page.
@@ -291,7 +295,7 @@ func newSQLCollector(ctx context.Context, store statusSource, log *slog.Logger) 
 }
 
 func (c *sqlCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.records, c.due, c.oldestDue, c.oldestOpen, c.failing, c.oldestFailing, c.leaseHeld, c.leaseEpoch, c.leaseLeft} {
+	for _, d := range []*prometheus.Desc{c.up, c.records, c.recorded, c.due, c.oldestDue, c.oldestOpen, c.failing, c.oldestFailing, c.leaseHeld, c.leaseEpoch, c.leaseLeft} {
 		ch <- d
 	}
 }
@@ -320,6 +324,11 @@ func (c *sqlCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, s := range allStates {
 			ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(q.Counts[s]), q.Queue, string(s))
+		}
+		for _, k := range []mend.TopicKind{mend.TopicAudit, mend.TopicHost} {
+			if n, ok := q.Recorded[k]; ok {
+				ch <- prometheus.MustNewConstMetric(c.recorded, prometheus.GaugeValue, float64(n), q.Queue, string(k))
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(q.Due), q.Queue)
 		ch <- prometheus.MustNewConstMetric(c.oldestDue, prometheus.GaugeValue, q.OldestDue.Seconds(), q.Queue)

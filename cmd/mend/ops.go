@@ -392,8 +392,12 @@ type queueStatusJSON struct {
 	Failing           int64            `json:"failing"`                      // as mend_records_failing: records whose every attempt in their step failed, backing off
 	OldestFailingSecs float64          `json:"oldest_failing_seconds"`       // as mend_oldest_failing_seconds (MendRepairsFailing pages on it)
 	FailingLastError  string           `json:"failing_last_error,omitempty"` // the longest-failing record's last error (a denied statement names its GRANT)
-	Lease             *leaseJSON       `json:"lease"`
-	StuckWakes        *stuckWakesJSON  `json:"stuck_wakes,omitempty"` // the queue's stuck-queue records (stuck.go)
+	// Recorded is the queue's dead letters recorded for the audit ("audit")
+	// or repaired by their host's own DLQ controller ("host"): stored
+	// parked, but left out of counts' parked (and of mend_records).
+	Recorded   map[string]int64 `json:"recorded,omitempty"`
+	Lease      *leaseJSON       `json:"lease"`
+	StuckWakes *stuckWakesJSON  `json:"stuck_wakes,omitempty"` // the queue's stuck-queue records (stuck.go)
 }
 
 func newStatusCmd(a *app) *cobra.Command {
@@ -444,29 +448,48 @@ func newStatusCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The latency summary and the stuck-queue line are across queues
+			// and for people: a filtered or headerless table (scripts) is the
+			// table alone. With --queue-dsn or without, people read the same
+			// blocks (issue 57: --queue-dsn showed the table alone).
+			forPeople := !f.given("queue") && !f.noHeaders
+			queues := func() error {
+				if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
+					return err
+				}
+				if !f.noHeaders {
+					printFailing(a.stdout, failing, st)
+				}
+				if forPeople {
+					printStuckWakes(a.stdout, wakes)
+				}
+				return nil
+			}
+			tail := func() error {
+				if !forPeople {
+					return nil
+				}
+				if readersDenied != nil {
+					fmt.Fprintf(a.stdout, "\nbinlog mode's readers not shown: %s\n", escapeShown(readersDenied.Error(), 400))
+				}
+				return printRepairLatency(ctx, a.stdout, store)
+			}
 			if sub.queueDSN != "" {
-				return sub.print(ctx, a, f, withStuckWakes(toStatusJSON(st), wakes), func() error { return printStatus(a.stdout, st, f.listOpts()) }, readers)
+				if err := sub.print(ctx, a, f, withStuckWakes(toStatusJSON(st), wakes), queues, readers); err != nil || f.json {
+					return err
+				}
+				return tail()
 			}
 			if f.json {
 				return writeJSON(a.stdout, withStuckWakes(toStatusJSON(st), wakes))
 			}
-			if err := printStatus(a.stdout, st, f.listOpts()); err != nil {
+			if err := queues(); err != nil {
 				return err
 			}
-			if !f.noHeaders {
-				printFailing(a.stdout, failing, st)
+			if forPeople {
+				printBinlogReaders(a.stdout, readers)
 			}
-			// The latency summary is across queues and for people: a
-			// filtered or headerless table (scripts) is the table alone.
-			if f.given("queue") || f.noHeaders {
-				return nil
-			}
-			printStuckWakes(a.stdout, wakes)
-			printBinlogReaders(a.stdout, readers)
-			if readersDenied != nil {
-				fmt.Fprintf(a.stdout, "\nbinlog mode's readers not shown: %s\n", escapeShown(readersDenied.Error(), 400))
-			}
-			return printRepairLatency(ctx, a.stdout, store)
+			return tail()
 		})
 	})
 }
@@ -479,6 +502,12 @@ func toStatusJSON(st []storage.QueueStatus) []queueStatusJSON {
 			OldestOpenSeconds: q.OldestOpen.Seconds(), Failing: q.Failing, OldestFailingSecs: q.OldestFailing.Seconds(), FailingLastError: q.FailingLastError}
 		for s, n := range q.Counts {
 			j.Counts[string(s)] = n
+		}
+		for k, n := range q.Recorded {
+			if j.Recorded == nil {
+				j.Recorded = map[string]int64{}
+			}
+			j.Recorded[string(k)] = n
 		}
 		if q.Lease != nil {
 			j.Lease = &leaseJSON{Status: leaseWord(*q.Lease), Holder: q.Lease.Term.Holder, Epoch: q.Lease.Term.Epoch, Held: q.Lease.Live(),
@@ -571,9 +600,9 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 	if o.wide {
 		cols += "\tHOLDER\tEPOCH\tEXPIRES (UTC)"
 	}
-	// FAILING is last, so scripts reading the columns before it are
-	// unchanged.
-	cols += "\tFAILING"
+	// FAILING, then RECORDED, are last, so scripts reading the columns
+	// before them are unchanged.
+	cols += "\tFAILING\tRECORDED"
 	o.header(tw, cols)
 	for _, q := range st {
 		lease := "never held"
@@ -605,9 +634,27 @@ func printStatus(w io.Writer, st []storage.QueueStatus, o listOpts) error {
 			}
 			fmt.Fprintf(tw, "\t%s\t%s\t%s", holder, epoch, expires)
 		}
-		fmt.Fprintf(tw, "\t%s\n", failing)
+		fmt.Fprintf(tw, "\t%s\t%s\n", failing, recordedCell(q.Recorded))
 	}
 	return tw.Flush()
+}
+
+// recordedCell is status's RECORDED column: the queue's dead letters
+// recorded for the audit or handled by their host (mend.TopicKind), which
+// PARKED leaves out: "-" when none, else the total and each kind.
+func recordedCell(r map[mend.TopicKind]int64) string {
+	a, h := r[mend.TopicAudit], r[mend.TopicHost]
+	if a+h == 0 {
+		return "-"
+	}
+	var parts []string
+	if a > 0 {
+		parts = append(parts, fmt.Sprintf("audit %d", a))
+	}
+	if h > 0 {
+		parts = append(parts, fmt.Sprintf("host %d", h))
+	}
+	return fmt.Sprintf("%d (%s)", a+h, strings.Join(parts, ", "))
 }
 
 // ---- inspect ----
@@ -786,9 +833,12 @@ func printHistory(w io.Writer, rec mend.Record, evs []mend.Event) error {
 // printRecordList prints records; -o wide adds the partition, version and
 // next attempt, and the whole last error.
 //
-// FAILURES is every failed attempt of the record's life, counted from its
-// events; TRIES (wide) is the current step's counter that backoff and
-// --max-attempts use, which starts again when the outcome settles.
+// FAILED REPAIRS is every repair attempt of mend's that failed in the
+// record's life, counted from its events (not the host's failures of the
+// dead letter, which inspect --record shows as the dead letter's); STEP
+// TRIES (wide) is the current step's counter that backoff and
+// --max-attempts use, which starts again when the outcome settles. Issue
+// 57: the column said FAILURES, which read as either.
 func (a *app) printRecordList(ctx context.Context, store *storage.DB, asJSON bool, o listOpts, what string, recs []mend.Record) error {
 	failures, err := store.RecordFailures(ctx, recs)
 	if err != nil {
@@ -809,9 +859,9 @@ func (a *app) printRecordList(ctx context.Context, store *storage.DB, asJSON boo
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
 	if o.wide {
-		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILURES\tTRIES\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILED REPAIRS\tSTEP TRIES\tTOPIC\tPARTITION\tMESSAGE ID\tBATCH\tVERSION\tCREATED (UTC)\tNEXT TRY (UTC)\tLAST ERROR")
 	} else {
-		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILURES\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
+		o.header(tw, "RECORD\tQUEUE\tSTATE\tFAILED REPAIRS\tTOPIC\tMESSAGE ID\tBATCH\tCREATED (UTC)\tLAST ERROR")
 	}
 	for _, r := range recs {
 		if o.wide {
@@ -850,7 +900,8 @@ func printRecord(w io.Writer, r mend.Record, failures int) {
 	if r.State == mend.StateWaiting {
 		parks = "waiting on a merge: parks when --grace runs out"
 	}
-	fmt.Fprintf(w, "  failures:   %d in all; %d tries in this step (%s)\n", failures, r.Attempts, parks)
+	fmt.Fprintf(w, "  failures:   %s of mend's in all; %s in this step (%s)\n", plural(failures, "failed repair attempt", "failed repair attempts"),
+		plural(r.Attempts, "try", "tries"), parks)
 	if r.NextAttemptAt != nil {
 		fmt.Fprintf(w, "  next try:   %s UTC\n", r.NextAttemptAt.UTC().Format("2006-01-02 15:04:05.000"))
 	}
@@ -858,6 +909,14 @@ func printRecord(w io.Writer, r mend.Record, failures int) {
 		fmt.Fprintf(w, "  last error: %s\n", clipLine(r.LastError, 300))
 	}
 	fmt.Fprintf(w, "  dead letter: failed %d times, last error %q\n", r.Snapshot.FailureCount, clipLine(r.Snapshot.LastError, 200))
+}
+
+// plural is n with the noun in the number n takes: "1 try", "2 tries".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func withFailures(j recordJSON, n int) recordJSON {
