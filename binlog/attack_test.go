@@ -9,8 +9,6 @@ package binlog_test
 import (
 	"fmt"
 	"testing"
-
-	"github.com/mendq/mend/binlog"
 )
 
 // A host session whose binlog_format is not ROW: the global setting is
@@ -28,23 +26,26 @@ func sessionFormat(format string) func(t *testing.T) error {
 		w.deadLetter(t, "q2", "marker")
 		until(t, r, "the marker committed after it", w.has(t, "marker"))
 		readThrough(t, r)
+		st := r.r.Status()
 		if !w.has(t, "statement-logged")() {
-			st := r.r.Status()
 			return fmt.Errorf("a dead letter inserted by a session with binlog_format=%s was never recorded, and the reader says nothing (role %s, last error %q, failures %v)",
 				format, st.Role, st.LastErr, st.Failures)
+		}
+		if st.Statements == 0 {
+			return fmt.Errorf("a dead letter logged as a statement (binlog_format=%s) was recorded, but Status.Statements does not say so", format)
 		}
 		return nil
 	}
 }
 
 func TestAttackSessionBinlogFormatStatement(t *testing.T) {
-	t.Skip("finding: a statement-logged dead letter is skipped, silently")
 	guards(t, "", sessionFormat("STATEMENT"))
 }
 
 func TestAttackSessionBinlogFormatMixed(t *testing.T) {
-	t.Skip("finding: a statement-logged dead letter is skipped, silently")
 	guards(t, "", sessionFormat("MIXED"))
 }
 
-var _ = binlog.LeaseName
+func TestAttackSessionBinlogFormatNegativeControl(t *testing.T) {
+	guards(t, "ignoreStatements", sessionFormat("STATEMENT"))
+}

@@ -62,7 +62,11 @@
 // log_bin, binlog_format=ROW, binlog_row_image=FULL, and no binlog-do-db
 // or binlog-ignore-db leaving the queue schema out (Server.Problems says
 // the fix for each; doctor and auto mode read the same list);
-// binlog_row_metadata=FULL advised; REPLICATION SLAVE and REPLICATION
+// binlog_row_metadata=FULL advised; every host session logging rows too
+// (a session may set its own binlog_format, and one opened before a SET
+// GLOBAL keeps the old one: a dead letter's INSERT logged as a statement
+// carries no row to record, so the reader imports the tables after it, and
+// says so: an error in the log, Status.Statements); REPLICATION SLAVE and REPLICATION
 // CLIENT for mend's queue user. The queue DSN may name a TCP address or a
 // Unix socket. Schema and table names are compared as the server compares
 // them (lower_case_table_names). The replication connection takes the user,
@@ -99,7 +103,7 @@
 // scenario in paths_test.go with the broken reader planted as its negative
 // control (binlog.Plant): returnOnProblem, parkCountPerTerm, parkOneLate,
 // noParkDefault, staleCredentials, exactSchemaName, anySchema,
-// ignoreFilters, gtidPerServer, dropTags, gtidFrozen.
+// ignoreFilters, ignoreStatements, gtidPerServer, dropTags, gtidFrozen.
 //
 // # Once
 //

@@ -50,6 +50,10 @@ type Status struct {
 	// Resets and Purges count start-overs since the process started;
 	// Recorded the dead letters recorded (created or already there).
 	Resets, Purges, Recorded, Parked int64
+	// Statements counts the transactions whose dead-letter inserts were
+	// logged as statements (a host session's binlog_format is not ROW):
+	// each was followed by an import of the tables.
+	Statements int64
 	// Heartbeats counts the server's heartbeats: one after another event
 	// says the reader has read everything written before it was sent.
 	Heartbeats int64
@@ -217,9 +221,13 @@ type term struct {
 	resetWhy string
 	inTxn    bool
 	txnRows  []dlq.Row
-	txnGTID  func() // adds the open transaction's GTID to read's set
-	mysqlSet *mysqlSet
-	mariaSet *gomysql.MariadbGTIDSet
+	// txnStatement: the open transaction inserted into queue_messages by
+	// a statement logged as such; importDue: one such has committed, and
+	// the tables are imported before the position moves past it.
+	txnStatement, importDue bool
+	txnGTID                 func() // adds the open transaction's GTID to read's set
+	mysqlSet                *mysqlSet
+	mariaSet                *gomysql.MariadbGTIDSet
 
 	watermark map[string]uint64 // planted.offsetWatermark only
 }

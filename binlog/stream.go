@@ -79,7 +79,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 	}
 	r.log.InfoContext(ctx, "binlog reader: reading", "from", describe(p), "server", t.srv.Identity, "flavor", t.srv.Flavor, "server_id", cfg.ServerID)
 	t.savedAt = r.cfg.Now()
-	t.inTxn, t.txnRows, t.txnGTID = false, nil, nil
+	t.inTxn, t.txnRows, t.txnGTID, t.txnStatement = false, nil, nil, false
 	for {
 		wait := ctx
 		var cancel context.CancelFunc = func() {}
@@ -121,6 +121,9 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 // saved while dead letters read before it wait to be recorded.
 func (t *term) after(ctx context.Context, heartbeat bool) error {
 	r := t.r
+	if err := t.importStatements(ctx); err != nil {
+		return err
+	}
 	if len(t.pending) >= r.cfg.BatchRows*r.cfg.Concurrency {
 		if err := t.flush(ctx); err != nil {
 			return err
@@ -263,21 +266,25 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 		// is implied); a standalone one is a DDL or statement that
 		// commits by itself.
 		t.inTxn = e.Flags&replication.BINLOG_MARIADB_FL_STANDALONE == 0
-		t.txnRows = t.txnRows[:0]
+		t.txnRows, t.txnStatement = t.txnRows[:0], false
 		return nil
 	case *replication.QueryEvent:
 		q := bytes.TrimSpace(e.Query)
 		switch {
 		case bytes.EqualFold(q, []byte("BEGIN")):
-			t.inTxn, t.txnRows = true, t.txnRows[:0]
+			t.inTxn, t.txnRows, t.txnStatement = true, t.txnRows[:0], false
 		case bytes.EqualFold(q, []byte("COMMIT")):
 			t.commit(ev, inner)
 		case bytes.EqualFold(q, []byte("ROLLBACK")) && planted.recordRollbacks:
 			t.commit(ev, inner)
 		case bytes.EqualFold(q, []byte("ROLLBACK")):
-			t.inTxn, t.txnRows, t.txnGTID = false, t.txnRows[:0], nil
+			t.inTxn, t.txnRows, t.txnGTID, t.txnStatement = false, t.txnRows[:0], nil, false
 		case t.inTxn:
-			// SAVEPOINT and the like inside a transaction.
+			// SAVEPOINT and the like inside a transaction, or a statement
+			// of a session whose binlog_format is not ROW.
+			if !planted.ignoreStatements && t.statementInsert(e) {
+				t.txnStatement = true
+			}
 		default:
 			// DDL (an ALTER of queue_messages among them): it commits by
 			// itself, and the table's next map says its new columns.
@@ -348,7 +355,59 @@ func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
 		}
 		t.pending = append(t.pending, t.txnRows...)
 	}
-	t.inTxn, t.txnRows = false, nil
+	if t.txnStatement {
+		t.importDue = true
+	}
+	t.inTxn, t.txnRows, t.txnStatement = false, nil, false
+}
+
+// statementInsert reports whether e, a statement inside a transaction, is
+// an INSERT or REPLACE into the reader's queue_messages logged as a
+// statement: a host session's binlog_format is STATEMENT or MIXED (a
+// session may set its own; one opened before a SET GLOBAL keeps the old),
+// and the log carries no row image to record. Matched loosely (a false
+// match costs an import, a miss a dead letter).
+func (t *term) statementInsert(e *replication.QueryEvent) bool {
+	q := bytes.TrimSpace(e.Query)
+	for bytes.HasPrefix(q, []byte("/*")) {
+		end := bytes.Index(q, []byte("*/"))
+		if end < 0 {
+			break
+		}
+		q = bytes.TrimSpace(q[end+2:])
+	}
+	word, _, _ := bytes.Cut(q, []byte(" "))
+	if !bytes.EqualFold(word, []byte("INSERT")) && !bytes.EqualFold(word, []byte("REPLACE")) {
+		return false
+	}
+	lower := bytes.ToLower(q)
+	if !bytes.Contains(lower, []byte(strings.ToLower(Table))) {
+		return false
+	}
+	schema := t.r.cfg.Server.DBName
+	return t.srv.SameName(string(e.Schema), schema) || bytes.Contains(lower, []byte(strings.ToLower(schema)))
+}
+
+// importStatements records, once the transactions read so far include one
+// whose dead-letter insert was logged as a statement (statementInsert),
+// every dead letter the tables hold: that transaction committed before the
+// reader read its commit, so its rows are in the tables unless the host
+// collected them since. It runs before the position past that transaction
+// is saved, so a failed import reads it again.
+func (t *term) importStatements(ctx context.Context) error {
+	if !t.importDue || t.inTxn {
+		return nil
+	}
+	r := t.r
+	r.log.ErrorContext(ctx, "binlog reader: a dead letter's INSERT was logged as a statement, not as rows (a host session's binlog_format is STATEMENT or MIXED, though the server's global is ROW): importing what the tables hold; a dead letter the host collected before the import is lost. "+
+		"Make every host session log rows: SET PERSIST binlog_format=ROW (MariaDB: SET GLOBAL and the config file), then reconnect the host's connection pools (a session keeps the format it opened with), and grant no host user the right to SET SESSION binlog_format",
+		"after", describe(t.read))
+	r.setStatus(func(s *Status) { s.Statements++ })
+	if err := t.importTables(ctx); err != nil {
+		return err
+	}
+	t.importDue = false
+	return t.flush(ctx)
 }
 
 // flush records the pending dead letters and then saves the position after
@@ -437,6 +496,9 @@ var planted struct {
 	resumeFileAnywhere bool
 	// everyResetPurged counts every start-over as a purge.
 	everyResetPurged bool
+	// ignoreStatements passes over a dead letter's INSERT logged as a
+	// statement (a host session's binlog_format not ROW).
+	ignoreStatements bool
 	// ignoreFilters takes a binary log filtered to leave the queue schema
 	// out for one that logs it.
 	ignoreFilters bool
