@@ -8,8 +8,10 @@ package binlog_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/internal/mysqltest"
@@ -142,4 +144,156 @@ func describe(p storage.BinlogPosition) string {
 func TestAttackSameSourceTakeover(t *testing.T) {
 	t.Skip("finding: MariaDB's identity (server_id) resumes another server's file and offset: dead letters passed over in silence")
 	guards(t, "", sameSourceTakeover)
+}
+
+// resetLog resets the server's binary log (RESET MASTER; RESET BINARY LOGS
+// AND GTIDS from MySQL 8.4): every file goes, numbering restarts at
+// .000001, and the GTID state is cleared.
+func resetLog(t *testing.T, root *sql.DB) {
+	t.Helper()
+	if _, err := root.Exec("RESET BINARY LOGS AND GTIDS"); err != nil {
+		if _, err := root.Exec("RESET MASTER"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An operator resets the queue server's binary log while the reader
+// streams (RESET MASTER: to reclaim the space, after a restore, before
+// setting a replica up). Every dead letter committed after it must be
+// recorded, or the reader must say it cannot.
+func logReset(t *testing.T) error {
+	mysqltest.SkipVitess(t, "the binary log is read from the queue database's own server")
+	wm := newWorld(t) // mend's database on another server
+	w := newWorldOn(t, mysqltest.StartPrivate(t))
+	root := w.root(t)
+	r := wm.start(t, "a", func(c *binlog.Config) { c.Server, c.RefreshInterval = w.qcfg, 2*time.Second })
+	w.deadLetter(t, "q1", "before")
+	until(t, r, "the row before the reset", wm.has(t, "before"))
+	saveAfter(t, r)
+	resetLog(t, root)
+	var ids []string
+	for i := range 3 {
+		id := fmt.Sprintf("after-%d", i)
+		w.deadLetter(t, "q1", id)
+		ids = append(ids, id)
+	}
+	w.deadLetter(t, "q2", "marker")
+	ids = append(ids, "marker")
+	beats := r.r.Status().Heartbeats
+	began := time.Now()
+	err := outcome(t, r, "the rows after the reset", wm.has(t, ids...), func(st binlog.Status) string {
+		for reason, n := range st.Failures {
+			if n >= 5 {
+				return fmt.Sprintf("failed %d times for %s", n, reason)
+			}
+		}
+		// RefreshInterval (here 2s) is the longest the reader may read a
+		// reset log unawares.
+		if st.Heartbeats > beats+300 && st.CaughtUp && st.LastErr == "" {
+			return fmt.Sprintf("reads on, caught up by %d heartbeats, without them", st.Heartbeats-beats)
+		}
+		return ""
+	})
+	t.Logf("recorded or stalled %v after the rows' commits", time.Since(began).Round(time.Second))
+	st := r.r.Status()
+	resets, purged, _ := r.ev.snapshot()
+	t.Logf("after the reset: resets %q (%d purged), failures %v, position %s, last error %q", resets, purged, st.Failures, describe(st.Position), st.LastErr)
+	return err
+}
+
+func TestAttackLogReset(t *testing.T) { guards(t, "", logReset) }
+
+func TestAttackLogResetNegativeControl(t *testing.T) { guards(t, "trustHeartbeats", logReset) }
+
+// binlogEnd is the size of the file the server writes now.
+func binlogEnd(t *testing.T, root *sql.DB) (string, uint64) {
+	t.Helper()
+	st, err := binlog.Probe(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Current, st.End
+}
+
+// The reset, with the reader stopped across it (a deploy, a node drain)
+// and the host busy after it: the new mend-bin.000001 grows past the
+// offset saved in the old one, and the saved offset falls on a transaction
+// boundary of the new file (here made so with a filler transaction of the
+// right size; on a busy server a matter of chance). The reader resumes
+// "its" file and offset on "its" server and passes over every dead letter
+// the new file holds before that offset, saying nothing.
+func logResetAligned(t *testing.T) error {
+	mysqltest.SkipVitess(t, "the binary log is read from the queue database's own server")
+	wm := newWorld(t) // mend's database on another server: its writes stay out of the queue server's log
+	q := newWorldOn(t, mysqltest.StartPrivate(t))
+	root := q.root(t)
+	if _, err := q.queue.Exec("CREATE TABLE mend_test_fill (id INT AUTO_INCREMENT PRIMARY KEY, b LONGBLOB)"); err != nil {
+		t.Fatal(err)
+	}
+	r := wm.start(t, "a", func(c *binlog.Config) { c.Server = q.qcfg })
+	q.deadLetter(t, "q1", "before")
+	until(t, r, "the row before the reset", wm.has(t, "before"))
+	p := saveAfter(t, r)
+	r.stop()
+	resetLog(t, root)
+	ids := []string{"lost-0", "lost-1", "lost-2"}
+	for _, id := range ids {
+		q.deadLetter(t, "q1", id)
+	}
+	// Fill the new file to the saved offset exactly, with transactions of
+	// REPEAT('x', n) for n of four digits (a transaction's size is then
+	// base + n).
+	fill := func(n int) uint64 {
+		_, before := binlogEnd(t, root)
+		if _, err := q.queue.Exec(fmt.Sprintf("INSERT INTO mend_test_fill (b) VALUES (REPEAT('x', %d))", n)); err != nil {
+			t.Fatal(err)
+		}
+		file, after := binlogEnd(t, root)
+		if file != p.File {
+			t.Fatalf("the server writes %s now, the saved position is in %s", file, p.File)
+		}
+		return after - before
+	}
+	base := fill(1000) - 1000
+	if d := fill(2000); d != base+2000 {
+		t.Fatalf("a filler transaction of 2000 bytes took %d, want %d", d, base+2000)
+	}
+	for {
+		_, end := binlogEnd(t, root)
+		if end+base+1000 > p.Pos {
+			t.Fatalf("the new file is at %d, too near the saved offset %d to fill", end, p.Pos)
+		}
+		n := p.Pos - end - base
+		if n <= 9999 {
+			fill(int(n))
+			break
+		}
+		fill(5000)
+	}
+	if _, end := binlogEnd(t, root); end != p.Pos {
+		t.Fatalf("filled the new file to %d, not the saved offset %d", end, p.Pos)
+	}
+	q.deadLetter(t, "q2", "marker")
+	ids = append(ids, "marker")
+	r2 := wm.start(t, "a", func(c *binlog.Config) { c.Server = q.qcfg })
+	if err := outcome(t, r2, "the marker after the reset", wm.has(t, "marker"), failedAgain(binlog.FailGTID, 3)); err != nil {
+		return err
+	}
+	readThrough(t, r2)
+	resets, purged, _ := r2.ev.snapshot()
+	if lost := wm.missing(t, ids); len(lost) > 0 {
+		return fmt.Errorf("lost %v: the reader resumed %s in the file of that name written after the reset (resets %q, %d purged, last error %q)",
+			lost, describe(p), resets, purged, r2.r.Status().LastErr)
+	}
+	if purged == 0 {
+		return fmt.Errorf("the dead letters after the reset were recorded, but the reader did not say its position was gone (resets %q)", resets)
+	}
+	return nil
+}
+
+func TestAttackLogResetAligned(t *testing.T) { guards(t, "", logResetAligned) }
+
+func TestAttackLogResetAlignedNegativeControl(t *testing.T) {
+	guards(t, "trustFileName", logResetAligned)
 }

@@ -38,7 +38,13 @@
 // server_id on MariaDB) and, where the server has GTIDs (MariaDB always;
 // MySQL with gtid_mode=ON, the default from 9.x, not in 8.x), the GTID set
 // read. On the same server the reader resumes by file and offset; on
-// another (the host's primary failed over) by the GTID set. Without GTIDs
+// another (the host's primary failed over) by the GTID set. A file of
+// the saved name is not trusted when the server's GTID state lacks the
+// saved set (RESET MASTER renumbers the files and clears the state; a
+// MariaDB server rebuilt with the same server_id starts at .000001): that
+// is a purge, loudly. A reader caught up checks the same at every refresh,
+// since after RESET MASTER the server goes on sending it heartbeats from
+// the deleted file. Without GTIDs
 // a file and offset of another server mean nothing: the reader refuses to
 // guess and starts over. MySQL's set keeps tagged GTIDs (8.3+,
 // uuid:tag:n), so a resume never asks again for tagged transactions the
@@ -103,7 +109,7 @@
 // scenario in paths_test.go with the broken reader planted as its negative
 // control (binlog.Plant): returnOnProblem, parkCountPerTerm, parkOneLate,
 // noParkDefault, staleCredentials, exactSchemaName, anySchema,
-// ignoreFilters, ignoreStatements, gtidPerServer, dropTags, gtidFrozen.
+// ignoreFilters, ignoreStatements, trustFileName, trustHeartbeats, gtidPerServer, dropTags, gtidFrozen.
 //
 // # Once
 //

@@ -316,6 +316,16 @@ func (t *term) resumable(p storage.BinlogPosition) (string, bool) {
 		if !srv.Has(p.File) {
 			return fmt.Sprintf("%s: the server no longer has %s (its oldest is %s)", ResetPurged, p.File, first(srv.Files)), true
 		}
+		// A file of that name is no proof it is the file the position was
+		// read in: RESET MASTER (RESET BINARY LOGS AND GTIDS) restarts the
+		// numbering and clears the GTID state, and a server rebuilt with the
+		// same identity (MariaDB's is its server_id) starts at .000001. A
+		// server whose GTID state lacks what was read before the position
+		// has not logged it: the offset means nothing there.
+		if srv.GTIDs && p.GTIDSet != "" && !planted.trustFileName && !gtidContains(srv.Flavor, srv.Executed, p.GTIDSet) {
+			return fmt.Sprintf("%s: the server's GTID state %q lacks the saved position's %q, so its %s is not the file the position was read in (the binary log was reset, or another server has this one's identity)",
+				ResetPurged, srv.Executed, p.GTIDSet, p.File), true
+		}
 		return "", false
 	case p.GTIDSet == "" || !srv.GTIDs:
 		// A file and offset of another server mean nothing here: never

@@ -138,7 +138,40 @@ func (t *term) after(ctx context.Context, heartbeat bool) error {
 	since := r.cfg.Now().Sub(t.savedAt)
 	idle := (len(t.pending) == 0 || planted.saveWhilePending) && !t.inTxn
 	if idle && t.read.File != "" && (since >= r.cfg.SaveInterval && t.moved() || heartbeat && since >= r.cfg.RefreshInterval) {
+		if heartbeat && !t.moved() {
+			// A refresh says someone reads: first make sure the log read
+			// is still the server's.
+			if err := t.checkLog(ctx); err != nil {
+				return err
+			}
+		}
 		return t.save(ctx)
+	}
+	return nil
+}
+
+// errLogGone ends a term whose stream reads a log the server no longer
+// writes.
+var errLogGone = errors.New("binlog: the binary log read is no longer the server's")
+
+// checkLog ends the term (errLogGone) when the server no longer logs into
+// what the stream reads: after RESET MASTER (RESET BINARY LOGS AND GTIDS)
+// the stream's dump thread goes on sending heartbeats from the file it had
+// open, deleted, until the new file of that name grows past its offset
+// (as large as max_binlog_size): caught up by every sign, reading nothing.
+// The next term finds the saved position gone and starts over, loudly.
+func (t *term) checkLog(ctx context.Context) error {
+	if planted.trustHeartbeats {
+		return nil
+	}
+	srv, err := Probe(ctx, t.db)
+	if err != nil {
+		return err
+	}
+	p := t.read
+	p.GTIDSet = t.gtidString()
+	if reason, _ := (&term{srv: srv}).resumable(p); reason != "" {
+		return fmt.Errorf("%w: %s", errLogGone, reason)
 	}
 	return nil
 }
@@ -496,6 +529,12 @@ var planted struct {
 	resumeFileAnywhere bool
 	// everyResetPurged counts every start-over as a purge.
 	everyResetPurged bool
+	// trustFileName resumes a saved file and offset on the server of
+	// that identity whatever its GTID state says (a log reset since).
+	trustFileName bool
+	// trustHeartbeats refreshes the saved position on a heartbeat without
+	// checking that the server still logs into the file read.
+	trustHeartbeats bool
 	// ignoreStatements passes over a dead letter's INSERT logged as a
 	// statement (a host session's binlog_format not ROW).
 	ignoreStatements bool
