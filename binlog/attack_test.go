@@ -10,12 +10,20 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/mendq/mend/binlog"
 	"github.com/mendq/mend/internal/mysqltest"
+	"github.com/mendq/mend/internal/sqtest"
 	"github.com/mendq/mend/storage"
+	"github.com/mendq/mend/subscribe"
 )
 
 // A host session whose binlog_format is not ROW: the global setting is
@@ -296,4 +304,119 @@ func TestAttackLogResetAligned(t *testing.T) { guards(t, "", logResetAligned) }
 
 func TestAttackLogResetAlignedNegativeControl(t *testing.T) {
 	guards(t, "trustFileName", logResetAligned)
+}
+
+// switcher forwards each new TCP connection to the address it holds now;
+// connections made before a switch stay where they were, as a DNS name or
+// a proxy moved to the host's new primary leaves them.
+type switcher struct {
+	addr   string
+	target atomic.Pointer[string]
+}
+
+func newSwitcher(t *testing.T, target string) *switcher {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &switcher{addr: l.Addr().String()}
+	s.target.Store(&target)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", *s.target.Load())
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { defer wg.Done(); _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return s
+}
+
+func (s *switcher) to(target string) { s.target.Store(&target) }
+
+// The host's primary fails over by moving the name (or the proxy) the
+// queue DSN reaches, while the old primary stays up (demoted, fenced off,
+// kept for forensics): the reader's replication connection stays with the
+// old server, which goes on sending heartbeats. The reader is caught up by
+// every sign, refreshes its position (the page alert stays quiet), and
+// reads nothing the host commits on the new primary.
+func dsnMoved(t *testing.T) error {
+	mysqltest.SkipVitess(t, "the binary log is read from the queue database's own server")
+	if mysqltest.SharedServer(t).Flavor() != "mariadb" {
+		t.Skip("the MySQL test image carries one server_uuid for every container: two of them cannot be told apart")
+	}
+	ctx := context.Background()
+	wm := newWorld(t)
+	wa := newWorldOn(t, mysqltest.StartPrivate(t))
+	srvB := mysqltest.StartPrivateWith(t, "--server-id=2")
+	// The same schema on the new primary, as a replica holds it.
+	rootB := (&world{srv: srvB}).root(t)
+	if _, err := rootB.Exec("CREATE DATABASE `" + wa.qcfg.DBName + "` CHARACTER SET utf8mb4"); err != nil {
+		t.Fatal(err)
+	}
+	bcfg, err := mysql.ParseDSN(srvB.RootDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcfg.DBName = wa.qcfg.DBName
+	if err := sqtest.Apply(ctx, bcfg.FormatDSN()); err != nil {
+		t.Fatal(err)
+	}
+	qb, err := subscribe.Open(ctx, bcfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = qb.Close() })
+	hostB := &world{queue: qb, host: sqtest.World{App: qb, Queue: qb, NowMS: func() int64 { return time.Now().UnixMilli() }}}
+
+	sw := newSwitcher(t, wa.qcfg.Addr)
+	server := wa.qcfg.Clone()
+	server.Addr = sw.addr
+	r := wm.start(t, "a", func(c *binlog.Config) { c.Server, c.RefreshInterval = server, 2*time.Second })
+	wa.deadLetter(t, "q1", "on-old-primary")
+	until(t, r, "the row on the old primary", wm.has(t, "on-old-primary"))
+	readThrough(t, r)
+	sw.to(bcfg.Addr)
+	hostB.deadLetter(t, "q1", "on-new-primary")
+	beats := r.r.Status().Heartbeats
+	return outcome(t, r, "the row on the new primary recorded, or the reader saying why not", func() bool {
+		return wm.has(t, "on-new-primary")() || r.r.Status().LastErr != ""
+	}, func(st binlog.Status) string {
+		if st.Heartbeats > beats+300 && st.CaughtUp {
+			return fmt.Sprintf("reads the old primary on, caught up by %d heartbeats, its position refreshed, saying nothing", st.Heartbeats-beats)
+		}
+		return ""
+	})
+}
+
+func TestAttackDSNMovedOldPrimaryUp(t *testing.T) { guards(t, "", dsnMoved) }
+
+func TestAttackDSNMovedOldPrimaryUpNegativeControl(t *testing.T) {
+	guards(t, "trustStreamServer", dsnMoved)
 }

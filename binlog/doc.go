@@ -44,7 +44,9 @@
 // MariaDB server rebuilt with the same server_id starts at .000001): that
 // is a purge, loudly. A reader caught up checks the same at every refresh,
 // since after RESET MASTER the server goes on sending it heartbeats from
-// the deleted file. Without GTIDs
+// the deleted file, and that the queue DSN still reaches the server it
+// streams from (a failover that moves a DNS name or a proxy leaves the
+// replication connection with the old primary, which may stay up). Without GTIDs
 // a file and offset of another server mean nothing: the reader refuses to
 // guess and starts over. MySQL's set keeps tagged GTIDs (8.3+,
 // uuid:tag:n), so a resume never asks again for tagged transactions the
@@ -109,7 +111,7 @@
 // scenario in paths_test.go with the broken reader planted as its negative
 // control (binlog.Plant): returnOnProblem, parkCountPerTerm, parkOneLate,
 // noParkDefault, staleCredentials, exactSchemaName, anySchema,
-// ignoreFilters, ignoreStatements, trustFileName, trustHeartbeats, gtidPerServer, dropTags, gtidFrozen.
+// ignoreFilters, ignoreStatements, trustFileName, trustHeartbeats, trustStreamServer, gtidPerServer, dropTags, gtidFrozen.
 //
 // # Once
 //

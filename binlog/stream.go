@@ -3,6 +3,7 @@ package binlog
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -12,9 +13,11 @@ import (
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
@@ -160,13 +163,30 @@ var errLogGone = errors.New("binlog: the binary log read is no longer the server
 // open, deleted, until the new file of that name grows past its offset
 // (as large as max_binlog_size): caught up by every sign, reading nothing.
 // The next term finds the saved position gone and starts over, loudly.
+//
+// It also ends the term when the queue DSN now reaches another server than
+// the one the stream reads: a failover that moved the DNS name or proxy
+// the DSN names leaves the replication connection with the old primary,
+// which, kept up, goes on sending heartbeats. The check connects afresh
+// (the pool's idle connections may still reach the old server).
 func (t *term) checkLog(ctx context.Context) error {
 	if planted.trustHeartbeats {
 		return nil
 	}
-	srv, err := Probe(ctx, t.db)
+	conn, err := mysql.NewConnector(mysqlx.Current(t.r.cfg.Server))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	db.SetMaxIdleConns(0)
+	srv, err := Probe(ctx, db)
 	if err != nil {
 		return err
+	}
+	if srv.Identity != t.read.ServerUUID && !planted.trustStreamServer {
+		return fmt.Errorf("%w: the queue database DSN now reaches %s, the stream reads %s (a failover moved the name or proxy the DSN names): reading again from the server the DSN reaches",
+			errLogGone, srv.Identity, t.read.ServerUUID)
 	}
 	p := t.read
 	p.GTIDSet = t.gtidString()
@@ -532,6 +552,9 @@ var planted struct {
 	// trustFileName resumes a saved file and offset on the server of
 	// that identity whatever its GTID state says (a log reset since).
 	trustFileName bool
+	// trustStreamServer refreshes the saved position on a heartbeat of
+	// the stream's server though the DSN reaches another now.
+	trustStreamServer bool
 	// trustHeartbeats refreshes the saved position on a heartbeat without
 	// checking that the server still logs into the file read.
 	trustHeartbeats bool
