@@ -420,3 +420,44 @@ func TestAttackDSNMovedOldPrimaryUp(t *testing.T) { guards(t, "", dsnMoved) }
 func TestAttackDSNMovedOldPrimaryUpNegativeControl(t *testing.T) {
 	guards(t, "trustStreamServer", dsnMoved)
 }
+
+// The host reorders queue_messages' columns (ALTER TABLE ... MODIFY ...
+// AFTER: a tidy-up migration) while the reader is behind, on a server
+// that logs no column names (binlog_row_metadata MINIMAL, MySQL's default;
+// NO_LOG, MariaDB's). The rows logged before the ALTER have as many
+// columns as the table has now, so the reader takes the table's names for
+// them: a dead letter logged before is recorded with another column's
+// value in failed_at, and nothing says so.
+func reorderedBehind(t *testing.T) error {
+	mysqltest.SkipVitess(t, "the binary log is read from the queue database's own server")
+	srv := mysqltest.StartPrivate(t)
+	w := newWorldOn(t, srv)
+	root := w.root(t)
+	if _, err := root.Exec("SET GLOBAL binlog_row_metadata = 'MINIMAL'"); err != nil {
+		t.Fatal(err)
+	}
+	r := w.start(t, "a", nil)
+	readThrough(t, r)
+	r.stop()
+	rawDLQ(t, w.queue, "q1", "logged-before") // created_at 1, failed_at 1760000000000
+	if _, err := w.queue.Exec("ALTER TABLE queue_messages MODIFY COLUMN failed_at BIGINT UNSIGNED NOT NULL AFTER metadata"); err != nil {
+		t.Fatal(err)
+	}
+	r2 := w.start(t, "a", nil)
+	if err := outcome(t, r2, "the row logged before the ALTER recorded", w.has(t, "logged-before"), failedAgain(binlog.FailColumns, 3)); err != nil {
+		return err
+	}
+	var failedAt sql.NullTime
+	if err := w.mend.QueryRow("SELECT failed_at FROM mend_records WHERE message_id = 'logged-before'").Scan(&failedAt); err != nil {
+		t.Fatal(err)
+	}
+	if want := time.UnixMilli(1760000000000).UTC(); !failedAt.Valid || !failedAt.Time.Equal(want) {
+		return fmt.Errorf("recorded failed_at %v, the row's is %v: the reader took the table's column order now for a row logged before the ALTER", failedAt.Time, want)
+	}
+	return nil
+}
+
+func TestAttackColumnsReorderedBehind(t *testing.T) {
+	t.Skip("finding: without column names in the log, a row logged before a reorder of queue_messages is decoded by the table's order now, silently")
+	guards(t, "", reorderedBehind)
+}
