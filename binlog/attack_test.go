@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -554,3 +555,54 @@ func TestAttackUnloggedSession(t *testing.T) {
 	t.Skip("finding: a dead letter committed with sql_log_bin=0 is not in the log: binlog mode cannot see it, and says nothing")
 	guards(t, "", unloggedSession)
 }
+
+// A large host transaction compressed by the server
+// (binlog_transaction_compression, MySQL 8.0.20+): thousands of dead
+// letters with payloads of some size in one payload event.
+func largeCompressed(t *testing.T) error {
+	w := newWorld(t)
+	ctx := context.Background()
+	conn, err := w.queue.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION binlog_transaction_compression = ON"); err != nil {
+		t.Skipf("no binlog_transaction_compression here (MariaDB): %v", err)
+	}
+	r := w.start(t, "a", nil)
+	readThrough(t, r)
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	pad := strings.Repeat("x", 2000)
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("big-%04d", i)
+		if _, err := tx.ExecContext(ctx, "INSERT INTO queue_messages (topic, id, payload, metadata, partition_key, created_at, published_at, failed_at, failure_count, last_error, original_topic, failure_detail) "+
+			"VALUES ('speculate_dlq', ?, ?, NULL, ?, 1, 1, 1760000000000, 1, 'boom', 'speculate', NULL)", id, fmt.Sprintf(`{"id":%q,"queue":"q%d","pad":%q}`, id, i%50, pad), fmt.Sprintf("q%d", i%50)); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.deadLetter(t, "q1", "after")
+	err = outcome(t, r, "every row of the large compressed transaction", w.has(t, append(ids, "after")...), func(st binlog.Status) string {
+		for reason, k := range st.Failures {
+			if k >= 3 {
+				return fmt.Sprintf("failed %d times for %s", k, reason)
+			}
+		}
+		return ""
+	})
+	if err != nil {
+		return fmt.Errorf("%w (%d of %d missing)", err, len(w.missing(t, ids)), n)
+	}
+	return nil
+}
+
+func TestAttackLargeCompressedTransaction(t *testing.T) { guards(t, "", largeCompressed) }
