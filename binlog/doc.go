@@ -32,6 +32,11 @@
 // for good, or that fails ParkAfter times in a row, is parked as a stand-in
 // (subscribe.StandIn).
 //
+// A host's XA transaction is logged at its XA PREPARE and decided by an XA
+// COMMIT or XA ROLLBACK logged later: its dead letters wait for the
+// commit (a rollback drops them); the commit of a prepare read before the
+// term began has them imported from the tables.
+//
 // # Positions
 //
 // A position is a file and offset on one server (its server_uuid, or
@@ -111,7 +116,7 @@
 // scenario in paths_test.go with the broken reader planted as its negative
 // control (binlog.Plant): returnOnProblem, parkCountPerTerm, parkOneLate,
 // noParkDefault, staleCredentials, exactSchemaName, anySchema,
-// ignoreFilters, ignoreStatements, trustFileName, trustHeartbeats, trustStreamServer, gtidPerServer, dropTags, gtidFrozen.
+// ignoreFilters, ignoreStatements, trustFileName, trustHeartbeats, trustStreamServer, ignoreXA, gtidPerServer, dropTags, gtidFrozen.
 //
 // # Once
 //

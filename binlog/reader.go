@@ -225,9 +225,18 @@ type term struct {
 	// a statement logged as such; importDue: one such has committed, and
 	// the tables are imported before the position moves past it.
 	txnStatement, importDue bool
-	txnGTID                 func() // adds the open transaction's GTID to read's set
-	mysqlSet                *mysqlSet
-	mariaSet                *gomysql.MariadbGTIDSet
+	// inXA: the open transaction is an XA transaction's (XA START), xaID
+	// its xid; xaRows the dead letters of prepared XA transactions read
+	// this term, by xid, until their XA COMMIT; xaImportDue: an XA COMMIT
+	// of a prepare not read this term was read, and the tables are imported
+	// before the position moves past it.
+	inXA        bool
+	xaID        string
+	xaRows      map[string][]dlq.Row
+	xaImportDue bool
+	txnGTID     func() // adds the open transaction's GTID to read's set
+	mysqlSet    *mysqlSet
+	mariaSet    *gomysql.MariadbGTIDSet
 
 	watermark map[string]uint64 // planted.offsetWatermark only
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,7 +83,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 	}
 	r.log.InfoContext(ctx, "binlog reader: reading", "from", describe(p), "server", t.srv.Identity, "flavor", t.srv.Flavor, "server_id", cfg.ServerID)
 	t.savedAt = r.cfg.Now()
-	t.inTxn, t.txnRows, t.txnGTID, t.txnStatement = false, nil, nil, false
+	t.inTxn, t.txnRows, t.txnGTID, t.txnStatement, t.inXA = false, nil, nil, false, false
 	for {
 		wait := ctx
 		var cancel context.CancelFunc = func() {}
@@ -260,6 +261,10 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 	if planted.saveMidTransaction && !inner && ev.Header.LogPos > 0 {
 		defer func() { t.read.Pos = uint64(ev.Header.LogPos) }()
 	}
+	if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT && !planted.ignoreXA {
+		t.xaPrepared(ev, inner)
+		return nil
+	}
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		t.read.File, t.read.Pos = string(e.NextLogName), e.Position
@@ -319,10 +324,13 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 		// is implied); a standalone one is a DDL or statement that
 		// commits by itself.
 		t.inTxn = e.Flags&replication.BINLOG_MARIADB_FL_STANDALONE == 0
-		t.txnRows, t.txnStatement = t.txnRows[:0], false
+		t.txnRows, t.txnStatement, t.inXA = t.txnRows[:0], false, false
 		return nil
 	case *replication.QueryEvent:
 		q := bytes.TrimSpace(e.Query)
+		if !planted.ignoreXA && t.xa(ev, q, inner) {
+			return nil
+		}
 		switch {
 		case bytes.EqualFold(q, []byte("BEGIN")):
 			t.inTxn, t.txnRows, t.txnStatement = true, t.txnRows[:0], false
@@ -414,6 +422,76 @@ func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
 	t.inTxn, t.txnRows, t.txnStatement = false, nil, false
 }
 
+// xa takes q when it is an XA statement (true). A host's XA transaction
+// is logged at XA PREPARE (XA START, its rows, XA END, the prepare event),
+// and decided later by an XA COMMIT or XA ROLLBACK of its own: its dead
+// letters are committed at the XA COMMIT, never at the prepare. The rows
+// of a prepare read this term wait in xaRows for their decision; an XA
+// COMMIT of a prepare read before (another term's, before the saved
+// position) has its dead letters imported from the tables, where the
+// commit put them.
+func (t *term) xa(ev *replication.BinlogEvent, q []byte, inner bool) bool {
+	head := q[:min(len(q), 16)]
+	fields := strings.Fields(strings.ToUpper(string(head)))
+	if len(fields) < 2 || fields[0] != "XA" {
+		return false
+	}
+	switch fields[1] {
+	case "START", "BEGIN":
+		t.inTxn, t.txnRows, t.txnStatement = true, t.txnRows[:0], false
+		t.inXA, t.xaID = true, xaID(q)
+	case "END":
+		// MariaDB logs no XA START: the group's GTID event opened it.
+		t.inXA, t.xaID = true, xaID(q)
+	case "PREPARE":
+		t.xaPrepared(ev, inner)
+	case "COMMIT":
+		if t.inXA { // XA COMMIT ... ONE PHASE: the group commits itself
+			t.inXA = false
+			t.commit(ev, inner)
+			break
+		}
+		id := xaID(q)
+		if rows, ok := t.xaRows[id]; ok {
+			delete(t.xaRows, id)
+			t.txnRows = append(t.txnRows[:0], rows...)
+		} else {
+			t.txnRows, t.xaImportDue = t.txnRows[:0], true
+		}
+		t.commit(ev, inner)
+	case "ROLLBACK":
+		delete(t.xaRows, xaID(q))
+		t.inXA, t.txnRows = false, t.txnRows[:0]
+		t.commit(ev, inner)
+	default:
+		return false
+	}
+	return true
+}
+
+// xaPrepared ends an XA transaction's prepare: its dead letters wait for
+// its XA COMMIT, and what has been read moves past it.
+func (t *term) xaPrepared(ev *replication.BinlogEvent, inner bool) {
+	if len(t.txnRows) > 0 {
+		if t.xaRows == nil {
+			t.xaRows = map[string][]dlq.Row{}
+		}
+		t.xaRows[t.xaID] = slices.Clone(t.txnRows)
+	}
+	t.inXA, t.txnRows = false, t.txnRows[:0]
+	t.commit(ev, inner)
+}
+
+// xaID is the xid of an XA statement as logged (X'..',X'..',n), the words
+// after it (ONE PHASE, SUSPEND) left out.
+func xaID(q []byte) string {
+	fields := strings.Fields(string(q))
+	if len(fields) < 3 {
+		return ""
+	}
+	return fields[2]
+}
+
 // statementInsert reports whether e, a statement inside a transaction, is
 // an INSERT or REPLACE into the reader's queue_messages logged as a
 // statement: a host session's binlog_format is STATEMENT or MIXED (a
@@ -448,10 +526,19 @@ func (t *term) statementInsert(e *replication.QueryEvent) bool {
 // collected them since. It runs before the position past that transaction
 // is saved, so a failed import reads it again.
 func (t *term) importStatements(ctx context.Context) error {
-	if !t.importDue || t.inTxn {
+	if !t.importDue && !t.xaImportDue || t.inTxn {
 		return nil
 	}
 	r := t.r
+	if t.xaImportDue && !t.importDue {
+		r.log.WarnContext(ctx, "binlog reader: an XA transaction prepared before the saved position was committed: its dead letters were logged at its prepare; importing what the tables hold",
+			"after", describe(t.read))
+		if err := t.importTables(ctx); err != nil {
+			return err
+		}
+		t.xaImportDue = false
+		return t.flush(ctx)
+	}
 	r.log.ErrorContext(ctx, "binlog reader: a dead letter's INSERT was logged as a statement, not as rows (a host session's binlog_format is STATEMENT or MIXED, though the server's global is ROW): importing what the tables hold; a dead letter the host collected before the import is lost. "+
 		"Make every host session log rows: SET PERSIST binlog_format=ROW (MariaDB: SET GLOBAL and the config file), then reconnect the host's connection pools (a session keeps the format it opened with), and grant no host user the right to SET SESSION binlog_format",
 		"after", describe(t.read))
@@ -459,7 +546,7 @@ func (t *term) importStatements(ctx context.Context) error {
 	if err := t.importTables(ctx); err != nil {
 		return err
 	}
-	t.importDue = false
+	t.importDue, t.xaImportDue = false, false
 	return t.flush(ctx)
 }
 
@@ -552,6 +639,8 @@ var planted struct {
 	// trustFileName resumes a saved file and offset on the server of
 	// that identity whatever its GTID state says (a log reset since).
 	trustFileName bool
+	// ignoreXA takes XA statements and prepares as any other.
+	ignoreXA bool
 	// trustStreamServer refreshes the saved position on a heartbeat of
 	// the stream's server though the DSN reaches another now.
 	trustStreamServer bool
