@@ -471,13 +471,15 @@ func (t *term) xa(ev *replication.BinlogEvent, q []byte, inner bool) bool {
 
 // xaPrepared ends an XA transaction's prepare: its dead letters wait for
 // its XA COMMIT, and what has been read moves past it.
+//
+// Every prepare read is kept, with or without dead letters of the
+// reader's, so that only the commit of one prepared before the term
+// (another schema's too: the commit does not say) costs an import.
 func (t *term) xaPrepared(ev *replication.BinlogEvent, inner bool) {
-	if len(t.txnRows) > 0 {
-		if t.xaRows == nil {
-			t.xaRows = map[string][]dlq.Row{}
-		}
-		t.xaRows[t.xaID] = slices.Clone(t.txnRows)
+	if t.xaRows == nil {
+		t.xaRows = map[string][]dlq.Row{}
 	}
+	t.xaRows[t.xaID] = slices.Clone(t.txnRows)
 	t.inXA, t.txnRows = false, t.txnRows[:0]
 	t.commit(ev, inner)
 }
