@@ -640,3 +640,33 @@ func largeCompressed(t *testing.T) error {
 }
 
 func TestAttackLargeCompressedTransaction(t *testing.T) { guards(t, "", largeCompressed) }
+
+// A server that rotates its binary log after every few transactions
+// (max_binlog_size at its minimum, 4096 bytes): batches span many files,
+// and the reader is stopped and started again in the middle.
+func tinyFiles(t *testing.T) error {
+	mysqltest.SkipVitess(t, "the binary log is read from the queue database's own server")
+	wm := newWorld(t) // mend's database elsewhere: the queue server's log holds the host's writes only
+	q := newWorldOn(t, mysqltest.StartPrivateWith(t, "--max-binlog-size=4096"))
+	start := func() *running {
+		return wm.start(t, "a", func(c *binlog.Config) { c.Server, c.BatchRows, c.Concurrency = q.qcfg, 3, 1 })
+	}
+	r := start()
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("tiny-%02d", i)
+		q.deadLetter(t, fmt.Sprintf("q%d", i%3), id)
+		ids = append(ids, id)
+		if i == 14 {
+			r.stop()
+			r = start()
+		}
+	}
+	err := outcome(t, r, "every dead letter across the rotations", wm.has(t, ids...), failedAgain(binlog.FailOther, 3))
+	if files := logFiles(t, q.root(t)); len(files) < 10 {
+		t.Logf("only %d files: the rotations were fewer than meant", len(files))
+	}
+	return err
+}
+
+func TestAttackTinyBinlogFiles(t *testing.T) { guards(t, "", tinyFiles) }
