@@ -32,13 +32,26 @@
 // for good, or that fails ParkAfter times in a row, is parked as a stand-in
 // (subscribe.StandIn).
 //
+// A host's XA transaction is logged at its XA PREPARE and decided by an XA
+// COMMIT or XA ROLLBACK logged later: its dead letters wait for the
+// commit (a rollback drops them); the commit of a prepare read before the
+// term began has them imported from the tables.
+//
 // # Positions
 //
 // A position is a file and offset on one server (its server_uuid, or
 // server_id on MariaDB) and, where the server has GTIDs (MariaDB always;
 // MySQL with gtid_mode=ON, the default from 9.x, not in 8.x), the GTID set
 // read. On the same server the reader resumes by file and offset; on
-// another (the host's primary failed over) by the GTID set. Without GTIDs
+// another (the host's primary failed over) by the GTID set. A file of
+// the saved name is not trusted when the server's GTID state lacks the
+// saved set (RESET MASTER renumbers the files and clears the state; a
+// MariaDB server rebuilt with the same server_id starts at .000001): that
+// is a purge, loudly. A reader caught up checks the same at every refresh,
+// since after RESET MASTER the server goes on sending it heartbeats from
+// the deleted file, and that the queue DSN still reaches the server it
+// streams from (a failover that moves a DNS name or a proxy leaves the
+// replication connection with the old primary, which may stay up). Without GTIDs
 // a file and offset of another server mean nothing: the reader refuses to
 // guess and starts over. MySQL's set keeps tagged GTIDs (8.3+,
 // uuid:tag:n), so a resume never asks again for tagged transactions the
@@ -62,7 +75,11 @@
 // log_bin, binlog_format=ROW, binlog_row_image=FULL, and no binlog-do-db
 // or binlog-ignore-db leaving the queue schema out (Server.Problems says
 // the fix for each; doctor and auto mode read the same list);
-// binlog_row_metadata=FULL advised; REPLICATION SLAVE and REPLICATION
+// binlog_row_metadata=FULL advised; every host session logging rows too
+// (a session may set its own binlog_format, and one opened before a SET
+// GLOBAL keeps the old one: a dead letter's INSERT logged as a statement
+// carries no row to record, so the reader imports the tables after it, and
+// says so: an error in the log, Status.Statements); REPLICATION SLAVE and REPLICATION
 // CLIENT for mend's queue user. The queue DSN may name a TCP address or a
 // Unix socket. Schema and table names are compared as the server compares
 // them (lower_case_table_names). The replication connection takes the user,
@@ -99,8 +116,12 @@
 // scenario in paths_test.go with the broken reader planted as its negative
 // control (binlog.Plant): returnOnProblem, parkCountPerTerm, parkOneLate,
 // noParkDefault, staleCredentials, exactSchemaName, anySchema,
-// ignoreFilters, gtidPerServer, dropTags, gtidFrozen. Other planted
-// variants make named tests fail (TestPlantedBugsFailTheirTests:
+// ignoreFilters, gtidPerServer, dropTags, gtidFrozen; attack_test.go adds
+// the ways users and servers broke it after that (a host session logging
+// rows as statements, a log reset, a DSN moved by a failover while the old
+// primary stays up, XA transactions) with theirs: ignoreStatements,
+// trustFileName, trustHeartbeats, trustStreamServer, ignoreXA. Other
+// planted variants make named tests fail (TestPlantedBugsFailTheirTests:
 // resumeFileAnywhere, everyResetPurged, skipProblems, flushDeadlineSlides),
 // and the simulation catches saveWhilePending with the older four.
 //

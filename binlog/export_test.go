@@ -7,7 +7,7 @@ func Plant(name string) (undo func()) {
 		"startAtEnd": &planted.startAtEnd, "recordRollbacks": &planted.recordRollbacks, "saveMidTransaction": &planted.saveMidTransaction,
 		"offsetWatermark": &planted.offsetWatermark, "resumeFromRead": &planted.resumeFromRead,
 		"parkCountPerTerm": &planted.parkCountPerTerm, "parkOneLate": &planted.parkOneLate, "noParkDefault": &planted.noParkDefault, "staleCredentials": &planted.staleCredentials,
-		"exactSchemaName": &planted.exactSchemaName, "anySchema": &planted.anySchema, "ignoreFilters": &planted.ignoreFilters,
+		"exactSchemaName": &planted.exactSchemaName, "anySchema": &planted.anySchema, "ignoreFilters": &planted.ignoreFilters, "ignoreStatements": &planted.ignoreStatements, "trustFileName": &planted.trustFileName, "trustHeartbeats": &planted.trustHeartbeats, "trustStreamServer": &planted.trustStreamServer, "ignoreXA": &planted.ignoreXA,
 		"gtidPerServer": &planted.gtidPerServer, "dropTags": &planted.dropTags, "gtidFrozen": &planted.gtidFrozen,
 		"saveWhilePending": &planted.saveWhilePending, "skipProblems": &planted.skipProblems,
 		"resumeFileAnywhere": &planted.resumeFileAnywhere, "everyResetPurged": &planted.everyResetPurged, "flushDeadlineSlides": &planted.flushDeadlineSlides, "returnOnProblem": &planted.returnOnProblem}

@@ -50,6 +50,10 @@ type Status struct {
 	// Resets and Purges count start-overs since the process started;
 	// Recorded the dead letters recorded (created or already there).
 	Resets, Purges, Recorded, Parked int64
+	// Statements counts the transactions whose dead-letter inserts were
+	// logged as statements (a host session's binlog_format is not ROW):
+	// each was followed by an import of the tables.
+	Statements int64
 	// Heartbeats counts the server's heartbeats: one after another event
 	// says the reader has read everything written before it was sent.
 	Heartbeats int64
@@ -217,9 +221,22 @@ type term struct {
 	resetWhy string
 	inTxn    bool
 	txnRows  []dlq.Row
-	txnGTID  func() // adds the open transaction's GTID to read's set
-	mysqlSet *mysqlSet
-	mariaSet *gomysql.MariadbGTIDSet
+	// txnStatement: the open transaction inserted into queue_messages by
+	// a statement logged as such; importDue: one such has committed, and
+	// the tables are imported before the position moves past it.
+	txnStatement, importDue bool
+	// inXA: the open transaction is an XA transaction's (XA START), xaID
+	// its xid; xaRows the dead letters of prepared XA transactions read
+	// this term, by xid, until their XA COMMIT; xaImportDue: an XA COMMIT
+	// of a prepare not read this term was read, and the tables are imported
+	// before the position moves past it.
+	inXA        bool
+	xaID        string
+	xaRows      map[string][]dlq.Row
+	xaImportDue bool
+	txnGTID     func() // adds the open transaction's GTID to read's set
+	mysqlSet    *mysqlSet
+	mariaSet    *gomysql.MariadbGTIDSet
 
 	watermark map[string]uint64 // planted.offsetWatermark only
 }
@@ -307,6 +324,16 @@ func (t *term) resumable(p storage.BinlogPosition) (string, bool) {
 	case (p.ServerUUID == srv.Identity || planted.resumeFileAnywhere) && p.File != "":
 		if !srv.Has(p.File) {
 			return fmt.Sprintf("%s: the server no longer has %s (its oldest is %s)", ResetPurged, p.File, first(srv.Files)), true
+		}
+		// A file of that name is no proof it is the file the position was
+		// read in: RESET MASTER (RESET BINARY LOGS AND GTIDS) restarts the
+		// numbering and clears the GTID state, and a server rebuilt with the
+		// same identity (MariaDB's is its server_id) starts at .000001. A
+		// server whose GTID state lacks what was read before the position
+		// has not logged it: the offset means nothing there.
+		if srv.GTIDs && p.GTIDSet != "" && !planted.trustFileName && !gtidContains(srv.Flavor, srv.Executed, p.GTIDSet) {
+			return fmt.Sprintf("%s: the server's GTID state %q lacks the saved position's %q, so its %s is not the file the position was read in (the binary log was reset, or another server has this one's identity)",
+				ResetPurged, srv.Executed, p.GTIDSet, p.File), true
 		}
 		return "", false
 	case p.GTIDSet == "" || !srv.GTIDs:

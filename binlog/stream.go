@@ -3,18 +3,22 @@ package binlog
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
 	"github.com/mendq/mend/dlq"
+	"github.com/mendq/mend/internal/mysqlx"
 	"github.com/mendq/mend/storage"
 	"github.com/mendq/mend/subscribe"
 )
@@ -79,7 +83,7 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 	}
 	r.log.InfoContext(ctx, "binlog reader: reading", "from", describe(p), "server", t.srv.Identity, "flavor", t.srv.Flavor, "server_id", cfg.ServerID)
 	t.savedAt = r.cfg.Now()
-	t.inTxn, t.txnRows, t.txnGTID = false, nil, nil
+	t.inTxn, t.txnRows, t.txnGTID, t.txnStatement, t.inXA = false, nil, nil, false, false
 	for {
 		wait := ctx
 		var cancel context.CancelFunc = func() {}
@@ -121,6 +125,9 @@ func (t *term) stream(ctx context.Context, p storage.BinlogPosition) error {
 // saved while dead letters read before it wait to be recorded.
 func (t *term) after(ctx context.Context, heartbeat bool) error {
 	r := t.r
+	if err := t.importStatements(ctx); err != nil {
+		return err
+	}
 	if len(t.pending) >= r.cfg.BatchRows*r.cfg.Concurrency {
 		if err := t.flush(ctx); err != nil {
 			return err
@@ -135,7 +142,57 @@ func (t *term) after(ctx context.Context, heartbeat bool) error {
 	since := r.cfg.Now().Sub(t.savedAt)
 	idle := (len(t.pending) == 0 || planted.saveWhilePending) && !t.inTxn
 	if idle && t.read.File != "" && (since >= r.cfg.SaveInterval && t.moved() || heartbeat && since >= r.cfg.RefreshInterval) {
+		if heartbeat && !t.moved() {
+			// A refresh says someone reads: first make sure the log read
+			// is still the server's.
+			if err := t.checkLog(ctx); err != nil {
+				return err
+			}
+		}
 		return t.save(ctx)
+	}
+	return nil
+}
+
+// errLogGone ends a term whose stream reads a log the server no longer
+// writes.
+var errLogGone = errors.New("binlog: the binary log read is no longer the server's")
+
+// checkLog ends the term (errLogGone) when the server no longer logs into
+// what the stream reads: after RESET MASTER (RESET BINARY LOGS AND GTIDS)
+// the stream's dump thread goes on sending heartbeats from the file it had
+// open, deleted, until the new file of that name grows past its offset
+// (as large as max_binlog_size): caught up by every sign, reading nothing.
+// The next term finds the saved position gone and starts over, loudly.
+//
+// It also ends the term when the queue DSN now reaches another server than
+// the one the stream reads: a failover that moved the DNS name or proxy
+// the DSN names leaves the replication connection with the old primary,
+// which, kept up, goes on sending heartbeats. The check connects afresh
+// (the pool's idle connections may still reach the old server).
+func (t *term) checkLog(ctx context.Context) error {
+	if planted.trustHeartbeats {
+		return nil
+	}
+	conn, err := mysql.NewConnector(mysqlx.Current(t.r.cfg.Server))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	db.SetMaxIdleConns(0)
+	srv, err := Probe(ctx, db)
+	if err != nil {
+		return err
+	}
+	if srv.Identity != t.read.ServerUUID && !planted.trustStreamServer {
+		return fmt.Errorf("%w: the queue database DSN now reaches %s, the stream reads %s (a failover moved the name or proxy the DSN names): reading again from the server the DSN reaches",
+			errLogGone, srv.Identity, t.read.ServerUUID)
+	}
+	p := t.read
+	p.GTIDSet = t.gtidString()
+	if reason, _ := (&term{srv: srv}).resumable(p); reason != "" {
+		return fmt.Errorf("%w: %s", errLogGone, reason)
 	}
 	return nil
 }
@@ -204,6 +261,10 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 	if planted.saveMidTransaction && !inner && ev.Header.LogPos > 0 {
 		defer func() { t.read.Pos = uint64(ev.Header.LogPos) }()
 	}
+	if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT && !planted.ignoreXA {
+		t.xaPrepared(ev, inner)
+		return nil
+	}
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		t.read.File, t.read.Pos = string(e.NextLogName), e.Position
@@ -263,21 +324,28 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 		// is implied); a standalone one is a DDL or statement that
 		// commits by itself.
 		t.inTxn = e.Flags&replication.BINLOG_MARIADB_FL_STANDALONE == 0
-		t.txnRows = t.txnRows[:0]
+		t.txnRows, t.txnStatement, t.inXA = t.txnRows[:0], false, false
 		return nil
 	case *replication.QueryEvent:
 		q := bytes.TrimSpace(e.Query)
+		if !planted.ignoreXA && t.xa(ev, q, inner) {
+			return nil
+		}
 		switch {
 		case bytes.EqualFold(q, []byte("BEGIN")):
-			t.inTxn, t.txnRows = true, t.txnRows[:0]
+			t.inTxn, t.txnRows, t.txnStatement = true, t.txnRows[:0], false
 		case bytes.EqualFold(q, []byte("COMMIT")):
 			t.commit(ev, inner)
 		case bytes.EqualFold(q, []byte("ROLLBACK")) && planted.recordRollbacks:
 			t.commit(ev, inner)
 		case bytes.EqualFold(q, []byte("ROLLBACK")):
-			t.inTxn, t.txnRows, t.txnGTID = false, t.txnRows[:0], nil
+			t.inTxn, t.txnRows, t.txnGTID, t.txnStatement = false, t.txnRows[:0], nil, false
 		case t.inTxn:
-			// SAVEPOINT and the like inside a transaction.
+			// SAVEPOINT and the like inside a transaction, or a statement
+			// of a session whose binlog_format is not ROW.
+			if !planted.ignoreStatements && t.statementInsert(e) {
+				t.txnStatement = true
+			}
 		default:
 			// DDL (an ALTER of queue_messages among them): it commits by
 			// itself, and the table's next map says its new columns.
@@ -348,7 +416,140 @@ func (t *term) commit(ev *replication.BinlogEvent, inner bool) {
 		}
 		t.pending = append(t.pending, t.txnRows...)
 	}
-	t.inTxn, t.txnRows = false, nil
+	if t.txnStatement {
+		t.importDue = true
+	}
+	t.inTxn, t.txnRows, t.txnStatement = false, nil, false
+}
+
+// xa takes q when it is an XA statement (true). A host's XA transaction
+// is logged at XA PREPARE (XA START, its rows, XA END, the prepare event),
+// and decided later by an XA COMMIT or XA ROLLBACK of its own: its dead
+// letters are committed at the XA COMMIT, never at the prepare. The rows
+// of a prepare read this term wait in xaRows for their decision; an XA
+// COMMIT of a prepare read before (another term's, before the saved
+// position) has its dead letters imported from the tables, where the
+// commit put them.
+func (t *term) xa(ev *replication.BinlogEvent, q []byte, inner bool) bool {
+	head := q[:min(len(q), 16)]
+	fields := strings.Fields(strings.ToUpper(string(head)))
+	if len(fields) < 2 || fields[0] != "XA" {
+		return false
+	}
+	switch fields[1] {
+	case "START", "BEGIN":
+		t.inTxn, t.txnRows, t.txnStatement = true, t.txnRows[:0], false
+		t.inXA, t.xaID = true, xaID(q)
+	case "END":
+		// MariaDB logs no XA START: the group's GTID event opened it.
+		t.inXA, t.xaID = true, xaID(q)
+	case "PREPARE":
+		t.xaPrepared(ev, inner)
+	case "COMMIT":
+		if t.inXA { // XA COMMIT ... ONE PHASE: the group commits itself
+			t.inXA = false
+			t.commit(ev, inner)
+			break
+		}
+		id := xaID(q)
+		if rows, ok := t.xaRows[id]; ok {
+			delete(t.xaRows, id)
+			t.txnRows = append(t.txnRows[:0], rows...)
+		} else {
+			t.txnRows, t.xaImportDue = t.txnRows[:0], true
+		}
+		t.commit(ev, inner)
+	case "ROLLBACK":
+		delete(t.xaRows, xaID(q))
+		t.inXA, t.txnRows = false, t.txnRows[:0]
+		t.commit(ev, inner)
+	default:
+		return false
+	}
+	return true
+}
+
+// xaPrepared ends an XA transaction's prepare: its dead letters wait for
+// its XA COMMIT, and what has been read moves past it.
+//
+// Every prepare read is kept, with or without dead letters of the
+// reader's, so that only the commit of one prepared before the term
+// (another schema's too: the commit does not say) costs an import.
+func (t *term) xaPrepared(ev *replication.BinlogEvent, inner bool) {
+	if t.xaRows == nil {
+		t.xaRows = map[string][]dlq.Row{}
+	}
+	t.xaRows[t.xaID] = slices.Clone(t.txnRows)
+	t.inXA, t.txnRows = false, t.txnRows[:0]
+	t.commit(ev, inner)
+}
+
+// xaID is the xid of an XA statement as logged (X'..',X'..',n), the words
+// after it (ONE PHASE, SUSPEND) left out.
+func xaID(q []byte) string {
+	fields := strings.Fields(string(q))
+	if len(fields) < 3 {
+		return ""
+	}
+	return fields[2]
+}
+
+// statementInsert reports whether e, a statement inside a transaction, is
+// an INSERT or REPLACE into the reader's queue_messages logged as a
+// statement: a host session's binlog_format is STATEMENT or MIXED (a
+// session may set its own; one opened before a SET GLOBAL keeps the old),
+// and the log carries no row image to record. Matched loosely (a false
+// match costs an import, a miss a dead letter).
+func (t *term) statementInsert(e *replication.QueryEvent) bool {
+	q := bytes.TrimSpace(e.Query)
+	for bytes.HasPrefix(q, []byte("/*")) {
+		end := bytes.Index(q, []byte("*/"))
+		if end < 0 {
+			break
+		}
+		q = bytes.TrimSpace(q[end+2:])
+	}
+	word, _, _ := bytes.Cut(q, []byte(" "))
+	if !bytes.EqualFold(word, []byte("INSERT")) && !bytes.EqualFold(word, []byte("REPLACE")) {
+		return false
+	}
+	lower := bytes.ToLower(q)
+	if !bytes.Contains(lower, []byte(strings.ToLower(Table))) {
+		return false
+	}
+	schema := t.r.cfg.Server.DBName
+	return t.srv.SameName(string(e.Schema), schema) || bytes.Contains(lower, []byte(strings.ToLower(schema)))
+}
+
+// importStatements records, once the transactions read so far include one
+// whose dead-letter insert was logged as a statement (statementInsert),
+// every dead letter the tables hold: that transaction committed before the
+// reader read its commit, so its rows are in the tables unless the host
+// collected them since. It runs before the position past that transaction
+// is saved, so a failed import reads it again.
+func (t *term) importStatements(ctx context.Context) error {
+	if !t.importDue && !t.xaImportDue || t.inTxn {
+		return nil
+	}
+	r := t.r
+	if t.xaImportDue && !t.importDue {
+		r.log.WarnContext(ctx, "binlog reader: an XA transaction prepared before the saved position was committed: its dead letters were logged at its prepare; importing what the tables hold",
+			"after", describe(t.read))
+		if err := t.importTables(ctx); err != nil {
+			return err
+		}
+		t.xaImportDue = false
+		return t.flush(ctx)
+	}
+	r.log.ErrorContext(ctx, "binlog reader: a dead letter's INSERT was logged as a statement, not as rows (a host session's binlog_format is STATEMENT or MIXED, though the server's global is ROW): importing what the tables hold; a dead letter the host collected before the import is lost. "+
+		"Make every host session log rows: SET PERSIST binlog_format=ROW (MariaDB: SET GLOBAL and the config file), then reconnect the host's connection pools (a session keeps the format it opened with), and grant no host user the right to SET SESSION binlog_format",
+		"after", describe(t.read))
+	r.setStatus(func(s *Status) { s.Statements++ })
+	if err := t.importTables(ctx); err != nil {
+		return err
+	}
+	t.importDue, t.xaImportDue = false, false
+	return t.flush(ctx)
 }
 
 // flush records the pending dead letters and then saves the position after
@@ -437,6 +638,20 @@ var planted struct {
 	resumeFileAnywhere bool
 	// everyResetPurged counts every start-over as a purge.
 	everyResetPurged bool
+	// trustFileName resumes a saved file and offset on the server of
+	// that identity whatever its GTID state says (a log reset since).
+	trustFileName bool
+	// ignoreXA takes XA statements and prepares as any other.
+	ignoreXA bool
+	// trustStreamServer refreshes the saved position on a heartbeat of
+	// the stream's server though the DSN reaches another now.
+	trustStreamServer bool
+	// trustHeartbeats refreshes the saved position on a heartbeat without
+	// checking that the server still logs into the file read.
+	trustHeartbeats bool
+	// ignoreStatements passes over a dead letter's INSERT logged as a
+	// statement (a host session's binlog_format not ROW).
+	ignoreStatements bool
 	// ignoreFilters takes a binary log filtered to leave the queue schema
 	// out for one that logs it.
 	ignoreFilters bool
