@@ -54,12 +54,16 @@ const (
 	FailLease = "lease"
 	// FailConfig: the reader's configuration cannot work (ErrConfig).
 	FailConfig = "config"
+	// FailMoved: the log read is no longer the server's (a binary log
+	// reset, or the DSN now reaching another server, a failover behind a
+	// name or proxy); the next term reads the server the DSN reaches.
+	FailMoved = "moved"
 	// FailOther is anything else.
 	FailOther = "other"
 )
 
 // FailureReasons lists every reason FailureReason returns.
-var FailureReasons = []string{FailAuth, FailGrant, FailSetting, FailConnect, FailGTID, FailColumns, FailStore, FailLease, FailConfig, FailOther}
+var FailureReasons = []string{FailAuth, FailGrant, FailSetting, FailConnect, FailGTID, FailColumns, FailStore, FailLease, FailConfig, FailMoved, FailOther}
 
 // FailureReason classifies a failed term's error (a Hooks.OnFailed
 // argument) into one of FailureReasons.
@@ -87,6 +91,8 @@ func FailureReason(err error) string {
 		return FailConfig
 	case errors.Is(err, errNoBinlog):
 		return FailSetting
+	case errors.Is(err, errLogGone):
+		return FailMoved
 	case errors.Is(err, ErrColumns):
 		return FailColumns
 	case errors.Is(err, ErrNoReplicationClient):

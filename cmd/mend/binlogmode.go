@@ -58,7 +58,7 @@ type binlogMetrics struct {
 	savedAt time.Time // the last position saved by this process, or the reader's start
 	reader  *binlog.Reader
 
-	lag, age, retention, state *prometheus.Desc
+	lag, age, retention, state, statements *prometheus.Desc
 }
 
 // readerStates are mend_binlog_reader_state's state labels, the reader's
@@ -89,6 +89,9 @@ func newBinlogMetrics(reg *prometheus.Registry) *binlogMetrics {
 		state: prometheus.NewDesc("mend_binlog_reader_state",
 			"1 for the state of this process's binlog reader, 0 for the others: reader (holds the lease and reads), standby (another replica holds it), retrying (its last term failed: mend_binlog_failures_total), stopped (not running); exported in binlog mode.",
 			[]string{"state"}, nil),
+		statements: prometheus.NewDesc("mend_binlog_statement_inserts_total",
+			"Transactions in which this process's binlog reader found a dead letter's INSERT logged as a statement (a host session with binlog_format STATEMENT or MIXED): it imported the tables to record it; one collected by the host's GC before that import is lost. Fix the host's sessions (binlog_format=ROW).",
+			nil, nil),
 		savedAt: time.Now(),
 	}
 	reg.MustRegister(bm.mode, bm.resets, bm.purged, bm.recorded, bm.failures, bm)
@@ -152,6 +155,7 @@ func (bm *binlogMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- bm.age
 	ch <- bm.retention
 	ch <- bm.state
+	ch <- bm.statements
 }
 
 func (bm *binlogMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -171,6 +175,7 @@ func (bm *binlogMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(bm.state, prometheus.GaugeValue, v, s)
 	}
+	ch <- prometheus.MustNewConstMetric(bm.statements, prometheus.CounterValue, float64(st.Statements))
 	if st.Retention > 0 || st.Role == binlog.RoleReader {
 		ch <- prometheus.MustNewConstMetric(bm.retention, prometheus.GaugeValue, st.Retention.Seconds())
 	}

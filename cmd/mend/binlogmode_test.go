@@ -186,7 +186,8 @@ func TestRunBinlogMode(t *testing.T) {
 	})
 	for _, want := range []string{`mend_subscribe_mode{mode="binlog"} 1`, `mend_subscribe_mode{mode="offsets"} 0`,
 		`mend_binlog_resets_total{reason="first_start"} 1`, `mend_binlog_resets_total{reason="purged"} 0`,
-		"\nmend_binlog_position_purged 0\n", "\nmend_binlog_retention_seconds ", "\nmend_binlog_position_age_seconds "} {
+		"\nmend_binlog_position_purged 0\n", "\nmend_binlog_retention_seconds ", "\nmend_binlog_position_age_seconds ",
+		"\nmend_binlog_statement_inserts_total 0\n", `mend_binlog_failures_total{reason="moved"} 0`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
