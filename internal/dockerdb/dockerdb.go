@@ -295,7 +295,18 @@ func (s *Server) Pause() error {
 	if !s.Running() {
 		return ErrNotRunning
 	}
-	if err := s.pool.Client.PauseContainer(s.id); err != nil {
+	// The cgroup freezer gives up ("unable to freeze") when a task of the
+	// container does not stop in time, which a loaded machine's I/O makes
+	// happen now and then; the freeze is tried again a few times, as an
+	// operator would, before the fault test is failed for the machine.
+	var err error
+	for attempt := range 5 {
+		if err = s.pool.Client.PauseContainer(s.id); err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond) // a retry's pause, not a synchronisation
+	}
+	if err != nil {
 		return fmt.Errorf("dockerdb: pause: %w", err)
 	}
 	return nil
