@@ -225,6 +225,12 @@ type term struct {
 	// a statement logged as such; importDue: one such has committed, and
 	// the tables are imported before the position moves past it.
 	txnStatement, importDue bool
+	// insertID is the auto-increment value the next statement of the
+	// open transaction inserts at (its INSERT_ID event); stmtOffsets the
+	// offsets of dead letters logged as statements that an import must see
+	// (waitVisible).
+	insertID    uint64
+	stmtOffsets []uint64
 	// inXA: the open transaction is an XA transaction's (XA START), xaID
 	// its xid; xaRows the dead letters of prepared XA transactions read
 	// this term, by xid, until their XA COMMIT; xaImportDue: an XA COMMIT

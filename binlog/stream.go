@@ -345,12 +345,21 @@ func (t *term) handle(ctx context.Context, ev *replication.BinlogEvent, inner bo
 			// of a session whose binlog_format is not ROW.
 			if !planted.ignoreStatements && t.statementInsert(e) {
 				t.txnStatement = true
+				if t.insertID > 0 {
+					t.stmtOffsets = append(t.stmtOffsets, t.insertID)
+				}
 			}
+			t.insertID = 0
 		default:
 			// DDL (an ALTER of queue_messages among them): it commits by
 			// itself, and the table's next map says its new columns.
 			clear(t.columns)
 			t.commit(ev, inner)
+		}
+		return nil
+	case *replication.IntVarEvent:
+		if e.Type == replication.INSERT_ID {
+			t.insertID = e.Value // the offset the statement after it inserts at
 		}
 		return nil
 	case *replication.TableMapEvent:
@@ -545,11 +554,45 @@ func (t *term) importStatements(ctx context.Context) error {
 		"Make every host session log rows: SET PERSIST binlog_format=ROW (MariaDB: SET GLOBAL and the config file), then reconnect the host's connection pools (a session keeps the format it opened with), and grant no host user the right to SET SESSION binlog_format",
 		"after", describe(t.read))
 	r.setStatus(func(s *Status) { s.Statements++ })
+	if err := t.waitVisible(ctx); err != nil {
+		return err
+	}
 	if err := t.importTables(ctx); err != nil {
 		return err
 	}
 	t.importDue, t.xaImportDue = false, false
 	return t.flush(ctx)
+}
+
+// sqlWaitVisible is a locking read of one queue_messages row by its
+// offset: it waits for the transaction that inserted it to commit in the
+// engine (it holds the row's lock until then), and reads nothing else.
+const sqlWaitVisible = "/* name: BinlogWaitVisible */ SELECT 1 FROM queue_messages WHERE `offset` = ? LOCK IN SHARE MODE"
+
+// waitVisible waits until the dead letters logged as statements are
+// visible in the tables. The server writes a transaction to the binary log
+// (and may send it to the reader) before the engine commits it, so an
+// import at once may not see rows the log says committed: a locking read
+// of the first row each statement inserted waits for that commit.
+func (t *term) waitVisible(ctx context.Context) error {
+	for _, off := range t.stmtOffsets {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		tx, err := t.db.BeginTx(wctx, nil)
+		if err == nil {
+			var one int
+			err = tx.QueryRowContext(wctx, sqlWaitVisible, off).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				err = nil // collected since, or never there: the import says
+			}
+			err = errors.Join(err, tx.Rollback())
+		}
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: wait for offset %d, logged as a statement, to be visible: %w", errConnect, off, err)
+		}
+	}
+	t.stmtOffsets = t.stmtOffsets[:0]
+	return nil
 }
 
 // flush records the pending dead letters and then saves the position after
