@@ -11,10 +11,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -324,39 +322,7 @@ func newSwitcher(t *testing.T, target string) *switcher {
 	}
 	s := &switcher{addr: l.Addr().String()}
 	s.target.Store(&target)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", *s.target.Load())
-			if err != nil {
-				in.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, in, out)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(out, in); _ = out.Close() }()
-			go func() { defer wg.Done(); _, _ = io.Copy(in, out); _ = in.Close() }()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
+	relay(t, l, func() string { return *s.target.Load() })
 	return s
 }
 

@@ -182,16 +182,24 @@ func TestPathRotatedCredentials(t *testing.T) { guards(t, "", rotated) }
 
 func TestPathRotatedCredentialsNegativeControl(t *testing.T) { guards(t, "staleCredentials", rotated) }
 
-// forward serves a Unix socket in dir that forwards every connection to
-// addr (the test server's TCP port), for a queue DSN of the form a local
-// server is usually reached by, on any backend.
+// forward serves a Unix socket in a temporary directory that forwards
+// every connection to addr (the test server's TCP port), for a queue DSN of
+// the form a local server is usually reached by, on any backend.
 func forward(t *testing.T, addr string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "mysqld.sock")
-	l, err := net.Listen("unix", path)
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "mysqld.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	relay(t, l, func() string { return addr })
+	return l.Addr().String()
+}
+
+// relay forwards each connection l accepts to the TCP address target
+// names when it is accepted, until the test ends (then every connection
+// is closed and its goroutines are waited for).
+func relay(t *testing.T, l net.Listener, target func() string) {
+	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
@@ -203,7 +211,7 @@ func forward(t *testing.T, addr string) string {
 			if err != nil {
 				return
 			}
-			out, err := net.Dial("tcp", addr)
+			out, err := net.Dial("tcp", target())
 			if err != nil {
 				in.Close()
 				continue
@@ -225,7 +233,6 @@ func forward(t *testing.T, addr string) string {
 		mu.Unlock()
 		wg.Wait()
 	})
-	return path
 }
 
 // Path 4: a queue DSN over a Unix socket (the usual form for a local
